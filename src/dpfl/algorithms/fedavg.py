@@ -1,0 +1,50 @@
+"""FedAvg (no privacy): the baseline every paper compares against, and the foundation's default.
+
+Each sampled client trains locally from the global model; the server replaces the global model by
+the sample-size-weighted mean of the local models, w ← Σ_k p_k w_k with p_k = |D_k|/Σ_j |D_j|
+(000 eq. 2 without noise). Optional client transforms act on the update Δ_k = w_k − w before
+aggregation (used by benchmarks and by the private algorithms built on this one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from dpfl.algorithms.base import Algorithm, RoundInfo, RoundOutput
+from dpfl.rng import SERVER, SeedSequence
+from dpfl.server.aggregators import WeightedMean
+from dpfl.sim.base import LocalResult
+
+ClientTransform = Callable[[torch.Tensor, RoundInfo], tuple[torch.Tensor, dict[str, Any]]]
+
+
+class FedAvg(Algorithm):
+    """See the module docstring.
+
+    Args:
+        sampler: the client sampler (``dpfl.sampling``); it draws from stream (t, server, "sample").
+        client_transforms: applied in order to the stacked updates [K, P].
+    """
+
+    name = "fedavg"
+
+    def __init__(self, sampler: Any, client_transforms: Sequence[ClientTransform] = ()) -> None:
+        self.sampler = sampler
+        self.client_transforms = tuple(client_transforms)
+
+    def sample(self, info_round: int, num_clients: int, seeds: SeedSequence) -> torch.Tensor:
+        return self.sampler.sample(num_clients, seeds.generator(info_round, SERVER, "sample"))
+
+    def server_step(self, global_params: torch.Tensor, local: LocalResult, info: RoundInfo) -> RoundOutput:
+        updates = local.params.sub_(global_params.to(local.params.device))  # in place: Δ_k = w_k − w
+        metrics: dict[str, Any] = {}
+        for transform in self.client_transforms:
+            updates, m = transform(updates, info)
+            metrics.update(m)
+        aggregate = WeightedMean.by_samples(local.num_samples)
+        new_global = global_params + aggregate(updates).to(global_params.device)
+        metrics.setdefault("update_norm_mean", float(updates.norm(dim=1).mean()))
+        return RoundOutput(new_global, metrics)

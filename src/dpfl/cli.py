@@ -1,0 +1,48 @@
+"""The ``dpfl`` command line: run | runs | plot | data | account.
+
+Errors a user causes (:class:`dpfl.errors.DpflError`) print one line and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+_COMMANDS = ("dpfl.commands.run", "dpfl.commands.data", "dpfl.commands.account")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dpfl", description="Differentially private federated learning.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in _COMMANDS:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as err:
+            if err.name == name:  # command not shipped in this build
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from dpfl.errors import DpflError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except DpflError as err:
+        print(f"dpfl: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("dpfl: interrupted; run the same command again to resume from the last checkpoint", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

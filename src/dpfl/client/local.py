@@ -1,0 +1,69 @@
+"""Local training settings and the order in which a client visits its samples.
+
+Both engines call :func:`batch_plan` with the same generator, so they train on the same batches
+in the same order. This module imports only torch and :mod:`dpfl.errors`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from dpfl.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class LocalTraining:
+    """How a client trains in one round.
+
+    Attributes:
+        lr: local learning rate (> 0).
+        epochs: passes over the client's data (ignored when ``steps`` is set).
+        batch_size: samples per step; ``None`` means full-batch gradient descent (000 Alg. 1).
+        steps: exact number of local steps (004's Q); batches continue across reshuffled epochs.
+        prox_mu: NbAFL's proximal coefficient μ (003 Alg. 1): adds (μ/2)‖w − w^{t−1}‖².
+    """
+
+    lr: float
+    epochs: int = 1
+    batch_size: int | None = 64
+    steps: int | None = None
+    prox_mu: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.lr, int | float) and self.lr > 0 and math.isfinite(self.lr)):
+            raise ConfigError(f"`local.lr` must be a positive number. Found {self.lr!r}.")
+        if self.epochs < 1:
+            raise ConfigError(f"`local.epochs` must be >= 1. Found {self.epochs}.")
+        if self.batch_size is not None and self.batch_size < 1:
+            raise ConfigError(f"`local.batch_size` must be >= 1 or null (full batch). Found {self.batch_size}.")
+        if self.steps is not None and self.steps < 1:
+            raise ConfigError(f"`local.steps` must be >= 1 or null. Found {self.steps}.")
+        if self.prox_mu < 0:
+            raise ConfigError(f"`local.prox_mu` must be >= 0. Found {self.prox_mu}.")
+
+
+def batch_plan(num_samples: int, local: LocalTraining, generator: torch.Generator) -> torch.Tensor:
+    """Positions (into the client's own samples) visited at each local step.
+
+    Returns:
+        LongTensor [S, B]: row s holds the positions of step s; ``-1`` pads a short last batch.
+        Each epoch is a fresh permutation drawn from ``generator``; full batch uses no randomness.
+    """
+    n = int(num_samples)
+    if n < 1:
+        raise ConfigError(f"a client must hold at least one sample. Found {n}.")
+    b = n if local.batch_size is None else min(local.batch_size, n)
+    per_epoch = math.ceil(n / b)
+    n_steps = local.steps if local.steps is not None else local.epochs * per_epoch
+    n_epochs = math.ceil(n_steps / per_epoch)
+    rows = []
+    for _ in range(n_epochs):
+        perm = torch.arange(n) if local.batch_size is None else torch.randperm(n, generator=generator)
+        pad = per_epoch * b - n
+        if pad:
+            perm = torch.cat([perm, torch.full((pad,), -1, dtype=torch.long)])
+        rows.append(perm.view(per_epoch, b))
+    return torch.cat(rows)[:n_steps]

@@ -1,0 +1,136 @@
+"""`dpfl run`, `dpfl runs`, `dpfl plot`: run a config, list stored runs, plot a run."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from dpfl.experiments.store import DEFAULT_STORE, RunStore
+
+
+def _fmt_time(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 60:d}:{seconds % 60:02d}"
+
+
+class RoundProgress:
+    """Progress of a run: a live bar (rich) on a terminal, one line per round otherwise."""
+
+    def __init__(self, total: int, label: str) -> None:
+        self.total = total
+        self.label = label
+        self.live = sys.stderr.isatty()
+        self._progress: Any = None
+        if self.live:
+            from rich.progress import (
+                BarColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
+            self._progress = Progress(
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                TextColumn("round {task.completed}/{task.total}"),
+                TextColumn("{task.fields[info]}"),
+                TimeElapsedColumn(),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+                transient=False,
+            )
+            self._task = self._progress.add_task(label, total=total, info="")
+
+    def __enter__(self) -> RoundProgress:
+        if self._progress is not None:
+            self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+    def __call__(self, done: int, total: int, metrics: dict[str, Any], elapsed: float) -> None:
+        parts = []
+        if "train_loss" in metrics:
+            parts.append(f"loss {metrics['train_loss']:.4f}")
+        if "test_accuracy" in metrics:
+            parts.append(f"acc {metrics['test_accuracy']:.4f}")
+        for key in ("epsilon_certified", "epsilon_claimed"):
+            if key in metrics:
+                parts.append(f"{key.split('_')[1]} ε {metrics[key]:.3g}")
+        info = "  ".join(parts)
+        if self._progress is not None:
+            self._progress.update(self._task, completed=done, info=info)
+        else:
+            eta = elapsed / max(done, 1) * (total - done)
+            print(f"[{self.label}] round {done}/{total}  {info}  elapsed {_fmt_time(elapsed)}  ETA {_fmt_time(eta)}",
+                  file=sys.stderr, flush=True)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from dpfl.experiments.config import load_config
+    from dpfl.experiments.runner import run_experiment
+    from dpfl.plots.curves import plot_run
+
+    config = load_config(args.config, args.set or [])
+    store = RunStore(args.store)
+    with RoundProgress(config.rounds, config.name) as progress:
+        started = time.perf_counter()
+        result = run_experiment(config, store, progress=progress, restart=args.restart)
+    final = result.final
+    plot = plot_run(store, result.run_id)
+    acc = final.get("test_accuracy")
+    print(f"run {result.run_id} ({config.name}): {result.status} after {result.rounds_done} rounds"
+          f" in {time.perf_counter() - started:.1f} s")
+    if acc is not None:
+        print(f"final test accuracy {acc:.4f}, test loss {final.get('test_loss', float('nan')):.4f}")
+    print(f"stored in {store.path}; plot: {plot}")
+    return 0
+
+
+def _runs(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    store = RunStore(args.store)
+    table = Table(title=f"runs in {store.path}")
+    for col in ("run id", "name", "algorithm", "data", "model", "status", "rounds", "test acc"):
+        table.add_column(col)
+    for r in store.list():
+        rows = store.rounds(r.run_id)
+        acc = (r.result or {}).get("test_accuracy")
+        table.add_row(r.run_id, r.name, r.algorithm, r.dataset, r.model, r.status,
+                      str(len(rows)), f"{acc:.4f}" if acc is not None else "")
+    Console().print(table)
+    return 0
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from dpfl.plots.curves import plot_run
+
+    path = plot_run(RunStore(args.store), args.run_id, args.out)
+    print(path)
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("run", help="run an experiment config (resumes if interrupted)")
+    p.add_argument("config", help="a YAML config file or the name of a built-in config (e.g. default)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config value, e.g. rounds=5")
+    p.add_argument("--store", default=str(DEFAULT_STORE), help="run store (SQLite file)")
+    p.add_argument("--restart", action="store_true", help="discard a checkpoint or stored result and run again")
+    p.set_defaults(func=_run)
+
+    p = subparsers.add_parser("runs", help="list stored runs")
+    p.add_argument("--store", default=str(DEFAULT_STORE))
+    p.set_defaults(func=_runs)
+
+    p = subparsers.add_parser("plot", help="write PNG curves of a stored run")
+    p.add_argument("run_id")
+    p.add_argument("--store", default=str(DEFAULT_STORE))
+    p.add_argument("--out", default=None)
+    p.set_defaults(func=_plot)

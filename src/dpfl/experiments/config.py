@@ -1,0 +1,168 @@
+"""Run configuration: a strict pydantic schema, YAML files, and ``--set key=value`` overrides.
+
+Unknown keys are errors (a typo must never silently fall back to a default). A run is a
+validated config plus its seed; :func:`run_id` hashes both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from dpfl.errors import ConfigError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DataConfig(_Strict):
+    name: str = "mnist"
+    dir: str = "data"
+
+
+class PartitionConfig(_Strict):
+    """How training samples are split across clients (see :mod:`dpfl.data.partition`)."""
+
+    kind: Literal["iid", "dirichlet", "classes", "groups", "natural"] = "iid"
+    num_clients: int = Field(100, ge=1)
+    samples_per_client: int | None = Field(None, ge=1)
+    sizes: list[int] | None = None
+    alpha: float | None = Field(None, gt=0)
+    classes_per_client: int | None = Field(None, ge=1)
+    group_sizes: list[int] | None = None
+    min_size: int = Field(1, ge=1)
+
+
+class ModelConfig(_Strict):
+    name: str = "mlp"
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class LocalConfig(_Strict):
+    lr: float = 0.05
+    epochs: int = Field(1, ge=1)
+    batch_size: int | None = Field(64, ge=1)
+    steps: int | None = Field(None, ge=1)
+
+    @field_validator("lr")
+    @classmethod
+    def _positive_lr(cls, v: float) -> float:
+        if not v > 0:
+            raise ValueError(f"must be a positive number. Found {v}")
+        return v
+
+
+class SamplingConfig(_Strict):
+    """Which clients take part in a round: all, a fixed-size uniform sample, or Poisson."""
+
+    kind: Literal["all", "fixed", "poisson"] = "all"
+    clients_per_round: int | None = Field(None, ge=1)
+    sample_rate: float | None = Field(None, gt=0, le=1)
+
+
+class AlgorithmConfig(_Strict):
+    name: str = "fedavg"
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class RunConfig(_Strict):
+    """A whole run. Every field has a default so a config file names only what it changes."""
+
+    name: str = "run"
+    seed: int = Field(0, ge=0)
+    rounds: int = Field(20, ge=1)
+    data: DataConfig = Field(default_factory=DataConfig)
+    partition: PartitionConfig = Field(default_factory=PartitionConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    local: LocalConfig = Field(default_factory=LocalConfig)
+    engine: Literal["vectorized", "sequential"] = "vectorized"
+    device: str = "cpu"
+    threads: int = Field(2, ge=1)
+    eval_every: int = Field(1, ge=1)
+    checkpoint_every: int = Field(5, ge=1)
+
+
+def _describe(err: ValidationError) -> str:
+    parts = []
+    for e in err.errors():
+        loc = ".".join(str(x) for x in e["loc"])
+        if e["type"] == "extra_forbidden":
+            parts.append(f"unknown key `{loc}`")
+        else:
+            parts.append(f"`{loc}`: {e['msg']} (got {e.get('input')!r})")
+    return "; ".join(parts)
+
+
+def parse_config(raw: dict[str, Any]) -> RunConfig:
+    """Validate a config dictionary; errors name every offending key in one line."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"a run config must be a mapping of keys to values. Found {type(raw).__name__}.")
+    try:
+        return RunConfig.model_validate(raw)
+    except ValidationError as err:
+        raise ConfigError(f"invalid config: {_describe(err)}") from None
+
+
+def builtin_configs() -> dict[str, Path]:
+    """Configs shipped with dpfl, by name (``dpfl run default``)."""
+    folder = Path(__file__).parent / "configs"
+    return {p.stem: p for p in sorted(folder.glob("*.yaml"))}
+
+
+def load_raw(source: str | Path) -> dict[str, Any]:
+    """Read a YAML config from a path or a built-in name."""
+    path = Path(source)
+    if not path.exists():
+        builtin = builtin_configs()
+        if str(source) in builtin:
+            path = builtin[str(source)]
+        else:
+            raise ConfigError(
+                f"config {str(source)!r} is neither a file nor a built-in config; built-in: {sorted(builtin)}"
+            )
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: a config must be a mapping at the top level")
+    return raw
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``key.sub=value`` overrides; values are parsed as YAML (``3``, ``0.1``, ``null``, ``[1,2]``)."""
+    out = json.loads(json.dumps(raw))
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"--set expects key=value. Found {item!r}.")
+        key, value = item.split("=", 1)
+        node = out
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            nxt = node.setdefault(part, {})
+            if not isinstance(nxt, dict):
+                raise ConfigError(f"--set {key}: `{part}` is not a section")
+            node = nxt
+        try:
+            node[parts[-1]] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            node[parts[-1]] = value
+    return out
+
+
+def load_config(source: str | Path, overrides: list[str] | None = None) -> RunConfig:
+    return parse_config(apply_overrides(load_raw(source), overrides or []))
+
+
+def run_id(config: RunConfig) -> str:
+    """Stable id of a run: a hash of the validated config (which includes the seed)."""
+    canonical = json.dumps(config.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:12]

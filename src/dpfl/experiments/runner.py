@@ -1,0 +1,287 @@
+"""Runs a validated config end to end: data → partition → model → engine → rounds → store.
+
+Every completed round is written to the run store; a checkpoint every ``checkpoint_every`` rounds
+lets a killed run continue with the same command and end with exactly the model an uninterrupted
+run gives (all randomness is keyed by (round, client, purpose), see :mod:`dpfl.rng`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.func import functional_call
+
+from dpfl.algorithms.base import Algorithm, RoundInfo
+from dpfl.algorithms.registry import build_algorithm, build_sampler
+from dpfl.client.local import LocalTraining
+from dpfl.errors import ConfigError
+from dpfl.experiments.config import RunConfig, run_id
+from dpfl.experiments.store import RunStore
+from dpfl.models import build_model, per_sample_loss
+from dpfl.rng import SERVER, SeedSequence
+from dpfl.sim.base import ClientData, Engine, LocalProblem
+from dpfl.sim.checkpoint import load_checkpoint, save_checkpoint
+from dpfl.sim.sequential import SequentialEngine
+from dpfl.sim.vectorized import VectorizedEngine
+
+ENGINES: dict[str, type[Engine]] = {"vectorized": VectorizedEngine, "sequential": SequentialEngine}
+
+
+@dataclass
+class Experiment:
+    """Everything a run needs, built from a config (no training yet)."""
+
+    config: RunConfig
+    run_id: str
+    seeds: SeedSequence
+    dataset: Any
+    data: ClientData
+    problem: LocalProblem
+    engine: Engine
+    algorithm: Algorithm
+    init_params: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    status: str
+    rounds_done: int
+    final: dict[str, Any]
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+def partition_clients(config: RunConfig, dataset: Any) -> list[np.ndarray]:
+    """Client index arrays for the config's partition (deterministic for the run's seed)."""
+    from dpfl.data import partition as P
+
+    pc = config.partition
+    labels = dataset.y_train.cpu().numpy()
+    seed = SeedSequence(config.seed).seed(0, SERVER, "partition") % (2**63)
+    n = labels.shape[0]
+    if pc.kind == "iid":
+        if pc.sizes is not None:
+            if len(pc.sizes) != pc.num_clients:
+                raise ConfigError(
+                    f"`partition.sizes` has {len(pc.sizes)} entries but `partition.num_clients` is {pc.num_clients}."
+                )
+            return P.iid_partition(n, sizes=list(pc.sizes), seed=seed)
+        per = pc.samples_per_client or n // pc.num_clients
+        return P.iid_partition(n, sizes=[per] * pc.num_clients, seed=seed)
+    if pc.kind == "dirichlet":
+        if pc.alpha is None:
+            raise ConfigError("`partition.alpha` is required for a Dirichlet partition.")
+        return P.dirichlet_partition(labels, pc.num_clients, pc.alpha, seed=seed, min_size=pc.min_size)
+    if pc.kind == "classes":
+        if pc.classes_per_client is None:
+            raise ConfigError("`partition.classes_per_client` is required for a k-classes partition.")
+        per = pc.samples_per_client or n // pc.num_clients
+        return P.classes_per_client_partition(labels, pc.num_clients, pc.classes_per_client, per, seed=seed)
+    if pc.kind == "groups":
+        groups = pc.group_sizes or [400, 600, 800, 1000, 1200]
+        return P.size_groups_partition(n, pc.num_clients, groups, seed=seed)
+    if dataset.groups_train is None:
+        raise ConfigError(f"data set {config.data.name!r} has no natural client ids; use another `partition.kind`.")
+    parts = P.natural_partition(dataset.groups_train)
+    if pc.num_clients > len(parts):
+        raise ConfigError(
+            f"`partition.num_clients` ({pc.num_clients}) exceeds the {len(parts)} natural clients of {config.data.name!r}."
+        )
+    return parts[: pc.num_clients]
+
+
+def build_experiment(config: RunConfig) -> Experiment:
+    from dpfl.data import load_dataset
+
+    torch.set_num_threads(config.threads)
+    seeds = SeedSequence(config.seed)
+    dataset = load_dataset(config.data.name, config.data.dir)
+    parts = partition_clients(config, dataset)
+    if config.sampling.kind == "fixed" and (config.sampling.clients_per_round or 0) > len(parts):
+        raise ConfigError(
+            f"`sampling.clients_per_round` ({config.sampling.clients_per_round}) exceeds the number of clients ({len(parts)})."
+        )
+    device = torch.device(config.device)
+    data = ClientData(
+        dataset.x_train.to(device),
+        dataset.y_train.to(device),
+        [torch.as_tensor(p, dtype=torch.long) for p in parts],
+    )
+    model = build_model(
+        config.model.name,
+        tuple(dataset.input_shape),
+        dataset.num_classes,
+        generator=seeds.generator(0, SERVER, "init"),
+        **config.model.options,
+    ).to(device)
+    local = LocalTraining(
+        lr=config.local.lr,
+        epochs=config.local.epochs,
+        batch_size=config.local.batch_size,
+        steps=config.local.steps,
+    )
+    problem = LocalProblem(
+        model,
+        local,
+        loss_kind=getattr(model, "loss_kind", "cross_entropy"),
+        l2_penalty=float(getattr(model, "l2_penalty", 0.0)),
+        penalized_params=tuple(getattr(model, "penalized_params", ())),
+    )
+    engine = ENGINES[config.engine](problem, data, seeds)
+    sampler = build_sampler(config.sampling, data.num_clients)
+    algorithm = build_algorithm(config.algorithm, sampler)
+    return Experiment(
+        config=config,
+        run_id=run_id(config),
+        seeds=seeds,
+        dataset=dataset,
+        data=data,
+        problem=problem,
+        engine=engine,
+        algorithm=algorithm,
+        init_params=problem.layout.flatten(model).to(device),
+        x_test=dataset.x_test.to(device),
+        y_test=dataset.y_test.to(device),
+    )
+
+
+@torch.no_grad()
+def evaluate(problem: LocalProblem, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor, batch: int = 2000) -> dict[str, float]:
+    """Test loss (the data term of the objective) and accuracy of a flat parameter vector."""
+    views = problem.layout.views(params)
+    total_loss, correct = 0.0, 0
+    for start in range(0, x.shape[0], batch):
+        out = functional_call(problem.module, views, (x[start : start + batch],))
+        yb = y[start : start + batch]
+        total_loss += float(per_sample_loss(problem.loss_kind, out, yb).sum())
+        if problem.loss_kind == "hinge":
+            scores = out.reshape(-1)
+            correct += int(((scores > 0).long() == yb).sum())
+        else:
+            correct += int((out.argmax(-1) == yb).sum())
+    n = max(int(x.shape[0]), 1)
+    return {"test_loss": total_loss / n, "test_accuracy": correct / n}
+
+
+def environment() -> dict[str, Any]:
+    """Versions and commit recorded with every run."""
+    import dpfl
+
+    env: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "dpfl": dpfl.__version__,
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "torch_threads": torch.get_num_threads(),
+    }
+    for mod in ("dp_accounting", "pydantic", "flwr"):
+        try:
+            env[mod] = __import__(mod).__version__  # type: ignore[attr-defined]
+        except (ImportError, AttributeError):
+            env[mod] = None
+    try:
+        root = Path(__file__).resolve().parents[3]
+        env["git_commit"] = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=False
+        ).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        env["git_commit"] = None
+    return env
+
+
+def params_digest(params: torch.Tensor) -> str:
+    return hashlib.sha256(params.detach().cpu().contiguous().numpy().tobytes()).hexdigest()
+
+
+ProgressFn = Callable[[int, int, dict[str, Any], float], None]
+
+
+def run_experiment(
+    config: RunConfig,
+    store: RunStore,
+    *,
+    checkpoint_dir: str | Path | None = None,
+    progress: ProgressFn | None = None,
+    restart: bool = False,
+) -> RunResult:
+    """Run (or resume, or return the stored result of) the run a config defines."""
+    exp = build_experiment(config)
+    rid = exp.run_id
+    ckpt_path = Path(checkpoint_dir or store.path.parent / "checkpoints") / f"{rid}.pt"
+    existing = store.find(rid)
+    if existing is not None and existing.status == "finished" and not restart:
+        return RunResult(rid, "finished", config.rounds, existing.result or {}, store.rounds(rid))
+    if restart and ckpt_path.exists():
+        ckpt_path.unlink()
+    store.start(rid, config.model_dump(mode="json"), environment())
+
+    params = exp.init_params.clone()
+    start_round = 0
+    state = load_checkpoint(ckpt_path)
+    if state is not None:
+        if state.get("run_id") != rid:
+            raise ConfigError(f"checkpoint {ckpt_path} belongs to run {state.get('run_id')}, not {rid}")
+        params = state["global_params"].to(params.device)
+        exp.algorithm.load_state_dict(state.get("algorithm", {}))
+        start_round = int(state["rounds_done"])
+    store.drop_rounds_after(rid, start_round - 1)
+
+    t_start = time.perf_counter()
+    last_eval: dict[str, float] = {}
+    try:
+        for t in range(start_round, config.rounds):
+            t0 = time.perf_counter()
+            clients = exp.algorithm.sample(t, exp.data.num_clients, exp.seeds)
+            info = RoundInfo(t, exp.data.num_clients, clients, exp.seeds)
+            metrics: dict[str, Any] = {"clients": int(clients.numel())}
+            if clients.numel() > 0:
+                local = exp.engine.train(params, clients.tolist(), t)
+                metrics["train_loss"] = float(local.train_loss.mean())
+                out = exp.algorithm.server_step(params, local, info)
+                params = out.global_params
+                metrics.update(out.metrics)
+            if (t + 1) % config.eval_every == 0 or t + 1 == config.rounds:
+                last_eval = evaluate(exp.problem, params, exp.x_test, exp.y_test)
+                metrics.update(last_eval)
+            metrics["seconds"] = time.perf_counter() - t0
+            if not all(math.isfinite(v) for v in metrics.values() if isinstance(v, float)):
+                metrics["diverged"] = True
+            store.log_round(rid, t, metrics)
+            if (t + 1) % config.checkpoint_every == 0 and t + 1 < config.rounds:
+                save_checkpoint(
+                    ckpt_path,
+                    {"run_id": rid, "rounds_done": t + 1, "global_params": params.cpu(),
+                     "algorithm": exp.algorithm.state_dict()},
+                )
+            if progress is not None:
+                progress(t + 1, config.rounds, metrics, time.perf_counter() - t_start)
+    except KeyboardInterrupt:
+        store.finish(rid, "interrupted", None)
+        raise
+    final = {
+        "rounds": config.rounds,
+        **last_eval,
+        "params_sha256": params_digest(params),
+        "num_clients": exp.data.num_clients,
+    }
+    model_path = store.path.parent / "models" / f"{rid}.pt"
+    save_checkpoint(model_path, {"run_id": rid, "global_params": params.cpu(), "layout": exp.problem.layout})
+    final["model_path"] = str(model_path)
+    store.finish(rid, "finished", final)
+    if ckpt_path.exists():
+        ckpt_path.unlink()
+    return RunResult(rid, "finished", config.rounds, final, store.rounds(rid))
