@@ -14,18 +14,8 @@ from typing import Any, ClassVar
 
 import torch
 
+from dpfl.client.context import LocalResult, RoundInfo
 from dpfl.rng import SeedSequence
-from dpfl.sim.base import LocalResult
-
-
-@dataclass(frozen=True)
-class RoundInfo:
-    """What the parts of a round may know about it."""
-
-    round_idx: int
-    num_clients: int
-    clients: torch.Tensor  # ids of the cohort, sorted
-    seeds: SeedSequence
 
 
 @dataclass

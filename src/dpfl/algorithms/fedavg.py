@@ -13,10 +13,10 @@ from typing import Any
 
 import torch
 
-from dpfl.algorithms.base import Algorithm, RoundInfo, RoundOutput
+from dpfl.algorithms.base import Algorithm, RoundOutput
+from dpfl.client.context import LocalResult, RoundInfo
 from dpfl.rng import SERVER, SeedSequence
 from dpfl.server.aggregators import WeightedMean
-from dpfl.sim.base import LocalResult
 
 ClientTransform = Callable[[torch.Tensor, RoundInfo], tuple[torch.Tensor, dict[str, Any]]]
 

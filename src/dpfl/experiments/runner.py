@@ -22,8 +22,9 @@ import numpy as np
 import torch
 from torch.func import functional_call
 
-from dpfl.algorithms.base import Algorithm, RoundInfo
+from dpfl.algorithms.base import Algorithm
 from dpfl.algorithms.registry import build_algorithm, build_sampler
+from dpfl.client.context import RoundInfo
 from dpfl.client.local import LocalTraining
 from dpfl.errors import ConfigError
 from dpfl.experiments.config import RunConfig, run_id

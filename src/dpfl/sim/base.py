@@ -1,4 +1,4 @@
-"""What both simulation engines share: client data, the local-training problem, the result type.
+"""The interface of the simulation engines.
 
 An engine trains a cohort of clients from the same global parameters and returns their local
 parameters stacked as [K, P]. The vectorized engine (:mod:`dpfl.sim.vectorized`) and the
@@ -9,83 +9,13 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import torch
-from torch import nn
 
-from dpfl.client.local import LocalTraining
-from dpfl.errors import ConfigError
+from dpfl.client.context import ClientData, LocalProblem, LocalResult
 from dpfl.rng import SeedSequence
-from dpfl.sim.layout import ParamLayout
 
-
-@dataclass
-class ClientData:
-    """Training samples and which of them each client holds.
-
-    Attributes:
-        x: all training inputs [N, ...] (float32, on the training device).
-        y: all training targets [N] (int64).
-        client_indices: per client, a LongTensor of indices into ``x``.
-    """
-
-    x: torch.Tensor
-    y: torch.Tensor
-    client_indices: list[torch.Tensor]
-
-    def __post_init__(self) -> None:
-        if self.x.shape[0] != self.y.shape[0]:
-            raise ConfigError(f"inputs and targets differ in length: {self.x.shape[0]} vs {self.y.shape[0]}")
-        for i, idx in enumerate(self.client_indices):
-            if idx.numel() == 0:
-                raise ConfigError(f"client {i} holds no samples; every client needs at least one")
-
-    @property
-    def num_clients(self) -> int:
-        return len(self.client_indices)
-
-    def sizes(self, clients: Sequence[int] | None = None) -> torch.Tensor:
-        ids = range(self.num_clients) if clients is None else clients
-        return torch.tensor([self.client_indices[int(i)].numel() for i in ids], dtype=torch.long)
-
-
-@dataclass
-class LocalProblem:
-    """The model and objective every client minimizes locally.
-
-    Attributes:
-        module: the model (its own parameters are ignored; parameters come from the flat vector).
-        loss_kind: "cross_entropy" or "hinge" (see :func:`dpfl.models.per_sample_loss`).
-        local: local training settings.
-        l2_penalty: κ of 000 eq. 32 applied to ``penalized_params`` (0 for none).
-    """
-
-    module: nn.Module
-    local: LocalTraining
-    loss_kind: str = "cross_entropy"
-    l2_penalty: float = 0.0
-    penalized_params: tuple[str, ...] = ()
-    layout: ParamLayout = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.module.eval()  # no dropout randomness outside our generators
-        self.layout = ParamLayout.of(self.module)
-
-
-@dataclass
-class LocalResult:
-    """The cohort after local training.
-
-    Attributes:
-        params: local parameters [K, P].
-        train_loss: mean local objective over the client's steps [K].
-        num_samples: samples held by each client [K].
-    """
-
-    params: torch.Tensor
-    train_loss: torch.Tensor
-    num_samples: torch.Tensor
+__all__ = ["ClientData", "Engine", "LocalProblem", "LocalResult"]
 
 
 class Engine(abc.ABC):

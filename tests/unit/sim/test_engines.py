@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dpfl.algorithms.base import RoundInfo
+from dpfl.client.context import RoundInfo
 from dpfl.algorithms.fedavg import FedAvg
 from dpfl.client.local import LocalTraining, batch_plan
 from dpfl.models import build_model

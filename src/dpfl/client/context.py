@@ -1,0 +1,93 @@
+"""What a client works with: its data, the local problem, the result of local training, and
+what it may know about the round. Shared by the simulation engines and the Flower client."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from dpfl.client.layout import ParamLayout
+from dpfl.client.local import LocalTraining
+from dpfl.errors import ConfigError
+from dpfl.rng import SeedSequence
+
+
+@dataclass
+class ClientData:
+    """Training samples and which of them each client holds.
+
+    Attributes:
+        x: all training inputs [N, ...] (float32, on the training device).
+        y: all training targets [N] (int64).
+        client_indices: per client, a LongTensor of indices into ``x``.
+    """
+
+    x: torch.Tensor
+    y: torch.Tensor
+    client_indices: list[torch.Tensor]
+
+    def __post_init__(self) -> None:
+        if self.x.shape[0] != self.y.shape[0]:
+            raise ConfigError(f"inputs and targets differ in length: {self.x.shape[0]} vs {self.y.shape[0]}")
+        for i, idx in enumerate(self.client_indices):
+            if idx.numel() == 0:
+                raise ConfigError(f"client {i} holds no samples; every client needs at least one")
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.client_indices)
+
+    def sizes(self, clients: Sequence[int] | None = None) -> torch.Tensor:
+        ids = range(self.num_clients) if clients is None else clients
+        return torch.tensor([self.client_indices[int(i)].numel() for i in ids], dtype=torch.long)
+
+
+@dataclass
+class LocalProblem:
+    """The model and objective every client minimizes locally.
+
+    Attributes:
+        module: the model (its own parameters are ignored; parameters come from the flat vector).
+        loss_kind: "cross_entropy" or "hinge" (see :func:`dpfl.models.per_sample_loss`).
+        local: local training settings.
+        l2_penalty: κ of 000 eq. 32 applied to ``penalized_params`` (0 for none).
+    """
+
+    module: nn.Module
+    local: LocalTraining
+    loss_kind: str = "cross_entropy"
+    l2_penalty: float = 0.0
+    penalized_params: tuple[str, ...] = ()
+    layout: ParamLayout = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.module.eval()  # no dropout randomness outside our generators
+        self.layout = ParamLayout.of(self.module)
+
+
+@dataclass
+class LocalResult:
+    """The cohort after local training.
+
+    Attributes:
+        params: local parameters [K, P].
+        train_loss: mean local objective over the client's steps [K].
+        num_samples: samples held by each client [K].
+    """
+
+    params: torch.Tensor
+    train_loss: torch.Tensor
+    num_samples: torch.Tensor
+
+
+@dataclass(frozen=True)
+class RoundInfo:
+    """What the parts of a round may know about it."""
+
+    round_idx: int
+    num_clients: int
+    clients: torch.Tensor  # ids of the cohort, sorted
+    seeds: SeedSequence
