@@ -79,24 +79,24 @@ def partition_clients(config: RunConfig, dataset: Any) -> list[np.ndarray]:
                 raise ConfigError(
                     f"`partition.sizes` has {len(pc.sizes)} entries but `partition.num_clients` is {pc.num_clients}."
                 )
-            return P.iid_partition(n, sizes=list(pc.sizes), seed=seed)
-        per = pc.samples_per_client or n // pc.num_clients
-        return P.iid_partition(n, sizes=[per] * pc.num_clients, seed=seed)
+            return P.partition_iid(n, sizes=list(pc.sizes), seed=seed)
+        return P.partition_iid(n, num_clients=pc.num_clients, samples_per_client=pc.samples_per_client, seed=seed)
     if pc.kind == "dirichlet":
         if pc.alpha is None:
             raise ConfigError("`partition.alpha` is required for a Dirichlet partition.")
-        return P.dirichlet_partition(labels, pc.num_clients, pc.alpha, seed=seed, min_size=pc.min_size)
+        return P.partition_dirichlet(labels, num_clients=pc.num_clients, alpha=pc.alpha, seed=seed,
+                                     min_samples_per_client=pc.min_size)
     if pc.kind == "classes":
         if pc.classes_per_client is None:
             raise ConfigError("`partition.classes_per_client` is required for a k-classes partition.")
-        per = pc.samples_per_client or n // pc.num_clients
-        return P.classes_per_client_partition(labels, pc.num_clients, pc.classes_per_client, per, seed=seed)
+        return P.partition_k_classes(labels, num_clients=pc.num_clients, classes_per_client=pc.classes_per_client,
+                                     samples_per_client=pc.samples_per_client, seed=seed)
     if pc.kind == "groups":
-        groups = pc.group_sizes or [400, 600, 800, 1000, 1200]
-        return P.size_groups_partition(n, pc.num_clients, groups, seed=seed)
+        groups = pc.group_sizes or list(P.UNBALANCED_GROUP_SIZES_000)
+        return P.partition_size_groups(n, num_clients=pc.num_clients, group_sizes=groups, seed=seed)
     if dataset.groups_train is None:
         raise ConfigError(f"data set {config.data.name!r} has no natural client ids; use another `partition.kind`.")
-    parts = P.natural_partition(dataset.groups_train)
+    parts = P.partition_natural(dataset.groups_train, min_samples=pc.min_size)
     if pc.num_clients > len(parts):
         raise ConfigError(
             f"`partition.num_clients` ({pc.num_clients}) exceeds the {len(parts)} natural clients of {config.data.name!r}."

@@ -1,0 +1,73 @@
+"""Config schema (strict keys, overrides, ids) and the SQLite run store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dpfl.errors import ConfigError
+from dpfl.experiments.config import apply_overrides, load_config, parse_config, run_id
+from dpfl.experiments.store import RunStore
+
+
+def test_defaults_and_builtin_default_config() -> None:
+    cfg = load_config("default")
+    assert cfg.partition.num_clients == 100 and cfg.rounds == 20 and cfg.model.name == "mlp"
+
+
+def test_unknown_keys_are_errors_naming_the_key() -> None:
+    with pytest.raises(ConfigError, match="unknown key `local.lrate`"):
+        parse_config({"local": {"lrate": 0.1}})
+    with pytest.raises(ConfigError, match="unknown key `round`"):
+        parse_config({"round": 3})
+
+
+def test_value_errors_name_the_value() -> None:
+    with pytest.raises(ConfigError, match=r"local\.lr.*-1"):
+        parse_config({"local": {"lr": -1}})
+    with pytest.raises(ConfigError, match="rounds"):
+        parse_config({"rounds": 0})
+
+
+def test_overrides_parse_yaml_values() -> None:
+    raw = apply_overrides({"local": {"lr": 0.1}}, ["local.lr=0.5", "rounds=3", "local.batch_size=null"])
+    cfg = parse_config(raw)
+    assert cfg.local.lr == 0.5 and cfg.rounds == 3 and cfg.local.batch_size is None
+    with pytest.raises(ConfigError, match="key=value"):
+        apply_overrides({}, ["rounds"])
+
+
+def test_run_id_depends_on_config_and_seed_only() -> None:
+    a, b = parse_config({"seed": 1}), parse_config({"seed": 1, "rounds": 20})
+    assert run_id(a) == run_id(b)
+    assert run_id(a) != run_id(parse_config({"seed": 2}))
+
+
+def test_unknown_builtin_lists_names() -> None:
+    with pytest.raises(ConfigError, match="default"):
+        load_config("no-such-config")
+
+
+def test_store_round_trip_and_resume_bookkeeping(tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "runs" / "s.sqlite")
+    store.start("abc", {"name": "x", "algorithm": {"name": "fedavg"}, "data": {"name": "mnist"},
+                        "model": {"name": "mlp"}}, {"torch": "2"})
+    for t in range(5):
+        store.log_round("abc", t, {"test_accuracy": t / 10})
+    store.drop_rounds_after("abc", 2)
+    assert [r["round"] for r in store.rounds("abc")] == [0, 1, 2]
+    store.add_notice("abc", 1, "formula-range", "c used at ε = 50")
+    store.add_notice("abc", 1, "formula-range", "c used at ε = 50")
+    assert len(store.notices("abc")) == 1
+    store.finish("abc", "finished", {"test_accuracy": 0.9})
+    assert store.get("ab").result == {"test_accuracy": 0.9}
+    with pytest.raises(ConfigError, match="no run"):
+        store.get("zzz")
+
+
+def test_corrupt_store_is_a_clear_error(tmp_path: Path) -> None:
+    bad = tmp_path / "s.sqlite"
+    bad.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(ConfigError, match="not a readable SQLite"):
+        RunStore(bad)
