@@ -1,1 +1,48 @@
-"""dpfl.privacy.mechanisms."""
+"""Privacy mechanisms on a stacked cohort ``[K, ...]`` with explicit ``torch.Generator``\\ s.
+
+Bound sensitivity, then randomize — two steps, so one mechanism serves local DP, central DP and
+clip-on-client / noise-on-server: :mod:`.clipping` bounds (whole-vector L2 clip, the sensitivity
+it enforces); :mod:`.gaussian` and :mod:`.two_point` randomize and state the DP event they cause
+(``gaussian_event``, ``two_point_event``). Nothing here reads a global RNG; secure seeding is
+``dpfl.rng.SeedSequence.secure_mode()``.
+
+This package imports nothing from dpfl except :mod:`dpfl.errors`.
+"""
+
+from dpfl.privacy.mechanisms.clipping import (
+    clip_by_l2_norm,
+    clipped_sensitivity,
+    per_client_l2_norms,
+)
+from dpfl.privacy.mechanisms.gaussian import (
+    add_gaussian_noise,
+    add_gaussian_noise_per_client,
+    gaussian_event,
+)
+from dpfl.privacy.mechanisms.two_point import (
+    two_point_event,
+    two_point_flip_probability,
+    two_point_probability_high,
+    two_point_randomize,
+    two_point_randomize_per_client,
+    two_point_realized_epsilon,
+    two_point_release_event,
+    two_point_values,
+)
+
+__all__ = [
+    "add_gaussian_noise",
+    "add_gaussian_noise_per_client",
+    "clip_by_l2_norm",
+    "clipped_sensitivity",
+    "gaussian_event",
+    "per_client_l2_norms",
+    "two_point_event",
+    "two_point_flip_probability",
+    "two_point_probability_high",
+    "two_point_randomize",
+    "two_point_randomize_per_client",
+    "two_point_realized_epsilon",
+    "two_point_release_event",
+    "two_point_values",
+]
