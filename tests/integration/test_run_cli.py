@@ -65,7 +65,7 @@ def test_run_stores_rounds_result_and_plot(shared_data: Path, tmp_path: Path, ca
     ("override", "needle"),
     [
         ({"data": {"name": "mnits", "dir": "x"}}, "unknown data set 'mnits'"),
-        ({"model": {"name": "mlpp"}}, "unknown model"),
+        ({"model": {"name": "mlpp"}}, "Found 'mlpp'"),
         ({"algorithm": {"name": "fedsgd"}}, "unknown algorithm 'fedsgd'"),
         ({"local": {"lr": -0.1}}, "local.lr"),
         ({"lcoal": {"lr": 0.1}}, "unknown key `lcoal`"),
