@@ -31,16 +31,17 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _data_dir(arg: str | None) -> str:
+def _data_dir(arg: str | None, folder: str = "mnist") -> str:
+    """The first data directory holding ``folder``: --data-dir, $DPFL_DATA_DIR, ./data, ../shared/data."""
     if arg:
         return arg
     for cand in (os.environ.get("DPFL_DATA_DIR"), str(ROOT / "data"), str(ROOT.parent / "shared" / "data")):
-        if cand and (Path(cand) / "mnist").exists():
+        if cand and (Path(cand) / folder).exists():
             return cand
     return str(ROOT / "data")
 
 
-def _workload(name: str, data_dir: str):  # type: ignore[no-untyped-def]
+def _workload(name: str, data_dir: str | None):  # type: ignore[no-untyped-def]
     from dpfl.algorithms.fedavg import FedAvg
     from dpfl.client.context import ClientData, LocalProblem
     from dpfl.client.local import LocalTraining
@@ -52,11 +53,11 @@ def _workload(name: str, data_dir: str):  # type: ignore[no-untyped-def]
 
     seeds = SeedSequence(0)
     if name == "W":
-        ds = load_dataset("mnist", data_dir)
+        ds = load_dataset("mnist", _data_dir(data_dir, "mnist"))
         clients, per, model_name, local = 100, 600, "mlp", LocalTraining(lr=0.05, epochs=1, batch_size=64)
         transforms = [ClipUpdate(1.0), GaussianNoise(0.01)]
     else:
-        ds = load_dataset("census-income", data_dir)
+        ds = load_dataset("census-income", _data_dir(data_dir, "census-income-kdd"))
         clients, per, model_name, local = 1000, 50, "logistic", LocalTraining(lr=0.05, epochs=1, batch_size=10)
         transforms = []
     gen = torch.Generator().manual_seed(0)
@@ -68,7 +69,7 @@ def _workload(name: str, data_dir: str):  # type: ignore[no-untyped-def]
     return seeds, data, problem, algo, clients * per
 
 
-def worker(workload: str, engine_name: str, rounds: int, data_dir: str) -> None:
+def worker(workload: str, engine_name: str, rounds: int, data_dir: str | None) -> None:
     from dpfl.client.context import RoundInfo
     from dpfl.sim.sequential import SequentialEngine
     from dpfl.sim.vectorized import VectorizedEngine
@@ -113,7 +114,7 @@ def main() -> int:
     p.add_argument("--data-dir", default=None)
     p.add_argument("--worker", nargs=2, metavar=("WORKLOAD", "ENGINE"), help=argparse.SUPPRESS)
     args = p.parse_args()
-    data_dir = _data_dir(args.data_dir)
+    data_dir = args.data_dir or ""
     if args.worker:
         worker(args.worker[0], args.worker[1], args.rounds, data_dir)
         return 0
@@ -123,7 +124,7 @@ def main() -> int:
         res = {}
         for eng in ("sequential", "vectorized"):
             out = subprocess.run(
-                [sys.executable, __file__, "--worker", wl, eng, "--rounds", str(args.rounds), "--data-dir", data_dir],
+                [sys.executable, __file__, "--worker", wl, eng, "--rounds", str(args.rounds)] + (["--data-dir", data_dir] if data_dir else []),
                 capture_output=True, text=True, check=False,
             )
             if out.returncode != 0:
