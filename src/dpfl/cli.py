@@ -29,6 +29,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from dpfl.errors import DpflError
 
+    try:  # dp-accounting logs through absl; keep its per-order convergence chatter off the terminal
+        import absl.logging
+
+        absl.logging.set_verbosity(absl.logging.ERROR)
+    except ImportError:
+        pass
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
+
+import torch
+from pydantic import BaseModel, ValidationError
 
 from dpfl.algorithms.base import Algorithm
 from dpfl.algorithms.fedavg import FedAvg
 from dpfl.errors import ConfigError
-from dpfl.experiments.config import AlgorithmConfig, SamplingConfig
+from dpfl.experiments.config import AlgorithmConfig, PrivacyConfig, RunConfig, SamplingConfig
 from dpfl.sampling import AllClients, FixedSizeSampler, PoissonSampler
 
 
@@ -29,18 +33,57 @@ def build_sampler(cfg: SamplingConfig, num_clients: int) -> Any:
     return PoissonSampler(cfg.sample_rate)
 
 
-def _fedavg(options: dict[str, Any], sampler: Any) -> Algorithm:
+@dataclass(frozen=True)
+class BuildContext:
+    """What an algorithm may know when it is built (all public, data-independent facts)."""
+
+    config: RunConfig
+    num_clients: int
+    client_sizes: torch.Tensor  # samples per client
+    num_params: int
+
+    @property
+    def privacy(self) -> PrivacyConfig:
+        return self.config.privacy
+
+
+def parse_options(model: type[BaseModel], options: dict[str, Any], algorithm: str) -> Any:
+    """Validate ``algorithm.options`` with the algorithm's own strict schema."""
+    try:
+        return model.model_validate(options)
+    except ValidationError as err:
+        parts = []
+        for e in err.errors():
+            loc = ".".join(str(x) for x in e["loc"])
+            if e["type"] == "extra_forbidden":
+                parts.append(f"unknown option `{loc}` (valid: {sorted(model.model_fields)})")
+            elif e["type"] == "missing":
+                parts.append(f"missing option `{loc}`")
+            else:
+                parts.append(f"`{loc}`: {e['msg']} (got {e.get('input')!r})")
+        raise ConfigError(f"algorithm {algorithm!r}: " + "; ".join(parts)) from None
+
+
+def _fedavg(options: dict[str, Any], sampler: Any, ctx: BuildContext) -> Algorithm:
     if options:
         raise ConfigError(f"fedavg takes no `algorithm.options`; found {sorted(options)}.")
     return FedAvg(sampler)
 
 
-ALGORITHMS: dict[str, Callable[[dict[str, Any], Any], Algorithm]] = {
+def _dp_fedavg(options: dict[str, Any], sampler: Any, ctx: BuildContext) -> Algorithm:
+    from dpfl.algorithms.dp_fedavg import DpFedAvg, DpFedAvgOptions
+
+    return DpFedAvg(parse_options(DpFedAvgOptions, options, "dp-fedavg"), sampler, ctx.num_clients,
+                    ctx.privacy.delta)
+
+
+ALGORITHMS: dict[str, Callable[[dict[str, Any], Any, BuildContext], Algorithm]] = {
     "fedavg": _fedavg,
+    "dp-fedavg": _dp_fedavg,
 }
 
 
-def build_algorithm(cfg: AlgorithmConfig, sampler: Any) -> Algorithm:
+def build_algorithm(cfg: AlgorithmConfig, sampler: Any, ctx: BuildContext) -> Algorithm:
     if cfg.name not in ALGORITHMS:
         raise ConfigError(f"unknown algorithm {cfg.name!r}; valid: {sorted(ALGORITHMS)}")
-    return ALGORITHMS[cfg.name](dict(cfg.options), sampler)
+    return ALGORITHMS[cfg.name](dict(cfg.options), sampler, ctx)

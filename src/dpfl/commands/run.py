@@ -78,9 +78,12 @@ def _run(args: argparse.Namespace) -> int:
 
     config = load_config(args.config, args.set or [])
     store = RunStore(args.store)
+    def loud(message: str) -> None:
+        print(f"\n!!! PRIVACY NOTICE: {message}\n", file=sys.stderr, flush=True)
+
     with RoundProgress(config.rounds, config.name) as progress:
         started = time.perf_counter()
-        result = run_experiment(config, store, progress=progress, restart=args.restart)
+        result = run_experiment(config, store, progress=progress, notice=loud, restart=args.restart)
     final = result.final
     plot = plot_run(store, result.run_id)
     acc = final.get("test_accuracy")
@@ -88,8 +91,34 @@ def _run(args: argparse.Namespace) -> int:
           f" in {time.perf_counter() - started:.1f} s")
     if acc is not None:
         print(f"final test accuracy {acc:.4f}, test loss {final.get('test_loss', float('nan')):.4f}")
+    if final.get("stop_reason"):
+        print(final["stop_reason"])
+    privacy = final.get("privacy")
+    if privacy:
+        print(_privacy_summary(privacy))
     print(f"stored in {store.path}; plot: {plot}")
     return 0
+
+
+def _privacy_summary(privacy: dict[str, Any]) -> str:
+    claimed = privacy.get("claimed_epsilon")
+    if isinstance(claimed, dict):
+        claimed_txt = f"max over clients {max(claimed.values()):.4g}" if claimed else "n/a"
+    else:
+        claimed_txt = f"{claimed:.4g}" if claimed is not None else "n/a"
+    lines = [f"claimed epsilon: {claimed_txt}  [{privacy.get('claim_notion', '')}]"]
+    certs = privacy.get("certified")
+    if certs:
+        head = certs["headline"]
+        lines.append(
+            f"certified epsilon: {head['epsilon']:.4g} at delta {head['delta']:g} ({head['method']}, worst observer: "
+            f"{head['observer']}, unit: {head['privacy_unit']}, {head['relation']})"
+        )
+        for obs, c in certs["observers"].items():
+            lines.append(f"  observer {obs:<7} epsilon {c['epsilon']:.4g} ({c['method']})")
+    for item in privacy.get("not_covered") or []:
+        lines.append(f"not covered by the certified epsilon: {item}")
+    return "\n".join(lines)
 
 
 def _runs(args: argparse.Namespace) -> int:

@@ -71,6 +71,25 @@ class AlgorithmConfig(_Strict):
     options: dict[str, Any] = Field(default_factory=dict)
 
 
+class PrivacyConfig(_Strict):
+    """Run-level privacy settings (the algorithm's own noise settings live in its options).
+
+    Attributes:
+        delta: δ of every certified (ε, δ); also the δ a paper's formula is evaluated at.
+        target_epsilon: stop before the round that would take the certified ε above this.
+        strict: refuse to run a round whose certified ε would exceed the paper's claimed ε.
+        secure_aggregation: the server sees only the sum of the uploads (changes what the
+            server observer is certified against; the simulation itself is unchanged).
+        pld_every: compute the tight (PLD) certificate every this many rounds (RDP every round).
+    """
+
+    delta: float = Field(1e-5, gt=0, lt=1)
+    target_epsilon: float | None = Field(None, gt=0)
+    strict: bool = False
+    secure_aggregation: bool = False
+    pld_every: int = Field(0, ge=0)
+
+
 class RunConfig(_Strict):
     """A whole run. Every field has a default so a config file names only what it changes."""
 
@@ -81,6 +100,7 @@ class RunConfig(_Strict):
     partition: PartitionConfig = Field(default_factory=PartitionConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    privacy: PrivacyConfig = Field(default_factory=PrivacyConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     local: LocalConfig = Field(default_factory=LocalConfig)
     engine: Literal["vectorized", "sequential"] = "vectorized"

@@ -23,13 +23,16 @@ import torch
 from torch.func import functional_call
 
 from dpfl.algorithms.base import Algorithm
-from dpfl.algorithms.registry import build_algorithm, build_sampler
+from dpfl.algorithms.private import PrivateAlgorithm
+from dpfl.algorithms.registry import BuildContext, build_algorithm, build_sampler
 from dpfl.client.context import RoundInfo
 from dpfl.client.local import LocalTraining
-from dpfl.errors import ConfigError
+from dpfl.errors import ConfigError, PrivacyPreconditionError
 from dpfl.experiments.config import RunConfig, run_id
 from dpfl.experiments.store import RunStore
 from dpfl.models import build_model, per_sample_loss
+from dpfl.privacy.accounting.ledger import PrivacyLedger
+from dpfl.privacy.notices import collect_range_warnings
 from dpfl.rng import SERVER, SeedSequence
 from dpfl.sim.base import ClientData, Engine, LocalProblem
 from dpfl.sim.checkpoint import load_checkpoint, save_checkpoint
@@ -54,6 +57,7 @@ class Experiment:
     init_params: torch.Tensor
     x_test: torch.Tensor
     y_test: torch.Tensor
+    notices: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -143,7 +147,9 @@ def build_experiment(config: RunConfig) -> Experiment:
     )
     engine = ENGINES[config.engine](problem, data, seeds)
     sampler = build_sampler(config.sampling, data.num_clients)
-    algorithm = build_algorithm(config.algorithm, sampler)
+    ctx = BuildContext(config, data.num_clients, data.sizes(), problem.layout.numel)
+    with collect_range_warnings() as range_notices:
+        algorithm = build_algorithm(config.algorithm, sampler, ctx)
     return Experiment(
         config=config,
         run_id=run_id(config),
@@ -156,6 +162,7 @@ def build_experiment(config: RunConfig) -> Experiment:
         init_params=problem.layout.flatten(model).to(device),
         x_test=dataset.x_test.to(device),
         y_test=dataset.y_test.to(device),
+        notices=[{"kind": "formula-range", **w.to_dict()} for w in range_notices],
     )
 
 
@@ -209,6 +216,28 @@ def params_digest(params: torch.Tensor) -> str:
 
 
 ProgressFn = Callable[[int, int, dict[str, Any], float], None]
+NoticeFn = Callable[[str], None]
+
+
+def _make_ledger(exp: Experiment) -> PrivacyLedger | None:
+    algo = exp.algorithm
+    if not isinstance(algo, PrivateAlgorithm):
+        return None
+    pc = exp.config.privacy
+    return PrivacyLedger(
+        num_clients=exp.data.num_clients,
+        sampler=algo.sampler,
+        delta=pc.delta,
+        relation=algo.relation,
+        privacy_unit=algo.privacy_unit,
+        pld_every=pc.pld_every,
+    )
+
+
+def _claim_value(claimed: float | dict[int, float] | None) -> float | None:
+    if isinstance(claimed, dict):
+        return max(claimed.values()) if claimed else None
+    return claimed
 
 
 def run_experiment(
@@ -217,18 +246,39 @@ def run_experiment(
     *,
     checkpoint_dir: str | Path | None = None,
     progress: ProgressFn | None = None,
+    notice: NoticeFn | None = None,
     restart: bool = False,
 ) -> RunResult:
-    """Run (or resume, or return the stored result of) the run a config defines."""
+    """Run (or resume, or return the stored result of) the run a config defines.
+
+    Private algorithms get a privacy ledger: each round's releases are declared after the cohort
+    is drawn and before training; the run stops before a round that would take the certified ε
+    above ``privacy.target_epsilon``, and in ``privacy.strict`` mode refuses a round whose
+    certified ε would exceed the paper's claimed ε. Notices (a formula used outside its proven
+    range, a certified ε above the claimed one) are stored with the run and passed to ``notice``.
+    """
     exp = build_experiment(config)
     rid = exp.run_id
     ckpt_path = Path(checkpoint_dir or store.path.parent / "checkpoints") / f"{rid}.pt"
     existing = store.find(rid)
-    if existing is not None and existing.status == "finished" and not restart:
-        return RunResult(rid, "finished", config.rounds, existing.result or {}, store.rounds(rid))
+    if existing is not None and existing.status in ("finished", "stopped") and not restart:
+        return RunResult(rid, existing.status, len(store.rounds(rid)), existing.result or {}, store.rounds(rid))
     if restart and ckpt_path.exists():
         ckpt_path.unlink()
     store.start(rid, config.model_dump(mode="json"), environment())
+
+    def emit(kind: str, message: str, round_idx: int | None = None) -> None:
+        store.add_notice(rid, round_idx, kind, message)
+        if notice is not None:
+            notice(message)
+
+    for n in exp.notices:
+        emit(n["kind"], n["message"])
+    ledger = _make_ledger(exp)
+    algo = exp.algorithm
+    if isinstance(algo, PrivateAlgorithm):
+        for line in algo.not_covered():
+            emit("not-covered", line)
 
     params = exp.init_params.clone()
     start_round = 0
@@ -237,52 +287,106 @@ def run_experiment(
         if state.get("run_id") != rid:
             raise ConfigError(f"checkpoint {ckpt_path} belongs to run {state.get('run_id')}, not {rid}")
         params = state["global_params"].to(params.device)
-        exp.algorithm.load_state_dict(state.get("algorithm", {}))
+        algo.load_state_dict(state.get("algorithm", {}))
+        if ledger is not None and state.get("ledger") is not None:
+            ledger = PrivacyLedger.from_dict(state["ledger"], sampler=algo.sampler)  # type: ignore[attr-defined]
         start_round = int(state["rounds_done"])
     store.drop_rounds_after(rid, start_round - 1)
 
     t_start = time.perf_counter()
     last_eval: dict[str, float] = {}
+    status, stop_reason, rounds_done = "finished", None, start_round
+    exceeded_noted = False
     try:
         for t in range(start_round, config.rounds):
             t0 = time.perf_counter()
-            clients = exp.algorithm.sample(t, exp.data.num_clients, exp.seeds)
+            clients = algo.sample(t, exp.data.num_clients, exp.seeds)
             info = RoundInfo(t, exp.data.num_clients, clients, exp.seeds)
             metrics: dict[str, Any] = {"clients": int(clients.numel())}
+            releases = None
+            if ledger is not None:
+                assert isinstance(algo, PrivateAlgorithm)
+                with collect_range_warnings() as range_notices:
+                    releases = algo.releases(info, exp.data.sizes(clients.tolist()), config.privacy.secure_aggregation)
+                    claimed_after = algo.claimed_epsilon(t + 1)
+                for w in range_notices:
+                    emit("formula-range", str(w), t)
+                target = config.privacy.target_epsilon
+                if target is not None and ledger.would_exceed(releases, target, participants=clients.tolist()):
+                    status = "stopped"
+                    stop_reason = (f"stopped before round {t + 1}: it would take the certified epsilon above "
+                                   f"privacy.target_epsilon = {target:g}")
+                    emit("target-epsilon", stop_reason, t)
+                    break
+                claim = _claim_value(claimed_after)
+                if claim is not None and ledger.would_exceed(releases, claim, participants=clients.tolist()):
+                    msg = (f"round {t + 1}: the certified epsilon exceeds the paper's claimed epsilon "
+                           f"{claim:.4g} ({algo.claim_notion()})")
+                    if config.privacy.strict:
+                        raise PrivacyPreconditionError(msg + "; refusing to run it (privacy.strict).")
+                    if not exceeded_noted:
+                        emit("claim-exceeded", msg + "; continuing (set privacy.strict to refuse).", t)
+                        exceeded_noted = True
             if clients.numel() > 0:
                 local = exp.engine.train(params, clients.tolist(), t)
                 metrics["train_loss"] = float(local.train_loss.mean())
-                out = exp.algorithm.server_step(params, local, info)
+                out = algo.server_step(params, local, info)
                 params = out.global_params
                 metrics.update(out.metrics)
+            if ledger is not None and releases is not None:
+                assert isinstance(algo, PrivateAlgorithm)
+                entry = ledger.record_round(t, releases, sampling=algo.sampler.describe(),
+                                            participants=clients.tolist(), claimed_epsilon=claimed_after)
+                metrics["epsilon_claimed"] = _claim_value(claimed_after)
+                rdp = entry["certified_rdp"]
+                metrics["epsilon_certified_rdp"] = {k: float(v) for k, v in rdp.items()}
+                metrics["epsilon_certified"] = max(float(v) for v in rdp.values())
+                if "certified" in entry:
+                    metrics["certified"] = entry["certified"]
             if (t + 1) % config.eval_every == 0 or t + 1 == config.rounds:
                 last_eval = evaluate(exp.problem, params, exp.x_test, exp.y_test)
                 metrics.update(last_eval)
             metrics["seconds"] = time.perf_counter() - t0
             if not all(math.isfinite(v) for v in metrics.values() if isinstance(v, float)):
-                metrics["diverged"] = True
+                metrics["non_finite"] = True
             store.log_round(rid, t, metrics)
+            rounds_done = t + 1
             if (t + 1) % config.checkpoint_every == 0 and t + 1 < config.rounds:
                 save_checkpoint(
                     ckpt_path,
                     {"run_id": rid, "rounds_done": t + 1, "global_params": params.cpu(),
-                     "algorithm": exp.algorithm.state_dict()},
+                     "algorithm": algo.state_dict(),
+                     "ledger": ledger.to_dict() if ledger is not None else None},
                 )
             if progress is not None:
                 progress(t + 1, config.rounds, metrics, time.perf_counter() - t_start)
     except KeyboardInterrupt:
         store.finish(rid, "interrupted", None)
         raise
-    final = {
-        "rounds": config.rounds,
+    if not last_eval or status == "stopped":
+        last_eval = evaluate(exp.problem, params, exp.x_test, exp.y_test)
+    final: dict[str, Any] = {
+        "rounds": rounds_done,
         **last_eval,
         "params_sha256": params_digest(params),
         "num_clients": exp.data.num_clients,
     }
+    if stop_reason:
+        final["stop_reason"] = stop_reason
+    if ledger is not None:
+        assert isinstance(algo, PrivateAlgorithm)
+        certs = ledger.certify_all("best") if ledger.rounds_recorded else None
+        final["privacy"] = {
+            "claimed_epsilon": ledger.claimed_epsilon,
+            "claim_notion": algo.claim_notion(),
+            "certified": certs,
+            "delta": config.privacy.delta,
+            "not_covered": algo.not_covered(),
+        }
     model_path = store.path.parent / "models" / f"{rid}.pt"
     save_checkpoint(model_path, {"run_id": rid, "global_params": params.cpu(), "layout": exp.problem.layout})
     final["model_path"] = str(model_path)
-    store.finish(rid, "finished", final)
+    store.finish(rid, status, final)
     if ckpt_path.exists():
         ckpt_path.unlink()
-    return RunResult(rid, "finished", config.rounds, final, store.rounds(rid))
+    return RunResult(rid, status, rounds_done, final, store.rounds(rid))

@@ -1,0 +1,49 @@
+"""The privacy side of an algorithm: what each round releases, and what its paper claims.
+
+A private algorithm says, after the cohort is drawn and *before* any training, which releases
+the round will make (:class:`dpfl.privacy.accounting.ledger.Release`: per observer, the noise
+std and the sensitivity the code enforces). The runner uses that to stop before a round that
+would exceed ``privacy.target_epsilon``, records it in the ledger after the round, and stores the
+paper's own claimed ε next to the certified one. No formula lives here: calibration and claims
+come from :mod:`dpfl.privacy`.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, ClassVar
+
+import torch
+
+from dpfl.algorithms.base import Algorithm
+from dpfl.client.context import RoundInfo
+from dpfl.privacy.accounting.ledger import Release
+
+
+class PrivateAlgorithm(Algorithm):
+    """An algorithm whose rounds are recorded in a privacy ledger.
+
+    Class attributes:
+        relation: the neighbouring relation its sensitivities are stated under.
+        privacy_unit: "client" (a client's whole data) or "record" (one sample).
+    """
+
+    relation: ClassVar[str] = "add_remove"
+    privacy_unit: ClassVar[str] = "client"
+    sampler: Any
+
+    @abc.abstractmethod
+    def releases(self, info: RoundInfo, num_samples: torch.Tensor, secure_aggregation: bool) -> list[Release]:
+        """The releases round ``info.round_idx`` will make for this cohort (before training)."""
+
+    @abc.abstractmethod
+    def claimed_epsilon(self, rounds_done: int) -> float | dict[int, float] | None:
+        """The paper's own ε after ``rounds_done`` rounds, in the paper's notion."""
+
+    def claim_notion(self) -> str:
+        """One line: the notion, unit and δ of :meth:`claimed_epsilon`."""
+        return f"{self.name}: (ε, δ)-DP per {self.privacy_unit}"
+
+    def not_covered(self) -> list[str]:
+        """Data-dependent choices the certified ε does not account for (stated in the report)."""
+        return []
