@@ -1,0 +1,84 @@
+"""Private runs end to end: ledger in the store, target epsilon, strict mode, resume with ledger."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dp_accounting as dpa
+import pytest
+
+from dpfl.errors import PrivacyPreconditionError
+from dpfl.experiments.config import parse_config
+from dpfl.experiments.runner import run_experiment
+from dpfl.experiments.store import RunStore
+
+
+def _cfg(shared: Path, **over: object):
+    raw = {
+        "name": "dpfedavg-tiny",
+        "seed": 1,
+        "rounds": 6,
+        "data": {"name": "mnist", "dir": str(shared)},
+        "partition": {"kind": "iid", "num_clients": 50, "samples_per_client": 20},
+        "model": {"name": "logistic"},
+        "algorithm": {"name": "dp-fedavg", "options": {"noise_multiplier": 1.0, "clip_norm": 0.5}},
+        "sampling": {"kind": "poisson", "sample_rate": 0.2},
+        "privacy": {"delta": 1e-3},
+        "local": {"lr": 0.05, "steps": 2, "batch_size": 10},
+        "checkpoint_every": 2,
+    }
+    raw.update(over)
+    return parse_config(raw)
+
+
+def test_public_epsilon_matches_dp_accounting_and_is_stored(shared_data: Path, tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "s.sqlite")
+    res = run_experiment(_cfg(shared_data), store)
+    assert res.status == "finished"
+    priv = res.final["privacy"]
+    # Independent check: 6 rounds of Poisson(0.2)-sampled Gaussian with multiplier 1.0, add/remove.
+    acc = dpa.rdp.RdpAccountant()
+    acc.compose(dpa.PoissonSampledDpEvent(0.2, dpa.GaussianDpEvent(1.0)), 6)
+    expected_rdp = acc.get_epsilon(1e-3)
+    public = priv["certified"]["observers"]["public"]
+    assert public["epsilon_rdp"] == pytest.approx(expected_rdp, rel=1e-6)
+    assert priv["claimed_epsilon"] == pytest.approx(expected_rdp, rel=1e-6)  # 004's own claim is this RDP bound
+    # the server sees each upload with multiplier σ/sqrt(|P_t|): far weaker than the public view
+    assert priv["certified"]["observers"]["server"]["epsilon"] > public["epsilon"]
+    assert priv["certified"]["headline"]["observer"] == "server"
+    rows = store.rounds(res.run_id)
+    eps = [r["epsilon_certified"] for r in rows]
+    assert eps == sorted(eps) and len(eps) == 6
+    kinds = {n["kind"] for n in store.notices(res.run_id)}
+    assert "claim-exceeded" in kinds
+
+
+def test_target_epsilon_stops_before_exceeding(shared_data: Path, tmp_path: Path) -> None:
+    cfg = _cfg(shared_data, rounds=50, privacy={"delta": 1e-3, "target_epsilon": 12.0, "secure_aggregation": True})
+    res = run_experiment(cfg, RunStore(tmp_path / "s.sqlite"))
+    assert res.status == "stopped"
+    assert 0 < res.rounds_done < 50
+    assert res.final["privacy"]["certified"]["headline"]["epsilon_rdp"] <= 12.0
+    assert "target_epsilon" in res.final["stop_reason"]
+
+
+def test_strict_refuses_a_round_whose_certified_epsilon_exceeds_the_claim(shared_data: Path, tmp_path: Path) -> None:
+    cfg = _cfg(shared_data, privacy={"delta": 1e-3, "strict": True})
+    with pytest.raises(PrivacyPreconditionError, match="refusing"):
+        run_experiment(cfg, RunStore(tmp_path / "s.sqlite"))
+
+
+def test_resume_restores_the_ledger(shared_data: Path, tmp_path: Path) -> None:
+    cfg = _cfg(shared_data)
+    store = RunStore(tmp_path / "a.sqlite")
+
+    def crash(done: int, total: int, metrics: dict, elapsed: float) -> None:
+        if done == 5:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(cfg, store, progress=crash)
+    resumed = run_experiment(cfg, store)
+    fresh = run_experiment(cfg, RunStore(tmp_path / "b.sqlite"))
+    assert resumed.final["params_sha256"] == fresh.final["params_sha256"]
+    assert resumed.final["privacy"]["certified"] == fresh.final["privacy"]["certified"]
