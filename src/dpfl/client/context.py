@@ -3,7 +3,7 @@ what it may know about the round. Shared by the simulation engines and the Flowe
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -45,6 +45,11 @@ class ClientData:
         return torch.tensor([self.client_indices[int(i)].numel() for i in ids], dtype=torch.long)
 
 
+ObjectiveTerm = Callable[[Mapping[str, torch.Tensor], Mapping[str, torch.Tensor]], torch.Tensor]
+"""A data-independent term of the local objective: (client parameters {name: [K, ...]},
+round-start global parameters {name: [...]}) -> per-client value [K] (e.g. BLUR, 004 eq. 5)."""
+
+
 @dataclass
 class LocalProblem:
     """The model and objective every client minimizes locally.
@@ -54,6 +59,7 @@ class LocalProblem:
         loss_kind: "cross_entropy" or "hinge" (see :func:`dpfl.models.per_sample_loss`).
         local: local training settings.
         l2_penalty: κ of 000 eq. 32 applied to ``penalized_params`` (0 for none).
+        extra_terms: further data-independent objective terms (see :data:`ObjectiveTerm`).
     """
 
     module: nn.Module
@@ -61,6 +67,7 @@ class LocalProblem:
     loss_kind: str = "cross_entropy"
     l2_penalty: float = 0.0
     penalized_params: tuple[str, ...] = ()
+    extra_terms: tuple[ObjectiveTerm, ...] = ()
     layout: ParamLayout = field(init=False)
 
     def __post_init__(self) -> None:
@@ -76,11 +83,14 @@ class LocalResult:
         params: local parameters [K, P].
         train_loss: mean local objective over the client's steps [K].
         num_samples: samples held by each client [K].
+        final_grads: with ``local.final_gradient``, the gradient of each client's full-data loss
+            at its final local weights [K, P]; else None.
     """
 
     params: torch.Tensor
     train_loss: torch.Tensor
     num_samples: torch.Tensor
+    final_grads: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)

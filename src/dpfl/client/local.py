@@ -24,6 +24,11 @@ class LocalTraining:
         batch_size: samples per step; ``None`` means full-batch gradient descent (000 Alg. 1).
         steps: exact number of local steps (004's Q); batches continue across reshuffled epochs.
         prox_mu: NbAFL's proximal coefficient μ (003 Alg. 1): adds (μ/2)‖w − w^{t−1}‖².
+        per_sample_clip: clip every per-sample gradient of the data loss to this L2 norm before
+            averaging (000 Alg. 1; DP-SGD). Gradients of data-independent terms (regularizers)
+            are added unclipped: they carry no sample's information.
+        final_gradient: also return the gradient of the client's full-data loss at its final
+            local weights (004's LUS, eq. 11–15, scores updates by it).
     """
 
     lr: float
@@ -31,6 +36,8 @@ class LocalTraining:
     batch_size: int | None = 64
     steps: int | None = None
     prox_mu: float = 0.0
+    per_sample_clip: float | None = None
+    final_gradient: bool = False
 
     def __post_init__(self) -> None:
         if not (isinstance(self.lr, int | float) and self.lr > 0 and math.isfinite(self.lr)):
@@ -41,6 +48,8 @@ class LocalTraining:
             raise ConfigError(f"`local.batch_size` must be >= 1 or null (full batch). Found {self.batch_size}.")
         if self.steps is not None and self.steps < 1:
             raise ConfigError(f"`local.steps` must be >= 1 or null. Found {self.steps}.")
+        if self.per_sample_clip is not None and not self.per_sample_clip > 0:
+            raise ConfigError(f"`local.per_sample_clip` must be > 0 or null. Found {self.per_sample_clip}.")
         if self.prox_mu < 0:
             raise ConfigError(f"`local.prox_mu` must be >= 0. Found {self.prox_mu}.")
 

@@ -72,10 +72,24 @@ class _FusedSGDLinear(torch.autograd.Function):
         return grad_x, None, None, None, torch.zeros((), dtype=grad_out.dtype)
 
 
-def _linear(m: nn.Linear, p: dict[str, torch.Tensor], x: torch.Tensor, fused: tuple[float, torch.Tensor] | None = None) -> torch.Tensor:
+def _linear(
+    m: nn.Linear,
+    p: dict[str, torch.Tensor],
+    x: torch.Tensor,
+    fused: tuple[float, torch.Tensor] | None = None,
+    capture: tuple[str, list[tuple[str, torch.Tensor, torch.Tensor]]] | None = None,
+) -> torch.Tensor:
     weight = p["weight"]  # [K, out, in]
     shape = x.shape
     x3 = x.reshape(shape[0], -1, shape[-1])  # [K, B*, in]
+    if capture is not None:
+        prefix, records = capture
+        w, b = weight.detach(), p["bias"].detach() if "bias" in p else None
+        z = torch.bmm(x3, w.transpose(1, 2)) if b is None else torch.baddbmm(b.unsqueeze(1), x3, w.transpose(1, 2))
+        if not z.requires_grad:
+            z.requires_grad_(True)
+        records.append((prefix, x3.detach(), z))
+        return z.reshape(*shape[:-1], weight.shape[1])
     if fused is not None:
         lr, token = fused
         y = _FusedSGDLinear.apply(x3, weight, p.get("bias"), lr, token)
@@ -119,18 +133,31 @@ class CohortForward:
     def __init__(self, module: nn.Module) -> None:
         self.module = module
         self._fused: tuple[float, torch.Tensor] | None = None
+        self._capture: list[tuple[str, torch.Tensor, torch.Tensor]] | None = None
 
     def __call__(
-        self, params: dict[str, torch.Tensor], x: torch.Tensor, fused_sgd: tuple[float, torch.Tensor] | None = None
+        self,
+        params: dict[str, torch.Tensor],
+        x: torch.Tensor,
+        fused_sgd: tuple[float, torch.Tensor] | None = None,
+        capture: list[tuple[str, torch.Tensor, torch.Tensor]] | None = None,
     ) -> torch.Tensor:
-        """Cohort forward. With ``fused_sgd=(lr, token)``, every ``nn.Linear`` takes its SGD step
-        inside the backward pass (see :class:`_FusedSGDLinear`); its parameters then must not be
-        differentiated by the caller."""
+        """Cohort forward.
+
+        With ``fused_sgd=(lr, token)``, every ``nn.Linear`` takes its SGD step inside the
+        backward pass (see :class:`_FusedSGDLinear`); its parameters then must not be
+        differentiated by the caller. With ``capture=[]``, every ``nn.Linear`` appends
+        (parameter prefix, input [K, B, in], output [K, B, out]) to the list, its output being
+        differentiable while its parameters are treated as constants (per-sample norms,
+        :mod:`dpfl.sim.per_sample`).
+        """
         self._fused = fused_sgd
+        self._capture = capture
         try:
             return self._run(self.module, "", params, x)
         finally:
             self._fused = None
+            self._capture = None
 
     def fusable_params(self) -> set[str]:
         """Names of the parameters that ``fused_sgd`` updates in place (those of ``nn.Linear``
@@ -154,7 +181,8 @@ class CohortForward:
                 x = self._run(child, f"{prefix}.{name}" if prefix else name, params, x)
             return x
         if isinstance(m, nn.Linear):
-            return _linear(m, p, x, self._fused)
+            cap = (prefix, self._capture) if self._capture is not None else None
+            return _linear(m, p, x, self._fused, cap)
         if isinstance(m, nn.Conv2d) and m.padding_mode == "zeros" and not isinstance(m.padding, str):
             return _conv2d(m, p, x)
         if isinstance(m, nn.GroupNorm):

@@ -12,7 +12,7 @@ gradient is zero and it stays where it is.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -21,6 +21,7 @@ from dpfl.client.regularizers import l2_penalty, proximal
 from dpfl.models.losses import per_sample_loss
 from dpfl.sim.base import Engine, LocalResult
 from dpfl.sim.cohort import CohortForward
+from dpfl.sim.per_sample import ghost_clipped_grads, materialized_clipped_grads
 
 _ALLOCATOR_TUNED = False
 
@@ -77,6 +78,18 @@ class VectorizedEngine(Engine):
             gidx[k][mask[k]] = idx.to(pos.device)[pos[k][mask[k]]]
         return gidx, mask
 
+    def _terms(self, anchor: dict[str, torch.Tensor]) -> list[Callable[[dict[str, torch.Tensor]], torch.Tensor]]:
+        """The data-independent objective terms, each mapping client parameters to [K]."""
+        prob = self.problem
+        terms: list[Callable[[dict[str, torch.Tensor]], torch.Tensor]] = []
+        if prob.l2_penalty > 0:
+            terms.append(lambda v: l2_penalty(prob.l2_penalty, v, prob.penalized_params))
+        if prob.local.prox_mu > 0:
+            terms.append(lambda v: proximal(prob.local.prox_mu, v, anchor))
+        for term in prob.extra_terms:
+            terms.append(lambda v, term=term: term(v, anchor))
+        return terms
+
     def train(self, global_params: torch.Tensor, clients: Sequence[int], round_idx: int) -> LocalResult:
         prob = self.problem
         local = prob.local
@@ -87,17 +100,16 @@ class VectorizedEngine(Engine):
         counts = maskf.sum(2)  # [K, S]
         flat = global_params.detach().to(device).unsqueeze(0).repeat(k, 1)
         views = prob.layout.views(flat)
-        anchor = prob.layout.views(global_params.detach().to(device)) if local.prox_mu > 0 else None
-        # Fused SGD (the step taken inside the backward pass of each Linear layer) applies when
-        # the objective is the plain data loss; regularized objectives use the generic path.
-        # Fusion needs every parameter to be fusable: the in-place step would otherwise change the
-        # storage shared (one version counter) with parameters other layers saved for backward.
-        fused_names = self.forward.fusable_params()
-        fuse = self.fused and prob.l2_penalty == 0 and anchor is None and fused_names == set(views)
-        if not fuse:
-            fused_names = set()
+        anchor = prob.layout.views(global_params.detach().to(device))
+        terms = self._terms(anchor)
+        linear_stack = self.forward.fusable_params() == set(views)
+        # Fused SGD (the step taken inside the backward pass of each Linear layer) needs the plain
+        # data loss and every parameter fusable: the in-place step would otherwise change storage
+        # shared (one version counter) with parameters other layers saved for backward.
+        fuse = self.fused and linear_stack and not terms and local.per_sample_clip is None
         token = torch.zeros((), requires_grad=True)
-        vlist = [v for n, v in views.items() if n not in fused_names]
+        names = [] if fuse else list(views)
+        vlist = [views[n] for n in names]
         for v in vlist:
             v.requires_grad_(True)
         loss_sum = torch.zeros(k, device=device)
@@ -105,21 +117,64 @@ class VectorizedEngine(Engine):
             idx = gidx[:, s]
             xb = self.data.x[idx]
             yb = self.data.y[idx]
-            out = self.forward(views, xb, (local.lr, token) if fuse else None)
-            ls = per_sample_loss(prob.loss_kind, out, yb)
             cnt = counts[:, s]
-            active = (cnt > 0).to(ls.dtype)
-            loss_k = (ls * maskf[:, s]).sum(1) / cnt.clamp(min=1.0)
-            if prob.l2_penalty > 0:
-                loss_k = loss_k + active * l2_penalty(prob.l2_penalty, views, prob.penalized_params)
-            if anchor is not None:
-                loss_k = loss_k + active * proximal(local.prox_mu, views, anchor)
-            wrt = [token, *vlist] if fuse else vlist
-            grads = torch.autograd.grad(loss_k.sum(), wrt)[len(wrt) - len(vlist) :]
+            weight = maskf[:, s] / cnt.clamp(min=1.0).unsqueeze(1)  # mean over real samples
+            active = (cnt > 0).to(weight.dtype)
+            if fuse:
+                out = self.forward(views, xb, (local.lr, token))
+                loss_k = (per_sample_loss(prob.loss_kind, out, yb) * weight).sum(1)
+                torch.autograd.grad(loss_k.sum(), [token])
+                loss_sum += loss_k.detach()
+                continue
+            if local.per_sample_clip is None:
+                out = self.forward(views, xb)
+                loss_k = (per_sample_loss(prob.loss_kind, out, yb) * weight).sum(1)
+                for term in terms:
+                    loss_k = loss_k + active * term(views)
+                grads = list(torch.autograd.grad(loss_k.sum(), vlist))
+            else:
+                clipped = ghost_clipped_grads if linear_stack else None
+                if clipped is not None:
+                    data_grads, ls = clipped(self.forward, views, xb, yb, weight, prob.loss_kind, local.per_sample_clip)
+                else:
+                    data_grads, ls = materialized_clipped_grads(
+                        prob.module, views, xb, yb, weight, prob.loss_kind, local.per_sample_clip
+                    )
+                loss_k = (ls * weight).sum(1)
+                grads = [data_grads[n] for n in names]
+                if terms:
+                    reg = sum(active * term(views) for term in terms)
+                    reg_grads = torch.autograd.grad(reg.sum(), vlist, allow_unused=True)
+                    grads = [g if r is None else g + r for g, r in zip(grads, reg_grads, strict=True)]
+                    loss_k = loss_k + reg.detach()
             with torch.no_grad():
-                if vlist:
-                    torch._foreach_add_(vlist, list(grads), alpha=-local.lr)
+                torch._foreach_add_(vlist, grads, alpha=-local.lr)
                 loss_sum += loss_k.detach()
         steps_taken = (counts > 0).sum(1).clamp(min=1).to(loss_sum.dtype)
         flat = flat.detach()
-        return LocalResult(flat, (loss_sum / steps_taken).cpu(), self.data.sizes(clients))
+        final_grads = self._final_gradient(flat, clients) if local.final_gradient else None
+        return LocalResult(flat, (loss_sum / steps_taken).cpu(), self.data.sizes(clients), final_grads)
+
+    def _final_gradient(self, flat: torch.Tensor, clients: Sequence[int], chunk: int = 256) -> torch.Tensor:
+        """∇ of each client's mean data loss over all its samples, at its final weights [K, P]."""
+        prob = self.problem
+        members = [self.data.client_indices[int(c)] for c in clients]
+        n_max = max(m.numel() for m in members)
+        device = self.data.x.device
+        idx = torch.zeros(len(members), n_max, dtype=torch.long)
+        msk = torch.zeros(len(members), n_max)
+        for i, m in enumerate(members):
+            idx[i, : m.numel()] = m
+            msk[i, : m.numel()] = 1.0
+        idx, msk = idx.to(device), msk.to(device)
+        weight = msk / msk.sum(1, keepdim=True)
+        out_flat = torch.zeros_like(flat)
+        params = flat.clone().requires_grad_(True)
+        for start in range(0, n_max, chunk):
+            sl = slice(start, start + chunk)
+            views = prob.layout.views(params)
+            out = self.forward(views, self.data.x[idx[:, sl]])
+            loss = (per_sample_loss(prob.loss_kind, out, self.data.y[idx[:, sl]]) * weight[:, sl]).sum()
+            (g,) = torch.autograd.grad(loss, [params])
+            out_flat += g
+        return out_flat

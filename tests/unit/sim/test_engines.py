@@ -132,3 +132,68 @@ def test_seed_streams_are_independent_of_draw_order() -> None:
     b = torch.rand(3, generator=s.generator(2, 7, "batch"))
     assert torch.equal(a, b)
     assert s.seed(0, SERVER, "sample") != s.seed(1, SERVER, "sample")
+
+
+@pytest.mark.parametrize("clip", [0.05, 1e6])
+def test_per_sample_clipping_linear_stack_matches_sequential(clip: float) -> None:
+    """Ghost norms (vectorized) against per-sample gradients materialized one client at a time."""
+    data = _data(4, [9, 30, 17, 4])
+    local = LocalTraining(lr=0.3, epochs=2, batch_size=None, per_sample_clip=clip)
+    problem = _problem("mlp", local, hidden=16)
+    vec = _fedavg_rounds(VectorizedEngine, problem, data, rounds=2)
+    seq = _fedavg_rounds(SequentialEngine, problem, data, rounds=2)
+    assert (vec - seq).abs().max().item() <= 1e-5
+
+
+def test_per_sample_clipping_with_infinite_clip_is_plain_gradient_descent() -> None:
+    data = _data(3, [9, 12, 5])
+    plain = _problem("mlp", LocalTraining(lr=0.2, batch_size=None), hidden=16)
+    clipped = _problem("mlp", LocalTraining(lr=0.2, batch_size=None, per_sample_clip=1e9), hidden=16)
+    a = _fedavg_rounds(VectorizedEngine, plain, data, rounds=1, fused=False)
+    b = _fedavg_rounds(VectorizedEngine, clipped, data, rounds=1)
+    assert (a - b).abs().max().item() <= 1e-6
+
+
+def test_per_sample_clipping_bounds_the_step() -> None:
+    """With per-sample clip C and one full-batch step, ‖w_local − w‖ <= lr·C (the fact behind
+    000 eq. 13's sensitivity 2ηC/|D_i| for the sum)."""
+    data = _data(5, [3, 8, 20, 1, 11])
+    lr, clip = 0.5, 0.01
+    problem = _problem("mlp", LocalTraining(lr=lr, batch_size=None, per_sample_clip=clip), hidden=16)
+    init = problem.layout.flatten(problem.module)
+    res = VectorizedEngine(problem, data, SeedSequence(0)).train(init, list(range(5)), 0)
+    steps = (res.params - init).norm(dim=1)
+    assert bool((steps <= lr * clip * (1 + 1e-5)).all())
+    # the one-sample client's step is exactly lr·C: its gradient (norm >> C here) was clipped to C
+    assert steps[3].item() == pytest.approx(lr * clip, rel=1e-5)
+
+
+def test_per_sample_clipping_cnn_materialized_matches_sequential() -> None:
+    data = _data(3, [5, 9, 2])
+    local = LocalTraining(lr=0.1, batch_size=4, per_sample_clip=0.1)
+    problem = _problem("cnn-000", local, channels=3)
+    vec = _fedavg_rounds(VectorizedEngine, problem, data, rounds=1)
+    seq = _fedavg_rounds(SequentialEngine, problem, data, rounds=1)
+    assert (vec - seq).abs().max().item() <= 1e-5
+
+
+def test_extra_terms_and_final_gradient_match_sequential() -> None:
+    def pull_to_zero(params, anchor):  # a data-independent term: (1/2)‖w‖²
+        total = None
+        for p in params.values():
+            d = p.flatten(1).pow(2).sum(1)
+            total = d if total is None else total + d
+        return 0.5 * total
+
+    data = _data(3, [7, 15, 3])
+    model = build_model("mlp", (1, 28, 28), 10, generator=torch.Generator().manual_seed(3), hidden=16)
+    problem = LocalProblem(model, LocalTraining(lr=0.1, batch_size=4, final_gradient=True),
+                           extra_terms=(pull_to_zero,))
+    init = problem.layout.flatten(model)
+    seeds = SeedSequence(2)
+    a = VectorizedEngine(problem, data, seeds).train(init, [0, 1, 2], 0)
+    b = SequentialEngine(problem, data, seeds).train(init, [0, 1, 2], 0)
+    assert (a.params - b.params).abs().max().item() <= 1e-5
+    assert a.final_grads is not None and b.final_grads is not None
+    assert (a.final_grads - b.final_grads).abs().max().item() <= 1e-5
+    assert a.final_grads.abs().max().item() > 0
