@@ -9,7 +9,14 @@ import argparse
 import importlib
 import sys
 
-_COMMANDS = ("dpfl.commands.run", "dpfl.commands.data", "dpfl.commands.account")
+_COMMANDS = (
+    "dpfl.commands.run",
+    "dpfl.commands.data",
+    "dpfl.commands.account",
+    "dpfl.commands.reproduce",
+    "dpfl.commands.bound",
+    "dpfl.commands.report",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

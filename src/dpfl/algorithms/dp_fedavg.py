@@ -121,3 +121,12 @@ class DpFedAvg(PrivateAlgorithm):
     def claim_notion(self) -> str:
         return (f"004 (moments accountant, Thm 1): (ε, δ={self.delta:g})-DP per client, add/remove, "
                 "for the broadcast models under Poisson sampling")
+
+
+def _build(options: dict[str, Any], sampler: Any, ctx: Any) -> DpFedAvg:
+    from dpfl.algorithms.registry import parse_options
+
+    return DpFedAvg(parse_options(DpFedAvgOptions, options, "dp-fedavg"), sampler, ctx.num_clients, ctx.privacy.delta)
+
+
+ALGORITHMS = {"dp-fedavg": _build}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -70,20 +71,35 @@ def _fedavg(options: dict[str, Any], sampler: Any, ctx: BuildContext) -> Algorit
     return FedAvg(sampler)
 
 
-def _dp_fedavg(options: dict[str, Any], sampler: Any, ctx: BuildContext) -> Algorithm:
-    from dpfl.algorithms.dp_fedavg import DpFedAvg, DpFedAvgOptions
+Factory = Callable[[dict[str, Any], Any, BuildContext], Algorithm]
 
-    return DpFedAvg(parse_options(DpFedAvgOptions, options, "dp-fedavg"), sampler, ctx.num_clients,
-                    ctx.privacy.delta)
+# Each module listed here exposes ``ALGORITHMS: dict[str, Factory]`` (its names and builders).
+# Listing a module that is not shipped is harmless: it is skipped.
+_ALGORITHM_MODULES = (
+    "dpfl.algorithms.dp_fedavg",
+    "dpfl.algorithms.udp",
+    "dpfl.algorithms.nbafl",
+    "dpfl.algorithms.ldp_fl",
+    "dpfl.algorithms.midp",
+)
 
 
-ALGORITHMS: dict[str, Callable[[dict[str, Any], Any, BuildContext], Algorithm]] = {
-    "fedavg": _fedavg,
-    "dp-fedavg": _dp_fedavg,
-}
+def algorithms() -> dict[str, Factory]:
+    """Every algorithm name and its builder."""
+    found: dict[str, Factory] = {"fedavg": _fedavg}
+    for name in _ALGORITHM_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as err:
+            if err.name == name:
+                continue
+            raise
+        found.update(module.ALGORITHMS)
+    return found
 
 
 def build_algorithm(cfg: AlgorithmConfig, sampler: Any, ctx: BuildContext) -> Algorithm:
-    if cfg.name not in ALGORITHMS:
-        raise ConfigError(f"unknown algorithm {cfg.name!r}; valid: {sorted(ALGORITHMS)}")
-    return ALGORITHMS[cfg.name](dict(cfg.options), sampler, ctx)
+    table = algorithms()
+    if cfg.name not in table:
+        raise ConfigError(f"unknown algorithm {cfg.name!r}; valid: {sorted(table)}")
+    return table[cfg.name](dict(cfg.options), sampler, ctx)

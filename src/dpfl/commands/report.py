@@ -1,0 +1,44 @@
+"""`dpfl report RUN_ID`: a stored run's result, privacy (claimed vs certified) and notices."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from dpfl.experiments.store import DEFAULT_STORE, RunStore
+
+
+def _report(args: argparse.Namespace) -> int:
+    from dpfl.commands.run import _privacy_summary
+
+    store = RunStore(args.store)
+    rec = store.get(args.run_id)
+    rows = store.rounds(rec.run_id)
+    notices = store.notices(rec.run_id)
+    if args.json:
+        print(json.dumps({"run_id": rec.run_id, "name": rec.name, "status": rec.status, "config": rec.config,
+                          "env": rec.env, "result": rec.result, "notices": notices, "rounds": len(rows)}, indent=2))
+        return 0
+    print(f"run {rec.run_id}: {rec.name} ({rec.algorithm} on {rec.dataset}, {rec.model}) — {rec.status}, "
+          f"{len(rows)} rounds")
+    result = rec.result or {}
+    if "test_accuracy" in result:
+        print(f"test accuracy {result['test_accuracy']:.4f}, test loss {result.get('test_loss', float('nan')):.4f}")
+    if result.get("stop_reason"):
+        print(result["stop_reason"])
+    if result.get("privacy"):
+        print(_privacy_summary(result["privacy"]))
+    for n in notices:
+        where = f"round {n['round'] + 1}" if n["round"] is not None else "setup"
+        print(f"notice ({n['kind']}, {where}): {n['message']}")
+    print(f"environment: torch {rec.env.get('torch')}, dp-accounting {rec.env.get('dp_accounting')}, "
+          f"commit {rec.env.get('git_commit')}")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("report", help="show a stored run: result, claimed vs certified epsilon, notices")
+    p.add_argument("run_id")
+    p.add_argument("--store", default=str(DEFAULT_STORE))
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_report)

@@ -1,0 +1,46 @@
+"""`dpfl reproduce KEY`: run a paper figure's sweep and write its figure and report."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from dpfl.experiments.store import DEFAULT_STORE, RunStore
+
+
+def _reproduce(args: argparse.Namespace) -> int:
+    from dpfl.commands.run import RoundProgress
+    from dpfl.experiments.recipes import all_recipes, get_recipe
+    from dpfl.experiments.recipes.base import reproduce
+    from dpfl.experiments.runner import run_experiment
+
+    if args.list or not args.key:
+        for key, recipe in sorted(all_recipes().items()):
+            print(f"{key:<14} {recipe.title}")
+        return 0
+    recipe = get_recipe(args.key)
+    store = RunStore(args.store)
+
+    def run_one(config):  # type: ignore[no-untyped-def]
+        with RoundProgress(config.rounds, config.name) as progress:
+            return run_experiment(config, store, progress=progress,
+                                  notice=lambda m: print(f"  notice: {m}", file=sys.stderr))
+
+    path = reproduce(recipe, args.scale, store, Path(args.out), data_dir=args.data_dir, run_one=run_one,
+                     report_only=args.report_only)
+    print(path.read_text())
+    print(f"report: {path}")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("reproduce", help="reproduce a paper figure or table (dpfl reproduce --list)")
+    p.add_argument("key", nargs="?", help="e.g. 000/fig5")
+    p.add_argument("--scale", default="reduced", choices=["smoke", "reduced", "full"])
+    p.add_argument("--list", action="store_true")
+    p.add_argument("--data-dir", default=None, help="data directory for every run of the recipe")
+    p.add_argument("--store", default=str(DEFAULT_STORE))
+    p.add_argument("--out", default="reports")
+    p.add_argument("--report-only", action="store_true", help="only rewrite the report from stored runs")
+    p.set_defaults(func=_reproduce)

@@ -1,0 +1,147 @@
+"""Recipe types, discovery, and the sweep that runs a recipe and writes its report."""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dpfl.errors import ConfigError
+from dpfl.experiments.config import RunConfig, run_id
+from dpfl.experiments.store import RunRecord, RunStore
+
+SCALES = ("smoke", "reduced", "full")
+
+# Each module exposes ``RECIPES: list[Recipe]``; modules not shipped are skipped.
+_RECIPE_MODULES = (
+    "dpfl.experiments.recipes.p000",
+    "dpfl.experiments.recipes.p001",
+    "dpfl.experiments.recipes.p002",
+    "dpfl.experiments.recipes.p003",
+    "dpfl.experiments.recipes.p004",
+)
+
+
+@dataclass(frozen=True)
+class RecipeRun:
+    """One run of a recipe: a label, its config, and the coordinates it is plotted at."""
+
+    label: str
+    config: RunConfig
+    coords: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ReportContext:
+    """What a recipe's report function reads: its runs, their stored records and rounds."""
+
+    recipe: Recipe
+    scale: str
+    store: RunStore
+    runs: list[tuple[RecipeRun, RunRecord, list[dict[str, Any]]]]
+    out_dir: Path
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A reproduced figure or table.
+
+    Attributes:
+        key: "<paper>/<figure>", e.g. "000/fig5".
+        title: what the figure shows.
+        paper: the paper file it comes from.
+        paper_claim: markdown: the paper's stated values or qualitative claims for this figure.
+        build: scale ("smoke" | "reduced" | "full") → the runs.
+        report: writes the PNG(s) into ``ctx.out_dir`` and returns the markdown body (our table,
+            the paper's values next to ours, and a verdict on each claim, measured not assumed).
+        notes: substitutions and scale reductions, stated on the report (e.g. a stand-in data set).
+    """
+
+    key: str
+    title: str
+    paper: str
+    paper_claim: str
+    build: Callable[[str], list[RecipeRun]]
+    report: Callable[[ReportContext], str]
+    notes: str = ""
+
+
+def all_recipes() -> dict[str, Recipe]:
+    found: dict[str, Recipe] = {}
+    for name in _RECIPE_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as err:
+            if err.name == name:
+                continue
+            raise
+        for recipe in module.RECIPES:
+            found[recipe.key] = recipe
+    return found
+
+
+def get_recipe(key: str) -> Recipe:
+    table = all_recipes()
+    if key not in table:
+        raise ConfigError(f"unknown reproduction {key!r}; valid: {sorted(table)}")
+    return table[key]
+
+
+def reproduce(
+    recipe: Recipe,
+    scale: str,
+    store: RunStore,
+    out_root: Path,
+    *,
+    data_dir: str | None = None,
+    run_one: Callable[[RunConfig], Any],
+    report_only: bool = False,
+) -> Path:
+    """Run every run of ``recipe`` at ``scale`` (finished runs are skipped) and write its report.
+
+    Returns:
+        the path of the markdown report.
+    """
+    if scale not in SCALES:
+        raise ConfigError(f"`scale` must be one of {list(SCALES)}. Found {scale!r}.")
+    runs = recipe.build(scale)
+    if data_dir:
+        runs = [
+            RecipeRun(r.label, r.config.model_copy(update={"data": r.config.data.model_copy(update={"dir": data_dir})}),
+                      r.coords)
+            for r in runs
+        ]
+    started = time.perf_counter()
+    if not report_only:
+        for r in runs:
+            run_one(r.config)
+    elapsed = time.perf_counter() - started
+    records = []
+    for r in runs:
+        rec = store.find(run_id(r.config))
+        if rec is None:
+            raise ConfigError(f"run {r.label!r} of {recipe.key} is not in {store.path}; run without --report-only")
+        records.append((r, rec, store.rounds(rec.run_id)))
+    out_dir = out_root / recipe.key.replace("/", "_") / scale
+    out_dir.mkdir(parents=True, exist_ok=True)
+    body = recipe.report(ReportContext(recipe, scale, store, records, out_dir))
+    total_run_seconds = sum(sum(x.get("seconds", 0.0) for x in rows) for _, _, rows in records)
+    lines = [
+        f"# {recipe.key}: {recipe.title}",
+        "",
+        f"Paper: `{recipe.paper}`. Scale: **{scale}**. Runs: {len(records)} "
+        f"(training time summed over runs: {total_run_seconds:.0f} s; this invocation: {elapsed:.0f} s).",
+        f"Command: `dpfl reproduce {recipe.key} --scale {scale}`",
+        "",
+    ]
+    if recipe.notes:
+        lines += ["## Notes", "", recipe.notes, ""]
+    lines += ["## The paper says", "", recipe.paper_claim, "", "## Ours", "", body, "", "## Runs", ""]
+    lines += ["| label | run id | status |", "|---|---|---|"]
+    lines += [f"| {r.label} | {rec.run_id} | {rec.status} |" for r, rec, _ in records]
+    path = out_dir / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
