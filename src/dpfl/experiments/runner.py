@@ -196,11 +196,13 @@ def environment() -> dict[str, Any]:
         "numpy": np.__version__,
         "torch_threads": torch.get_num_threads(),
     }
-    for mod in ("dp_accounting", "pydantic", "flwr"):
+    from importlib.metadata import PackageNotFoundError, version
+
+    for dist in ("dp-accounting", "pydantic", "flwr", "matplotlib"):
         try:
-            env[mod] = __import__(mod).__version__  # type: ignore[attr-defined]
-        except (ImportError, AttributeError):
-            env[mod] = None
+            env[dist.replace("-", "_")] = version(dist)
+        except PackageNotFoundError:
+            env[dist.replace("-", "_")] = None
     try:
         root = Path(__file__).resolve().parents[3]
         env["git_commit"] = subprocess.run(
