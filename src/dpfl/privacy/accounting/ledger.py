@@ -1,0 +1,879 @@
+"""The privacy ledger: per-round, per-client receipts → certified ε per client and per observer.
+
+A run records every round's releases (:class:`Release`: who sees it, which clients it is about,
+the noise std and the sensitivity *actually enforced*, the mechanism kind) together with the
+sampling the engine actually performed and the claimed ε so far (computed by the caller with
+:mod:`.claimed`). The ledger certifies (ε at the run's δ) per client and per observer:
+
+* **server** — sees every individual upload and knows whom it sampled: no amplification by
+  sampling, and client-split noise (e.g. σ/sqrt(K) per client, 004 Alg. 1) protects a client only
+  at its own level σ/sqrt(K) (unless a secure aggregation hides the uploads — then the caller
+  records the aggregate as the server's release). Server noise added after aggregation does not
+  protect against the server.
+* **public** — sees only the broadcast global models: the aggregate's total noise (client noises
+  scaled by the aggregation weights, plus server noise) against the aggregate's sensitivity
+  (max weight × per-client sensitivity, 000 eq. 2 / 002 eq. 4.7). If the sample is secret
+  (``sample_secret=True``, the default), a broadcast release (``client_ids=None``) is amplified
+  by the sampler's own event and charged to every client; otherwise it is charged, unamplified,
+  to the clients that took part.
+
+The headline is the worst observer's worst client. Per-client ledgers come for free: each client
+has its own receipts, so personalized noise (002's σ_k) gives each client its own ε.
+
+**Never silently weaken.** The aggregate's noise is whatever the caller says is *really* in it:
+:func:`federated_round_releases` computes it from the clients that actually arrived, so if fewer
+arrive than the noise was split over, the weaker guarantee is what gets recorded.
+
+**Sampling.** The ledger is constructed with the sampler the engine uses (or its ``describe()``);
+every round must report the same description or :class:`PrivacyPreconditionError` is raised —
+sampling and accounting cannot disagree.
+
+**Cost policy.** RDP is kept incrementally: each distinct event's RDP curve is computed once
+(cached) and added to per-client rows, so certifying after every round costs a few vector
+operations and one ε conversion per distinct history (≈ milliseconds at 1000 rounds). PLD is
+recomposed from the grouped events of a history (``SelfComposedDpEvent`` per distinct event) and
+cached per distinct history; :meth:`PrivacyLedger.record_round` stores an RDP certificate every
+round and the tightest (RDP/PLD) one every ``pld_every`` rounds and on demand
+(:meth:`PrivacyLedger.certify`). :meth:`PrivacyLedger.would_exceed` uses RDP by default, which
+can only stop a run earlier than PLD would, never later.
+
+This module imports nothing from dpfl except :mod:`dpfl.errors` and its siblings in
+``dpfl.privacy.accounting``.
+
+References:
+    000 eq. 2 and Algorithm 1; 002 eq. 4.7, 4.14, 5.32–5.33; 003 eq. 31–33; 004 Algorithm 1;
+    dp_accounting RDP and PLD accountants (see :mod:`.certify`).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import dp_accounting as dpa
+import numpy as np
+from dp_accounting import dp_event as dpe
+
+from dpfl.errors import ConfigError, PrivacyPreconditionError
+from dpfl.privacy.accounting.certify import (
+    DEFAULT_PLD_DISCRETIZATION,
+    DEFAULT_RDP_ORDERS,
+    Certificate,
+    epsilon_from_rdp,
+    pld_epsilon,
+    rdp_vector,
+)
+from dpfl.privacy.accounting.events import (
+    MechanismKind,
+    SamplerLike,
+    aggregate_noise_std,
+    compose,
+    gaussian_event,
+    pure_epsilon,
+    sampled_event,
+    two_point_event,
+    validate_delta,
+    validate_relation,
+    validate_sampling,
+    validate_unit,
+)
+
+__all__ = [
+    "OBSERVERS",
+    "ClaimExceededWarning",
+    "Observer",
+    "PrivacyLedger",
+    "Release",
+    "federated_round_releases",
+]
+
+Observer = Literal["server", "public"]
+OBSERVERS: tuple[Observer, ...] = ("server", "public")
+_KINDS = ("gaussian", "two_point")
+
+
+class ClaimExceededWarning(UserWarning):
+    """The certified ε exceeds the paper's claimed ε for the same run (non-strict mode)."""
+
+
+# --------------------------------------------------------------------------- releases
+
+
+@dataclass(frozen=True)
+class Release:
+    """One release in one round, as one observer sees it.
+
+    Attributes:
+        observer: "server" or "public".
+        kind: "gaussian" or "two_point".
+        noise_std: Gaussian noise std actually in the released vector.
+        sensitivity: L2 sensitivity to one privacy unit actually enforced (under the ledger's
+            relation) — e.g. 2C for parameters clipped to C under replace-one.
+        client_ids: the clients this release is about (each client listed gets this receipt);
+            ``None`` = a broadcast about the whole cohort (amplified if the sample is secret).
+        epsilon: two-point: the per-coordinate ε.
+        num_coordinates: two-point: coordinates per report (d).
+    """
+
+    observer: Observer
+    kind: MechanismKind = "gaussian"
+    noise_std: float = 0.0
+    sensitivity: float = 0.0
+    client_ids: tuple[int, ...] | None = None
+    epsilon: float | None = None
+    num_coordinates: int = 1
+
+    def __post_init__(self) -> None:
+        if self.observer not in OBSERVERS:
+            raise ConfigError(f"`observer` must be one of {list(OBSERVERS)}. Found {self.observer!r}.")
+        if self.kind not in _KINDS:
+            raise ConfigError(f"`kind` must be one of {list(_KINDS)}. Found {self.kind!r}.")
+        if self.client_ids is not None:
+            ids = tuple(sorted({int(c) for c in self.client_ids}))
+            if any(c < 0 for c in ids):
+                raise ConfigError(f"client ids must be >= 0. Found {ids[:5]}.")
+            object.__setattr__(self, "client_ids", ids)
+        if self.kind == "two_point":
+            if self.epsilon is None:
+                raise ConfigError("a two-point release needs its per-coordinate `epsilon`.")
+        self.event()  # validates the numbers
+
+    @classmethod
+    def gaussian(
+        cls, observer: Observer, noise_std: float, sensitivity: float, client_ids: Iterable[int] | None = None
+    ) -> Release:
+        """A Gaussian release (noise std and enforced sensitivity)."""
+        ids = None if client_ids is None else tuple(int(c) for c in client_ids)
+        return cls(observer, "gaussian", float(noise_std), float(sensitivity), ids)
+
+    @classmethod
+    def two_point(
+        cls, observer: Observer, epsilon: float, num_coordinates: int, client_ids: Iterable[int] | None = None
+    ) -> Release:
+        """A release of two-point reports (001 eq. 2): ε per coordinate, d coordinates."""
+        ids = None if client_ids is None else tuple(int(c) for c in client_ids)
+        return cls(observer, "two_point", 0.0, 0.0, ids, float(epsilon), int(num_coordinates))
+
+    def event(self) -> dpe.DpEvent:
+        """The unsampled event of this release for one privacy unit."""
+        if self.kind == "gaussian":
+            return gaussian_event(self.noise_std, self.sensitivity)
+        assert self.epsilon is not None
+        return two_point_event(self.epsilon, self.num_coordinates)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serializable form."""
+        return {
+            "observer": self.observer,
+            "kind": self.kind,
+            "noise_std": self.noise_std,
+            "sensitivity": self.sensitivity,
+            "client_ids": None if self.client_ids is None else list(self.client_ids),
+            "epsilon": self.epsilon,
+            "num_coordinates": self.num_coordinates,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Release:
+        """Inverse of :meth:`to_dict`."""
+        ids = data.get("client_ids")
+        return cls(
+            observer=data["observer"],
+            kind=data.get("kind", "gaussian"),
+            noise_std=float(data.get("noise_std", 0.0)),
+            sensitivity=float(data.get("sensitivity", 0.0)),
+            client_ids=None if ids is None else tuple(int(c) for c in ids),
+            epsilon=None if data.get("epsilon") is None else float(data["epsilon"]),
+            num_coordinates=int(data.get("num_coordinates", 1)),
+        )
+
+
+def federated_round_releases(
+    client_ids: Sequence[int],
+    client_noise_stds: Sequence[float] | float,
+    client_sensitivities: Sequence[float] | float,
+    weights: Sequence[float],
+    *,
+    server_noise_std: float = 0.0,
+    secure_aggregation: bool = False,
+    per_client_public: bool = False,
+) -> list[Release]:
+    """The releases of one weighted-aggregation round, computed from the clients that *arrived*.
+
+    Server: each client's upload (noise σ_k, sensitivity Δ_k) — or, with ``secure_aggregation``,
+    only the aggregate of the client noises (the server knows its own noise, so it never counts).
+    Public: the broadcast ``Σ_k w_k x̃_k + n_s`` with noise sqrt(Σ_k w_k² σ_k² + σ_s²) against
+    sensitivity max_k w_k Δ_k (one broadcast release), or per client w_k Δ_k with
+    ``per_client_public`` (personalized weights/noise; never amplified by sampling).
+
+    Args:
+        client_ids: the clients whose uploads entered the aggregate.
+        client_noise_stds: σ_k per client (or one value for all).
+        client_sensitivities: Δ_k per client (or one value), enforced, under the ledger's relation.
+        weights: aggregation weights w_k of the arrived clients.
+        server_noise_std: noise the server adds to the aggregate before broadcasting.
+        secure_aggregation: the server sees only the sum of the uploads.
+        per_client_public: record the public release per client (sensitivity w_k Δ_k).
+
+    Returns:
+        the releases, grouped so that clients with equal numbers share one release.
+
+    References:
+        000 eq. 2; 002 eq. 4.7, 4.14; 003 eq. 31–33; 004 Algorithm 1 line 8.
+    """
+    ids = [int(c) for c in client_ids]
+    n = len(ids)
+    sig = [float(client_noise_stds)] * n if isinstance(client_noise_stds, (int, float)) else [float(s) for s in client_noise_stds]
+    sens = [float(client_sensitivities)] * n if isinstance(client_sensitivities, (int, float)) else [float(s) for s in client_sensitivities]
+    w = [float(x) for x in weights]
+    if not (len(sig) == len(sens) == len(w) == n):
+        raise ConfigError(
+            f"client_ids, noise stds, sensitivities and weights must have equal lengths. Found "
+            f"{n}, {len(sig)}, {len(sens)}, {len(w)}."
+        )
+    releases: list[Release] = []
+    if n == 0:
+        return releases  # a noise-only broadcast says nothing about any client
+    client_part = aggregate_noise_std(sig, w)
+    total = aggregate_noise_std(sig, w, server_noise_std)
+    # server
+    groups: dict[tuple[float, float], list[int]] = {}
+    if secure_aggregation:
+        for cid, wk, dk in zip(ids, w, sens, strict=True):
+            groups.setdefault((client_part, wk * dk), []).append(cid)
+    else:
+        for cid, sk, dk in zip(ids, sig, sens, strict=True):
+            groups.setdefault((sk, dk), []).append(cid)
+    releases += [Release.gaussian("server", s, d, c) for (s, d), c in groups.items()]
+    # public
+    if per_client_public:
+        pub: dict[float, list[int]] = {}
+        for cid, wk, dk in zip(ids, w, sens, strict=True):
+            pub.setdefault(wk * dk, []).append(cid)
+        releases += [Release.gaussian("public", total, d, c) for d, c in pub.items()]
+    else:
+        agg_sens = max(wk * dk for wk, dk in zip(w, sens, strict=True))
+        releases.append(Release.gaussian("public", total, agg_sens, None))
+    return releases
+
+
+# --------------------------------------------------------------------------- per-observer state
+
+
+def _signature(counts: Counter[dpe.DpEvent]) -> frozenset[tuple[dpe.DpEvent, int]]:
+    return frozenset(counts.items())
+
+
+@dataclass
+class _ObserverState:
+    n_orders: int
+    shared_counts: Counter[dpe.DpEvent] = field(default_factory=Counter)
+    shared_rdp: np.ndarray = field(init=False)
+    index: dict[int, int] = field(default_factory=dict)
+    ids: list[int] = field(default_factory=list)
+    rows: np.ndarray = field(init=False)
+    counts: list[Counter[dpe.DpEvent]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.shared_rdp = np.zeros(self.n_orders)
+        self.rows = np.zeros((16, self.n_orders))
+
+    def row(self, cid: int) -> int:
+        i = self.index.get(cid)
+        if i is None:
+            i = len(self.ids)
+            if i >= self.rows.shape[0]:
+                self.rows = np.vstack([self.rows, np.zeros_like(self.rows)])
+            self.index[cid] = i
+            self.ids.append(cid)
+            self.counts.append(Counter())
+        return i
+
+    def to_counts(self, cid: int | None) -> Counter[dpe.DpEvent]:
+        total: Counter[dpe.DpEvent] = Counter(self.shared_counts)
+        if cid is not None and cid in self.index:
+            total.update(self.counts[self.index[cid]])
+        return total
+
+
+#: Above this many distinct *sampled* events, PLD groups noise multipliers on a geometric grid.
+PLD_MAX_DISTINCT_SAMPLED = 64
+#: Relative step of that grid (multipliers are rounded *down*: less noise, a valid upper bound).
+PLD_GRID_STEP = 0.005
+
+
+def _round_down(z: float) -> float:
+    step = math.log1p(PLD_GRID_STEP)
+    return math.exp(math.floor(math.log(z) / step + 1e-9) * step)
+
+
+def _quantize_event(event: dpe.DpEvent) -> dpe.DpEvent:
+    if isinstance(event, dpa.GaussianDpEvent) and event.noise_multiplier > 0:
+        return dpa.GaussianDpEvent(min(event.noise_multiplier, _round_down(event.noise_multiplier)))
+    if isinstance(event, dpa.PoissonSampledDpEvent):
+        return dpa.PoissonSampledDpEvent(event.sampling_probability, _quantize_event(event.event))
+    if isinstance(event, dpa.SampledWithoutReplacementDpEvent):
+        return dpa.SampledWithoutReplacementDpEvent(
+            event.source_dataset_size, event.sample_size, _quantize_event(event.event)
+        )
+    return event
+
+
+def _quantize_for_pld(counts: Counter[dpe.DpEvent]) -> tuple[Counter[dpe.DpEvent], list[str]]:
+    """Group many distinct sampled releases for the discretized PLD (valid upper bound).
+
+    Each sampled release costs one PLD convolution; runs with noise that changes every round
+    (decay schedules) would need one per round. Less noise is never more private (the noisier
+    release is a post-processing of the less noisy one, also under sampling), so rounding every
+    multiplier down to a 0.5% geometric grid gives a valid, slightly pessimistic PLD with few
+    distinct events. Unsampled Gaussians are left alone (they are composed exactly in closed form).
+    """
+    sampled = {
+        e for e in counts if isinstance(e, (dpa.PoissonSampledDpEvent, dpa.SampledWithoutReplacementDpEvent))
+    }
+    if len(sampled) <= PLD_MAX_DISTINCT_SAMPLED:
+        return counts, []
+    out: Counter[dpe.DpEvent] = Counter()
+    for event, c in counts.items():
+        out[_quantize_event(event) if event in sampled else event] += c
+    return out, [
+        f"PLD: {len(sampled)} distinct sampled releases grouped by rounding their noise "
+        f"multipliers down to a {PLD_GRID_STEP:.1%} grid (valid upper bound)"
+    ]
+
+
+def _events_from_counts(counts: Counter[dpe.DpEvent]) -> dpe.DpEvent:
+    return compose(e if c == 1 else dpa.SelfComposedDpEvent(e, c) for e, c in counts.items())
+
+
+# --------------------------------------------------------------------------- the ledger
+
+
+class PrivacyLedger:
+    """Per-round, per-client privacy receipts and their certified ε (see the module docstring).
+
+    Args:
+        num_clients: total number of clients N (the sampler's population).
+        sampler: the sampler the engine uses (an object with ``describe()``/``wrap_event``) or
+            its description.
+        delta: δ of every certificate.
+        relation: "add_remove" or "replace_one" — what the recorded sensitivities mean.
+        privacy_unit: "client" or "record" — what the enforced sensitivity protects.
+        sample_secret: whether the public cannot tell who was sampled (enables amplification of
+            broadcast releases).
+        pld_every: compute the PLD (tightest) certificate every this many rounds (0: never
+            automatically).
+        pld_discretization: PLD grid step.
+        rdp_orders: RDP orders.
+
+    >>> ledger = PrivacyLedger(num_clients=4, sampler={"kind": "all"}, delta=1e-5,
+    ...                        relation="add_remove", privacy_unit="client", pld_every=0)
+    >>> _ = ledger.record_round(0, federated_round_releases([0, 1, 2, 3], 4.0, 1.0, [0.25] * 4),
+    ...                         sampling={"kind": "all"}, participants=[0, 1, 2, 3])
+    >>> ledger.certify(method="rdp").observer
+    'server'
+    """
+
+    def __init__(
+        self,
+        *,
+        num_clients: int,
+        sampler: SamplerLike | Mapping[str, Any],
+        delta: float,
+        relation: str,
+        privacy_unit: str,
+        sample_secret: bool = True,
+        pld_every: int = 10,
+        pld_discretization: float = DEFAULT_PLD_DISCRETIZATION,
+        rdp_orders: Sequence[float] = DEFAULT_RDP_ORDERS,
+    ) -> None:
+        if isinstance(num_clients, bool) or not isinstance(num_clients, int) or num_clients < 1:
+            raise ConfigError(f"`num_clients` must be a positive integer. Found {num_clients!r}.")
+        self.num_clients = num_clients
+        if isinstance(sampler, Mapping):
+            self._sampler: SamplerLike | None = None
+            descriptor = dict(sampler)
+        else:
+            self._sampler = sampler
+            descriptor = sampler.describe()
+        self.sampling = validate_sampling(descriptor, num_clients)
+        self.delta = validate_delta(delta)
+        self.relation = validate_relation(relation)
+        self.privacy_unit = validate_unit(privacy_unit)
+        self.sample_secret = bool(sample_secret)
+        if isinstance(pld_every, bool) or not isinstance(pld_every, int) or pld_every < 0:
+            raise ConfigError(f"`pld_every` must be an integer >= 0. Found {pld_every!r}.")
+        self.pld_every = pld_every
+        self.pld_discretization = float(pld_discretization)
+        self.rdp_orders = tuple(float(o) for o in rdp_orders)
+        self._state: dict[str, _ObserverState] = {obs: _ObserverState(len(self.rdp_orders)) for obs in OBSERVERS}
+        self._rounds: list[dict[str, Any]] = []
+        self._history: list[dict[str, Any]] = []
+        self._pld_cache: dict[frozenset[tuple[dpe.DpEvent, int]], float | None] = {}
+        self._pld_notes: dict[frozenset[tuple[dpe.DpEvent, int]], list[str]] = {}
+
+    # ------------------------------------------------------------------ recording
+
+    @property
+    def rounds_recorded(self) -> int:
+        """Number of rounds recorded."""
+        return len(self._rounds)
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """Per-round entries: round, participants, claimed ε, certified ε per observer."""
+        return [dict(h) for h in self._history]
+
+    @property
+    def claimed_epsilon(self) -> float | dict[int, float] | None:
+        """The latest claimed ε passed to :meth:`record_round` (per client if given so)."""
+        for record in reversed(self._rounds):
+            if record["claimed_epsilon"] is not None:
+                return record["claimed_epsilon"]
+        return None
+
+    def _check_round(
+        self,
+        releases: Sequence[Release],
+        sampling: Mapping[str, Any] | SamplerLike,
+        participants: Iterable[int],
+    ) -> tuple[int, ...]:
+        described = sampling if isinstance(sampling, Mapping) else sampling.describe()
+        reported = validate_sampling(described, self.num_clients)
+        if reported != self.sampling:
+            raise PrivacyPreconditionError(
+                f"sampling mismatch: the ledger was built for the engine's sampler "
+                f"{self.sampling}, but this round reports {reported}. Accounting must use the "
+                "sampling the engine actually performs."
+            )
+        parts = tuple(sorted({int(c) for c in participants}))
+        if parts and (parts[0] < 0 or parts[-1] >= self.num_clients):
+            raise ConfigError(
+                f"participant ids must be in [0, {self.num_clients}). Found {parts[0]}..{parts[-1]}."
+            )
+        if self.sampling["kind"] == "fixed_size" and len(parts) > self.sampling["num_sampled"]:
+            raise PrivacyPreconditionError(
+                f"{len(parts)} participants in a round, but the sampler draws "
+                f"num_sampled = {self.sampling['num_sampled']}."
+            )
+        members = set(parts)
+        for rel in releases:
+            if not isinstance(rel, Release):
+                raise ConfigError(f"releases must be `Release` objects. Found {type(rel).__name__}.")
+            if rel.client_ids is not None and not members.issuperset(rel.client_ids):
+                extra = sorted(set(rel.client_ids) - members)[:5]
+                raise PrivacyPreconditionError(
+                    f"a {rel.observer} release names clients {extra} that are not among this "
+                    "round's participants."
+                )
+        return parts
+
+    def _targets(
+        self, release: Release, participants: tuple[int, ...]
+    ) -> tuple[dpe.DpEvent | None, list[int], dpe.DpEvent]:
+        """(event for the shared stream or None, clients charged individually, their event)."""
+        event = release.event()
+        if release.client_ids is not None:
+            return None, list(release.client_ids), event
+        if release.observer == "public" and self.sample_secret:
+            if self._sampler is not None:
+                return self._sampler.wrap_event(event, self.num_clients), [], event
+            return sampled_event(event, self.sampling, self.num_clients), [], event
+        # a broadcast whose cohort is known to the observer: charged to those who took part
+        return None, list(participants), event
+
+    def _apply(self, releases: Sequence[Release], participants: tuple[int, ...]) -> None:
+        for rel in releases:
+            st = self._state[rel.observer]
+            shared, clients, event = self._targets(rel, participants)
+            if shared is not None and not isinstance(shared, dpa.NoOpDpEvent):
+                st.shared_counts[shared] += 1
+                st.shared_rdp += rdp_vector(shared, self.relation, self.rdp_orders)
+            if clients and not isinstance(event, dpa.NoOpDpEvent):
+                vec = rdp_vector(event, self.relation, self.rdp_orders)
+                rows = [st.row(c) for c in clients]
+                st.rows[rows] += vec
+                for r in rows:
+                    st.counts[r][event] += 1
+
+    def record_round(
+        self,
+        round_idx: int,
+        releases: Sequence[Release],
+        *,
+        sampling: Mapping[str, Any] | SamplerLike,
+        participants: Iterable[int],
+        claimed_epsilon: float | Mapping[int, float] | None = None,
+    ) -> dict[str, Any]:
+        """Record one round's releases; returns the round's history entry.
+
+        Args:
+            round_idx: the round number.
+            releases: what each observer saw (see :func:`federated_round_releases`).
+            sampling: the sampler that drew this round's cohort (or its ``describe()``); must
+                equal the ledger's.
+            participants: the clients whose data entered this round (after dropouts).
+            claimed_epsilon: the paper's claimed ε so far (one number, or per client).
+
+        Raises:
+            PrivacyPreconditionError: sampling mismatch, a release about a non-participant, or
+                more participants than the sampler draws.
+        """
+        parts = self._check_round(releases, sampling, participants)
+        claimed: float | dict[int, float] | None
+        if claimed_epsilon is None:
+            claimed = None
+        elif isinstance(claimed_epsilon, Mapping):
+            claimed = {int(k): float(v) for k, v in claimed_epsilon.items()}
+        else:
+            claimed = float(claimed_epsilon)
+        self._apply(releases, parts)
+        self._rounds.append(
+            {
+                "round": int(round_idx),
+                "participants": list(parts),
+                "releases": [r.to_dict() for r in releases],
+                "claimed_epsilon": claimed,
+            }
+        )
+        entry: dict[str, Any] = {
+            "round": int(round_idx),
+            "num_participants": len(parts),
+            "claimed_epsilon": claimed,
+            "certified_rdp": {obs: self._worst_rdp(obs)[0] for obs in OBSERVERS},
+        }
+        if self.pld_every and len(self._rounds) % self.pld_every == 0:
+            best = {obs: self.certify(obs).to_dict() for obs in OBSERVERS}
+            entry["certified"] = best
+        self._history.append(entry)
+        return dict(entry)
+
+    # ------------------------------------------------------------------ RDP
+
+    def _eps(self, rdp: np.ndarray) -> float:
+        if not np.any(rdp):
+            return 0.0
+        return epsilon_from_rdp(self.rdp_orders, rdp, self.delta)
+
+    def _worst_rdp(self, observer: str, state: _ObserverState | None = None) -> tuple[float, int | None]:
+        """(worst client's RDP ε, that client's id or None when every client is alike)."""
+        st = state if state is not None else self._state[observer]
+        n = len(st.ids)
+        if n == 0:
+            return self._eps(st.shared_rdp), None
+        rows = st.rows[:n]
+        top = rows.max(axis=0)
+        dominant = np.flatnonzero(np.all(rows == top, axis=1))
+        if dominant.size:
+            return self._eps(top + st.shared_rdp), st.ids[int(dominant[0])]
+        uniq, inverse = np.unique(rows, axis=0, return_inverse=True)
+        eps = [self._eps(u + st.shared_rdp) for u in uniq]
+        k = int(np.argmax(eps))
+        who = st.ids[int(np.flatnonzero(inverse.reshape(-1) == k)[0])]
+        return float(eps[k]), who
+
+    def client_epsilons(self, observer: Observer, method: Literal["rdp", "best"] = "rdp") -> dict[int, float]:
+        """Certified ε of every client that has its own receipts, against ``observer``.
+
+        Clients without their own receipts have the shared (broadcast) ε: ``certify(observer,
+        client_id=None)`` when nobody has receipts, else see :meth:`certify`.
+        """
+        self._check_observer(observer)
+        st = self._state[observer]
+        out: dict[int, float] = {}
+        for cid in st.ids:
+            if method == "rdp":
+                out[cid] = self._eps(st.rows[st.index[cid]] + st.shared_rdp)
+            else:
+                out[cid] = self.certify(observer, cid).epsilon
+        return out
+
+    # ------------------------------------------------------------------ certificates
+
+    @staticmethod
+    def _check_observer(observer: str) -> None:
+        if observer not in OBSERVERS:
+            raise ConfigError(f"`observer` must be one of {list(OBSERVERS)}. Found {observer!r}.")
+
+    def _pld_for(self, counts: Counter[dpe.DpEvent]) -> tuple[float | None, list[str]]:
+        sig = _signature(counts)
+        if sig not in self._pld_cache:
+            grouped, notes = _quantize_for_pld(counts)
+            eps, more = pld_epsilon(
+                _events_from_counts(grouped), self.delta, self.relation, self.pld_discretization
+            )
+            notes += more
+            if len(self._pld_cache) > 4096:
+                self._pld_cache.clear()
+                self._pld_notes.clear()
+            self._pld_cache[sig] = eps
+            self._pld_notes[sig] = notes
+        return self._pld_cache[sig], list(self._pld_notes[sig])
+
+    def _certificate(self, observer: str, cid: int | None, method: str) -> Certificate:
+        st = self._state[observer]
+        rdp = st.shared_rdp.copy()
+        if cid is not None and cid in st.index:
+            rdp = rdp + st.rows[st.index[cid]]
+        eps_rdp = self._eps(rdp)
+        counts = st.to_counts(cid)
+        notes: list[str] = []
+        eps_pld: float | None = None
+        if method == "best" and counts:
+            eps_pld, notes = self._pld_for(counts)
+        eps_pure = pure_epsilon(_events_from_counts(counts)) if counts else 0.0
+        candidates = [("pld", eps_pld), ("rdp", eps_rdp), ("pure", eps_pure)]
+        eps, best = math.inf, "rdp"
+        for name, value in candidates:
+            if value is not None and value < eps:
+                eps, best = value, name
+        if not counts:
+            eps, best = 0.0, "rdp"
+        who = "every client" if cid is None else f"client {cid}"
+        notes.insert(0, f"{who}; {self.rounds_recorded} rounds recorded")
+        if observer == "public" and self.sample_secret and self.sampling["kind"] != "all":
+            notes.append("broadcast releases amplified by the secret client sample")
+        if observer == "server":
+            notes.append("the server knows whom it sampled: no sampling amplification")
+        return Certificate(
+            epsilon=eps,
+            delta=self.delta,
+            method=best,  # type: ignore[arg-type]
+            observer=observer,
+            privacy_unit=self.privacy_unit,
+            relation=self.relation,
+            epsilon_rdp=eps_rdp,
+            epsilon_pld=eps_pld,
+            epsilon_pure=eps_pure if counts else None,
+            notes=tuple(dict.fromkeys(notes)),
+        )
+
+    def certify(
+        self,
+        observer: Observer | None = None,
+        client_id: int | None = None,
+        method: Literal["rdp", "best"] = "best",
+    ) -> Certificate:
+        """Certified ε at the ledger's δ.
+
+        Args:
+            observer: "server", "public", or ``None`` for the headline (worst observer).
+            client_id: a client, or ``None`` for the worst client.
+            method: "rdp" (fast) or "best" (tightest of RDP, PLD and pure composition).
+
+        Returns:
+            the certificate; for ``client_id=None`` it is the worst client's.
+        """
+        if method not in ("rdp", "best"):
+            raise ConfigError(f"`method` must be 'rdp' or 'best'. Found {method!r}.")
+        if observer is None:
+            certs = [self.certify(obs, client_id, method) for obs in OBSERVERS]
+            return max(certs, key=lambda c: c.epsilon)
+        self._check_observer(observer)
+        if client_id is not None:
+            return self._certificate(observer, int(client_id), method)
+        st = self._state[observer]
+        if not st.ids:
+            return self._certificate(observer, None, method)
+        if method == "rdp":
+            _, who = self._worst_rdp(observer)
+            return self._certificate(observer, who, method)
+        # tightest per distinct history; the worst of those
+        seen: dict[frozenset[tuple[dpe.DpEvent, int]], int] = {}
+        for cid in st.ids:
+            seen.setdefault(_signature(st.counts[st.index[cid]]), cid)
+        certs = [self._certificate(observer, cid, method) for cid in seen.values()]
+        if len(st.ids) < self.num_clients and st.shared_counts:
+            certs.append(self._certificate(observer, None, method))
+        return max(certs, key=lambda c: c.epsilon)
+
+    def certify_all(self, method: Literal["rdp", "best"] = "best") -> dict[str, Any]:
+        """Headline and per-observer certificates as a JSON-serializable dict."""
+        per = {obs: self.certify(obs, None, method) for obs in OBSERVERS}
+        head = max(per.values(), key=lambda c: c.epsilon)
+        return {
+            "headline": head.to_dict(),
+            "observers": {obs: c.to_dict() for obs, c in per.items()},
+        }
+
+    # ------------------------------------------------------------------ target ε
+
+    def would_exceed(
+        self,
+        next_round_releases: Sequence[Release],
+        target_epsilon: float,
+        *,
+        participants: Iterable[int] | None = None,
+        method: Literal["rdp", "best"] = "rdp",
+    ) -> bool:
+        """Whether recording these releases would take the headline certified ε above the target.
+
+        Call it after sampling the next cohort and before training it; if it returns True, stop
+        (the run ends before the round that would exceed ``target_epsilon``). Nothing is recorded.
+
+        Args:
+            next_round_releases: the releases the next round would make.
+            target_epsilon: the run's target certified ε.
+            participants: the next round's cohort (default: every client named in a release).
+            method: "rdp" (default: fast; conservative — may stop earlier than PLD would) or
+                "best".
+        """
+        if not isinstance(target_epsilon, (int, float)) or not target_epsilon > 0:
+            raise ConfigError(f"`target_epsilon` must be > 0. Found {target_epsilon!r}.")
+        if participants is None:
+            named: set[int] = set()
+            for rel in next_round_releases:
+                named.update(rel.client_ids or ())
+            participants = sorted(named)
+        parts = self._check_round(next_round_releases, self.sampling, participants)
+        if method == "best":
+            trial = PrivacyLedger.from_dict(self.to_dict())
+            trial._sampler = self._sampler
+            trial.pld_every = 0
+            trial.record_round(-1, next_round_releases, sampling=self.sampling, participants=parts)
+            return trial.certify(None, None, "best").epsilon > target_epsilon
+        worst = 0.0
+        for obs in OBSERVERS:
+            st = self._state[obs]
+            trial_state = _ObserverState(st.n_orders)
+            trial_state.shared_rdp = st.shared_rdp.copy()
+            trial_state.index = dict(st.index)
+            trial_state.ids = list(st.ids)
+            trial_state.rows = st.rows.copy()
+            trial_state.counts = [Counter() for _ in st.ids]  # counts unused by _worst_rdp
+            for rel in next_round_releases:
+                if rel.observer != obs:
+                    continue
+                shared, clients, event = self._targets(rel, parts)
+                if shared is not None and not isinstance(shared, dpa.NoOpDpEvent):
+                    trial_state.shared_rdp += rdp_vector(shared, self.relation, self.rdp_orders)
+                if clients and not isinstance(event, dpa.NoOpDpEvent):
+                    vec = rdp_vector(event, self.relation, self.rdp_orders)
+                    rows = [trial_state.row(c) for c in clients]
+                    trial_state.rows[rows] += vec
+            worst = max(worst, self._worst_rdp(obs, trial_state)[0])
+        return worst > target_epsilon
+
+    # ------------------------------------------------------------------ claimed vs certified
+
+    def compare_with_claimed(self, *, strict: bool = False) -> dict[str, Any]:
+        """Compare the headline certified ε with the latest claimed ε.
+
+        Args:
+            strict: raise instead of warning when the certified ε exceeds the claimed ε.
+
+        Returns:
+            ``{"claimed": ..., "certified": ..., "exceeds": bool}``.
+
+        Raises:
+            PrivacyPreconditionError: ``strict`` and the certified ε exceeds the claim.
+        """
+        claimed = self.claimed_epsilon
+        cert = self.certify()
+        claim_value = max(claimed.values()) if isinstance(claimed, dict) and claimed else claimed
+        exceeds = claim_value is not None and cert.epsilon > float(claim_value)  # type: ignore[arg-type]
+        if exceeds:
+            msg = (
+                f"certified epsilon {cert.epsilon:.4g} ({cert.method}, observer {cert.observer}, "
+                f"delta {cert.delta:g}, {cert.privacy_unit}, {cert.relation}) exceeds the claimed "
+                f"epsilon {float(claim_value):.4g}."  # type: ignore[arg-type]
+            )
+            if strict:
+                raise PrivacyPreconditionError(msg + " Refusing to continue (strict mode).")
+            warnings.warn(ClaimExceededWarning(msg), stacklevel=2)
+        return {"claimed": claim_value, "certified": cert.to_dict(), "exceeds": exceeds}
+
+    # ------------------------------------------------------------------ persistence
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serializable state (configuration, every round's receipts, history)."""
+        return {
+            "version": 1,
+            "config": {
+                "num_clients": self.num_clients,
+                "sampling": dict(self.sampling),
+                "delta": self.delta,
+                "relation": self.relation,
+                "privacy_unit": self.privacy_unit,
+                "sample_secret": self.sample_secret,
+                "pld_every": self.pld_every,
+                "pld_discretization": self.pld_discretization,
+                "rdp_orders": list(self.rdp_orders),
+            },
+            "rounds": [_jsonable(r) for r in self._rounds],
+            "history": [_jsonable(h) for h in self._history],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], sampler: SamplerLike | None = None) -> PrivacyLedger:
+        """Rebuild a ledger from :meth:`to_dict` (replays the receipts; no PLD is recomputed).
+
+        Args:
+            data: the stored state.
+            sampler: the engine's sampler, checked against the stored description.
+        """
+        if data.get("version") != 1:
+            raise ConfigError(f"unknown ledger format version {data.get('version')!r}.")
+        cfg = data["config"]
+        if sampler is not None and validate_sampling(sampler.describe()) != validate_sampling(cfg["sampling"]):
+            raise PrivacyPreconditionError(
+                f"sampling mismatch: the stored ledger used {cfg['sampling']}, the engine declares "
+                f"{sampler.describe()}."
+            )
+        ledger = cls(
+            num_clients=int(cfg["num_clients"]),
+            sampler=sampler if sampler is not None else cfg["sampling"],
+            delta=float(cfg["delta"]),
+            relation=cfg["relation"],
+            privacy_unit=cfg["privacy_unit"],
+            sample_secret=bool(cfg["sample_secret"]),
+            pld_every=int(cfg["pld_every"]),
+            pld_discretization=float(cfg["pld_discretization"]),
+            rdp_orders=[float(o) for o in cfg["rdp_orders"]],
+        )
+        for r in data["rounds"]:
+            releases = [Release.from_dict(x) for x in r["releases"]]
+            parts = ledger._check_round(releases, ledger.sampling, r["participants"])
+            ledger._apply(releases, parts)
+            claimed = r["claimed_epsilon"]
+            if isinstance(claimed, dict):
+                claimed = {int(k): float(v) for k, v in claimed.items()}
+            elif claimed is not None:
+                claimed = float(claimed)  # "inf" parses too
+            ledger._rounds.append(
+                {
+                    "round": int(r["round"]),
+                    "participants": list(parts),
+                    "releases": [x.to_dict() for x in releases],
+                    "claimed_epsilon": claimed,
+                }
+            )
+        ledger._history = [_from_jsonable(h) for h in data.get("history", [])]
+        return ledger
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float) and math.isinf(value):
+        return "inf"
+    return value
+
+
+def _from_jsonable(entry: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(entry)
+    rdp = out.get("certified_rdp")
+    if isinstance(rdp, dict):
+        out["certified_rdp"] = {k: math.inf if v == "inf" else v for k, v in rdp.items()}
+    claimed = out.get("claimed_epsilon")
+    if isinstance(claimed, dict):
+        out["claimed_epsilon"] = {int(k): float(v) for k, v in claimed.items()}
+    elif claimed is not None:
+        out["claimed_epsilon"] = float(claimed)
+    return out
