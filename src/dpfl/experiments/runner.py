@@ -145,11 +145,14 @@ def build_experiment(config: RunConfig) -> Experiment:
         l2_penalty=float(getattr(model, "l2_penalty", 0.0)),
         penalized_params=tuple(getattr(model, "penalized_params", ())),
     )
-    engine = ENGINES[config.engine](problem, data, seeds)
     sampler = build_sampler(config.sampling, data.num_clients)
     ctx = BuildContext(config, data.num_clients, data.sizes(), problem.layout.numel)
     with collect_range_warnings() as range_notices:
         algorithm = build_algorithm(config.algorithm, sampler, ctx)
+    configure = getattr(algorithm, "configure_local", None)
+    if configure is not None:  # e.g. UDP's per-sample clipping, NbAFL's proximal term, BLUR
+        problem = configure(problem)
+    engine = ENGINES[config.engine](problem, data, seeds)
     return Experiment(
         config=config,
         run_id=run_id(config),
