@@ -143,3 +143,16 @@ def test_kill_9_then_same_command_resumes_to_the_same_model(shared_data: Path, t
     fresh = _run_to_end(path, tmp_path / "fresh" / "dpfl.sqlite")
     assert resumed == fresh
     json.dumps(rounds)  # the stored metrics are plain JSON
+
+
+def test_algorithm_can_end_the_run_early(shared_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dpfl.algorithms.fedavg import FedAvg
+    from dpfl.experiments.config import parse_config
+    from dpfl.experiments.runner import run_experiment
+
+    monkeypatch.setattr(FedAvg, "should_stop", lambda self, t: "T lowered to 2" if t >= 2 else None)
+    store = RunStore(tmp_path / "s.sqlite")
+    res = run_experiment(parse_config(_tiny(shared_data, rounds=5)), store)
+    assert res.rounds_done == 2 and res.final["stop_reason"] == "T lowered to 2"
+    assert [r["round"] for r in store.rounds(res.run_id)] == [0, 1]
+    assert "test_accuracy" in res.final

@@ -39,6 +39,11 @@ class Algorithm(abc.ABC):
     def server_step(self, global_params: torch.Tensor, local: LocalResult, info: RoundInfo) -> RoundOutput:
         """Client transforms on the cohort's updates, then aggregation into the new global model."""
 
+    def should_stop(self, round_idx: int) -> str | None:
+        """A reason to end the run before round ``round_idx`` (e.g. CRD lowered T), else None."""
+        del round_idx
+        return None
+
     def state_dict(self) -> dict[str, Any]:
         """Mutable algorithm state for checkpoints (none by default)."""
         return {}

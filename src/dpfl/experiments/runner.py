@@ -305,6 +305,11 @@ def run_experiment(
     try:
         for t in range(start_round, config.rounds):
             t0 = time.perf_counter()
+            reason = algo.should_stop(t)
+            if reason:
+                stop_reason = reason
+                emit("early-end", reason, t)
+                break
             clients = algo.sample(t, exp.data.num_clients, exp.seeds)
             info = RoundInfo(t, exp.data.num_clients, clients, exp.seeds)
             metrics: dict[str, Any] = {"clients": int(clients.numel())}
@@ -368,7 +373,7 @@ def run_experiment(
     except KeyboardInterrupt:
         store.finish(rid, "interrupted", None)
         raise
-    if not last_eval or status == "stopped":
+    if not last_eval or stop_reason:
         last_eval = evaluate(exp.problem, params, exp.x_test, exp.y_test)
     final: dict[str, Any] = {
         "rounds": rounds_done,
