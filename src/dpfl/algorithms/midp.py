@@ -176,8 +176,9 @@ def _noise_generators(info: RoundInfo) -> list[torch.Generator]:
     return [info.seeds.generator(info.round_idx, int(c), "noise") for c in info.clients.tolist()]
 
 
-def _rounded(values: Any, digits: int = 8) -> list[float]:
-    return [float(f"{float(v):.{digits}g}") for v in values]
+def _floats(values: Any) -> list[float]:
+    """Full-precision floats for the stored metrics (the reports replay the ledger from them)."""
+    return [float(v) for v in values]
 
 
 # --------------------------------------------------------------------------- basic schemes
@@ -335,9 +336,9 @@ class PmidpFl(PrivateAlgorithm):
         return RoundOutput(mean.to(global_params.device), {
             "param_norm_mean": float(norms.mean()),
             "clipped_fraction": float((norms > torch.as_tensor(clips, dtype=norms.dtype)).float().mean()),
-            "noise_stds": _rounded(stds),
-            "clip_norms": _rounded(clips),
-            "weights": _rounded(weights),
+            "noise_stds": _floats(stds),
+            "clip_norms": _floats(clips),
+            "weights": _floats(weights),
             "max_weight": float(weights.max()),
             "aggregate_noise_std": float(math.sqrt(float(np.sum((weights * stds) ** 2)))),
         })

@@ -141,8 +141,8 @@ def test_pmidp_sigma_and_inverse_noise_weights() -> None:
     expected = [pmidp_client_noise_std(e, 4.0, d, k) for e in eps]
     np.testing.assert_allclose(stds, expected, rtol=1e-7)
     w = np.array(out.metrics["weights"])
-    np.testing.assert_allclose(w * stds, np.full(k, (w * stds)[0]), rtol=1e-6)  # p_k ∝ 1/σ_k
-    assert w.sum() == pytest.approx(1.0, abs=1e-7)  # metrics keep 8 significant digits
+    np.testing.assert_allclose(w * stds, np.full(k, (w * stds)[0]), rtol=1e-12)  # p_k ∝ 1/σ_k
+    assert w.sum() == pytest.approx(1.0, abs=1e-12)
     assert np.all(np.diff(w) > 0)  # larger budget → less noise → more weight
 
 
