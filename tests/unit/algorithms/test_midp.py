@@ -250,3 +250,26 @@ def test_server_side_scheme_is_not_private_against_the_server() -> None:
     # Theorem 2 for the public: equal aggregate noise and sensitivity → equal certified ε
     assert ledger2.certify("public", method="rdp").epsilon == pytest.approx(
         ledger.certify("public", method="rdp").epsilon, rel=1e-6)
+
+
+@pytest.mark.parametrize("side", ["client", "server"])
+def test_ledger_agrees_with_dpfl_account_midp(side: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The runs' per-observer certified ε equals `dpfl account midp` for the same settings."""
+    import json
+
+    from dpfl.cli import main
+
+    d, k, rounds = 1000, 10, 3
+    assert main(["account", "midp", "--epsilon", "5", "--mode", side, "--clients", str(k), "--clip", "10",
+                 "--dim", str(d), "--rounds", str(rounds), "--delta", str(DELTA), "--json"]) == 0
+    account = json.loads(capsys.readouterr().out)
+    algo = _scheme(side, d, k, epsilon=5.0, clip_norm=10.0)
+    ledger = _ledger(k)
+    for t in range(rounds):
+        rel = algo.releases(RoundInfo(t, k, torch.arange(k), SeedSequence(0)), torch.full((k,), 600), False)
+        ledger.record_round(t, rel, sampling=AllClients(), participants=range(k))
+    assert algo.claimed_epsilon(rounds) == pytest.approx(account["epsilon_claimed"], rel=1e-9)
+    for obs in ("server", "public"):
+        ours = ledger.certify(obs).epsilon  # type: ignore[arg-type]
+        theirs = float(account["observers"][obs]["epsilon"])
+        assert ours == pytest.approx(theirs, rel=1e-6) or (math.isinf(ours) and math.isinf(theirs))
