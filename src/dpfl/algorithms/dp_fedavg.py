@@ -1,4 +1,4 @@
-"""DP-FedAvg (004 Algorithm 1): Poisson-sampled clients, clipped updates, Gaussian noise.
+"""DP-FedAvg (004 Algorithm 1), with BLUR and LUS (004 Algorithm 2) and adaptive clipping.
 
 Each round every client joins independently with probability p (the sampler); each sampled
 client runs Q local SGD steps (``local.steps``), clips its update Δ to L2 norm S, and — in the
@@ -8,6 +8,22 @@ w ← w + η_g · mean(Δ̃). In the ``central`` variant the server adds the sam
 N(0, (Sσ/|P_t|)² I), to the mean: the broadcast model is identically distributed, but the
 server sees clean uploads.
 
+Options on top of plain DP-FedAvg (``dp-fedavg-blur-lus`` sets the paper's defaults λ = 0.4,
+c = 0.7):
+
+* ``blur_lambda`` λ > 0 — BLUR (004 eq. 5, 7): the local objective gains
+  (λ/2)·max(0, ‖w − w^t‖² − S²) (:mod:`dpfl.client.blur`).
+* ``lus_sparsity`` c > 0 — LUS (004 eq. 11–15): per layer keep the (1 − c)·d_j entries of Δ with
+  the largest |∂f/∂w · Δw| (gradient at the final local weights), zero the rest, *then* clip and
+  noise (:mod:`dpfl.client.lus`, which states precisely why the sensitivity stays S).
+* ``adaptive_clip`` — quantile-based clipping of Andrew et al. 2021
+  (:mod:`dpfl.server.adaptive_clip`): S_t follows a target quantile of the update norms through
+  a noised count; ``noise_multiplier`` is then the *total* multiplier of the round, split between
+  the update and the count so that the pair is exactly one Gaussian release of that multiplier.
+* ``target_epsilon`` instead of ``noise_multiplier`` — σ is calibrated so that the paper's own
+  claim (moments accountant, Poisson sampling, δ of the run) after ``rounds`` rounds equals it
+  (:func:`dpfl.privacy.accounting.claimed.dpfedavg_noise_multiplier`).
+
 Privacy: the sensitivity of the sum of clipped updates to adding or removing one client is S,
 so the broadcast mean carries noise multiplier σ (public observer, amplified by the secret
 Poisson sample). Against the server, the local variant protects each upload only with
@@ -16,20 +32,25 @@ the uploads. The paper's claim is the moments accountant for the public view
 (:func:`dpfl.privacy.accounting.claimed.dpfedavg_claimed_epsilon`).
 
 References:
-    004_32e0c8f847edac12.txt, Algorithm 1 and Theorem 1.
+    004_32e0c8f847edac12.txt, Algorithms 1–2, eq. 5, 7, 11–15 and Theorem 1; Andrew et al. 2021.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from typing import Any, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dpfl.algorithms.base import RoundOutput
 from dpfl.algorithms.private import PrivateAlgorithm
-from dpfl.client.context import LocalResult, RoundInfo
-from dpfl.privacy.accounting.claimed import dpfedavg_claimed_epsilon
+from dpfl.client.blur import BlurTerm
+from dpfl.client.context import LocalProblem, LocalResult, RoundInfo
+from dpfl.client.lus import sparsify_updates
+from dpfl.errors import ConfigError
+from dpfl.privacy.accounting.claimed import dpfedavg_claimed_epsilon, dpfedavg_noise_multiplier
 from dpfl.privacy.accounting.ledger import Release, federated_round_releases
 from dpfl.privacy.calibration import dpfedavg_client_noise_std
 from dpfl.privacy.mechanisms import (
@@ -38,6 +59,23 @@ from dpfl.privacy.mechanisms import (
     clip_by_l2_norm,
 )
 from dpfl.rng import SERVER, SeedSequence
+from dpfl.server.adaptive_clip import (
+    COUNT_SENSITIVITY,
+    QuantileClipRule,
+    combined_noise_multiplier,
+    update_noise_multiplier,
+)
+
+
+class AdaptiveClipOptions(BaseModel):
+    """``adaptive_clip: {...}`` (Andrew et al. 2021; defaults as they, Flower and TFF use)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    target_unclipped_quantile: float = Field(0.5, ge=0, le=1, description="γ")
+    learning_rate: float = Field(0.2, ge=0, description="η_C of the geometric update")
+    count_noise_std: float | None = Field(
+        None, gt=0, description="σ_b on the centered count; default expected cohort / 20")
 
 
 class DpFedAvgOptions(BaseModel):
@@ -45,10 +83,30 @@ class DpFedAvgOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    noise_multiplier: float = Field(..., ge=0, description="σ of 004 Alg. 1")
-    clip_norm: float = Field(..., gt=0, description="S, the L2 bound of each client update")
+    noise_multiplier: float | None = Field(None, ge=0, description="σ of 004 Alg. 1 (total, with adaptive clipping)")
+    target_epsilon: float | None = Field(
+        None, gt=0, description="calibrate σ so the paper's claimed ε after `rounds` rounds is this")
+    clip_norm: float = Field(..., gt=0, description="S, the L2 bound of each client update (initial S with adaptive_clip)")
     server_lr: float = Field(1.0, gt=0, description="η_g")
     variant: Literal["local", "central"] = "local"
+    blur_lambda: float = Field(0.0, ge=0, description="λ of BLUR (004 eq. 5); 0 = off")
+    lus_sparsity: float = Field(0.0, ge=0, lt=1, description="c of LUS (004 eq. 14); 0 = off")
+    adaptive_clip: AdaptiveClipOptions | None = None
+
+    @model_validator(mode="after")
+    def _one_noise_setting(self) -> DpFedAvgOptions:
+        if (self.noise_multiplier is None) == (self.target_epsilon is None):
+            raise ValueError("give exactly one of `noise_multiplier` and `target_epsilon`")
+        return self
+
+
+def _expected_cohort(sampler: Any, num_clients: int) -> float:
+    desc = sampler.describe()
+    if desc.get("kind") == "poisson":
+        return float(desc["sample_rate"]) * num_clients
+    if "num_sampled" in desc:
+        return float(desc["num_sampled"])
+    return float(num_clients)
 
 
 class DpFedAvg(PrivateAlgorithm):
@@ -58,75 +116,195 @@ class DpFedAvg(PrivateAlgorithm):
     relation = "add_remove"
     privacy_unit = "client"
 
-    def __init__(self, options: DpFedAvgOptions, sampler: Any, num_clients: int, delta: float) -> None:
+    def __init__(
+        self,
+        options: DpFedAvgOptions,
+        sampler: Any,
+        num_clients: int,
+        delta: float,
+        *,
+        rounds: int | None = None,
+    ) -> None:
         self.options = options
         self.sampler = sampler
         self.num_clients = num_clients
         self.delta = delta
+        if options.noise_multiplier is not None:
+            self.noise_multiplier = float(options.noise_multiplier)
+        else:
+            if rounds is None:
+                raise ConfigError("`target_epsilon` needs the number of rounds to calibrate σ.")
+            assert options.target_epsilon is not None
+            self.noise_multiplier = dpfedavg_noise_multiplier(
+                options.target_epsilon, self._sample_rate(), rounds, delta)
+        self.clip_norm = float(options.clip_norm)  # S_t: changes only with adaptive clipping
+        self._layer_sizes: list[int] | None = None
+        self._rule: QuantileClipRule | None = None
+        self.count_noise_std = 0.0
+        self.update_multiplier = self.noise_multiplier
+        ac = options.adaptive_clip
+        if ac is not None:
+            m = _expected_cohort(sampler, num_clients)
+            self._rule = QuantileClipRule(ac.target_unclipped_quantile, ac.learning_rate, m)
+            if self.noise_multiplier > 0:
+                self.count_noise_std = float(ac.count_noise_std if ac.count_noise_std is not None else m / 20.0)
+                self.update_multiplier = update_noise_multiplier(self.noise_multiplier, self.count_noise_std)
+
+    # ------------------------------------------------------------------ set-up
+
+    def _sample_rate(self) -> float:
+        desc = self.sampler.describe()
+        q = desc.get("sample_rate")
+        if q is None:
+            q = desc.get("num_sampled", self.num_clients) / self.num_clients
+        return float(q)
+
+    def configure_local(self, problem: LocalProblem) -> LocalProblem:
+        """BLUR adds its objective term; LUS asks the engine for ∇f at the final local weights."""
+        o = self.options
+        self._layer_sizes = problem.layout.sizes()
+        local = problem.local
+        terms = problem.extra_terms
+        if o.blur_lambda > 0:
+            terms = (*terms, BlurTerm(o.blur_lambda, lambda: self.clip_norm))
+        if o.lus_sparsity > 0:
+            local = dataclasses.replace(local, final_gradient=True)
+        return dataclasses.replace(problem, local=local, extra_terms=terms)
 
     def sample(self, info_round: int, num_clients: int, seeds: SeedSequence) -> torch.Tensor:
         return self.sampler.sample(num_clients, seeds.generator(info_round, SERVER, "sample"))
 
+    # ------------------------------------------------------------------ noise
+
     def _client_noise_std(self, cohort: int) -> float:
-        o = self.options
-        if o.variant == "central" or o.noise_multiplier == 0:
+        if self.options.variant == "central" or self.update_multiplier == 0:
             return 0.0
-        return dpfedavg_client_noise_std(o.clip_norm, o.noise_multiplier, cohort)
+        return dpfedavg_client_noise_std(self.clip_norm, self.update_multiplier, cohort)
+
+    def _server_noise_std(self, cohort: int) -> float:
+        """Std on the cohort *mean* (central variant): S_t·z_Δ/|P_t|."""
+        if self.options.variant != "central" or not cohort:
+            return 0.0
+        return self.clip_norm * self.update_multiplier / cohort
+
+    def _count_stds(self, cohort: int) -> tuple[float, float]:
+        """(per-client, server) std of the noise on the centered count Σ(b_i − ½)."""
+        if self._rule is None or self.count_noise_std == 0 or not cohort:
+            return 0.0, 0.0
+        if self.options.variant == "central":
+            return 0.0, self.count_noise_std
+        return self.count_noise_std / math.sqrt(cohort), 0.0
 
     def releases(self, info: RoundInfo, num_samples: torch.Tensor, secure_aggregation: bool) -> list[Release]:
         k = int(info.clients.numel())
-        o = self.options
-        server_std = o.clip_norm * o.noise_multiplier / k if (o.variant == "central" and k) else 0.0
-        return federated_round_releases(
-            info.clients.tolist(),
-            self._client_noise_std(k),
-            o.clip_norm,
-            [1.0 / k] * k,
-            server_noise_std=server_std,
-            secure_aggregation=secure_aggregation,
+        ids = info.clients.tolist()
+        update = federated_round_releases(
+            ids, self._client_noise_std(k), self.clip_norm, [1.0 / k] * k,
+            server_noise_std=self._server_noise_std(k), secure_aggregation=secure_aggregation,
         )
+        if self._rule is None or not k:
+            return update
+        client_std, server_std = self._count_stds(k)
+        count = federated_round_releases(
+            ids, client_std, COUNT_SENSITIVITY, [1.0] * k,
+            server_noise_std=server_std, secure_aggregation=secure_aggregation,
+        )
+        # The server sees the two per-client releases (no amplification: they compose exactly).
+        out = [r for r in update + count if r.observer == "server"]
+        # The public sees both queries about the *same* sampled cohort: record them as the one
+        # Gaussian they are jointly (Andrew et al. 2021, Thm 1), amplified once by the sample.
+        (pub_u,) = [r for r in update if r.observer == "public"]
+        (pub_c,) = [r for r in count if r.observer == "public"]
+        z = combined_noise_multiplier(pub_u.noise_std / pub_u.sensitivity, pub_c.noise_std / pub_c.sensitivity)
+        out.append(Release.gaussian("public", z if math.isfinite(z) else 0.0, 1.0 if math.isfinite(z) else 0.0, None))
+        return out
+
+    # ------------------------------------------------------------------ the round
 
     def server_step(self, global_params: torch.Tensor, local: LocalResult, info: RoundInfo) -> RoundOutput:
         o = self.options
         k = int(info.clients.numel())
+        clip = self.clip_norm
         updates = local.params.sub_(global_params.to(local.params.device))
-        clipped, norms = clip_by_l2_norm(updates, o.clip_norm)
+        metrics: dict[str, Any] = {"clip_norm": clip}
+        if o.lus_sparsity > 0:
+            if local.final_grads is None or self._layer_sizes is None:
+                raise ConfigError("LUS needs the final-weights gradient: build DP-FedAvg through the runner "
+                                  "(configure_local sets `local.final_gradient`).")
+            dense_norms = updates.norm(dim=1)
+            updates = sparsify_updates(updates, local.final_grads.to(updates.device), self._layer_sizes, o.lus_sparsity)
+            metrics["dense_update_norm_mean"] = float(dense_norms.mean())
+        clipped, norms = clip_by_l2_norm(updates, clip)
         client_std = self._client_noise_std(k)
+        gens = [info.seeds.generator(info.round_idx, int(c), "noise") for c in info.clients.tolist()]
         if client_std > 0:
-            gens = [info.seeds.generator(info.round_idx, int(c), "noise") for c in info.clients.tolist()]
             clipped = add_gaussian_noise_per_client(clipped, client_std, gens)
         mean = clipped.mean(0)
-        if o.variant == "central" and o.noise_multiplier > 0:
-            gen = info.seeds.generator(info.round_idx, SERVER, "server_noise")
-            mean = add_gaussian_noise(mean.unsqueeze(0), o.clip_norm * o.noise_multiplier / k, gen)[0]
+        server_gen = info.seeds.generator(info.round_idx, SERVER, "server_noise")
+        server_std = self._server_noise_std(k)
+        if server_std > 0:
+            mean = add_gaussian_noise(mean.unsqueeze(0), server_std, server_gen)[0]
         new_global = global_params + o.server_lr * mean.to(global_params.device)
-        return RoundOutput(new_global, {
+        if self._rule is not None:
+            # count noise drawn after the update noise from the same per-client / server streams
+            bits = QuantileClipRule.centered_bits(norms.detach().cpu(), clip)
+            client_cs, server_cs = self._count_stds(k)
+            total = float(bits.sum())
+            if client_cs > 0:
+                total += sum(float(torch.randn((), generator=g, dtype=torch.float64)) for g in gens) * client_cs
+            if server_cs > 0:
+                total += float(torch.randn((), generator=server_gen, dtype=torch.float64)) * server_cs
+            frac = self._rule.unclipped_fraction(total)
+            self.clip_norm = self._rule.next_clip(clip, frac)
+            metrics["unclipped_fraction_noised"] = frac
+        metrics.update({
             "update_norm_mean": float(norms.mean()),
             "update_norms": [round(float(x), 6) for x in norms.tolist()],
-            "clipped_fraction": float((norms > o.clip_norm).float().mean()),
+            "clipped_fraction": float((norms > clip).float().mean()),
             "client_noise_std": client_std,
+            "noise_multiplier": self.noise_multiplier,
         })
+        return RoundOutput(new_global, metrics)
+
+    # ------------------------------------------------------------------ claims and state
 
     def claimed_epsilon(self, rounds_done: int) -> float | None:
         if rounds_done == 0:
             return 0.0
-        q = self.sampler.describe().get("sample_rate")
-        if q is None:
-            desc = self.sampler.describe()
-            q = desc.get("num_sampled", self.num_clients) / self.num_clients
-        if self.options.noise_multiplier == 0:
+        if self.noise_multiplier == 0:
             return float("inf")
-        return dpfedavg_claimed_epsilon(self.options.noise_multiplier, float(q), rounds_done, self.delta)
+        return dpfedavg_claimed_epsilon(self.noise_multiplier, self._sample_rate(), rounds_done, self.delta)
 
     def claim_notion(self) -> str:
         return (f"004 (moments accountant, Thm 1): (ε, δ={self.delta:g})-DP per client, add/remove, "
                 "for the broadcast models under Poisson sampling")
 
+    def not_covered(self) -> list[str]:
+        return [
+            "the cohort mean divides by the realized cohort size |P_t| (004 Alg. 1 line 7); the "
+            "certificate charges the broadcast as a Gaussian sum query of multiplier σ (exact for a "
+            "fixed denominator pN, McMahan et al. 2018), treating |P_t| as public"
+        ]
 
-def _build(options: dict[str, Any], sampler: Any, ctx: Any) -> DpFedAvg:
+    def state_dict(self) -> dict[str, Any]:
+        return {"clip_norm": self.clip_norm}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if "clip_norm" in state:
+            self.clip_norm = float(state["clip_norm"])
+
+
+def _build(options: dict[str, Any], sampler: Any, ctx: Any, defaults: dict[str, Any] | None = None) -> DpFedAvg:
     from dpfl.algorithms.registry import parse_options
 
-    return DpFedAvg(parse_options(DpFedAvgOptions, options, "dp-fedavg"), sampler, ctx.num_clients, ctx.privacy.delta)
+    merged = {**(defaults or {}), **options}
+    name = "dp-fedavg-blur-lus" if defaults else "dp-fedavg"
+    return DpFedAvg(parse_options(DpFedAvgOptions, merged, name), sampler, ctx.num_clients, ctx.privacy.delta,
+                    rounds=ctx.config.rounds)
 
 
-ALGORITHMS = {"dp-fedavg": _build}
+def _build_blur_lus(options: dict[str, Any], sampler: Any, ctx: Any) -> DpFedAvg:
+    return _build(options, sampler, ctx, {"blur_lambda": 0.4, "lus_sparsity": 0.7})
+
+
+ALGORITHMS = {"dp-fedavg": _build, "dp-fedavg-blur-lus": _build_blur_lus}
