@@ -1,0 +1,491 @@
+"""UDP (000 Alg. 1), UDP with CRD (000 Alg. 2), and Lei's decaying-noise baseline.
+
+**Local step (all three).** Each sampled client runs full-batch gradient descent on its own
+data with every per-sample gradient clipped to L2 norm C (000 Alg. 1 lines 5–9):
+w_i = w − (η/|D_i|) Σ_m clip_C(∇ℓ(w; D_{i,m})). The engine does this vectorized
+(``LocalTraining(batch_size=None, per_sample_clip=C)``; set by :meth:`Udp.configure_local`).
+The client then adds N(0, σ_i² I) to its *parameters* and uploads them; the server aggregates
+w = Σ_k p_k w̃_k with p_k = |D_k| / Σ_{j in cohort} |D_j| (000 eq. 2, normalized over the cohort
+so the weights sum to 1, as the proof of Thm 2 assumes with p_k = 1/K for equal sizes).
+
+**Sensitivity.** Replace-one record of client i (equal-size neighbours), one local step (E = 1):
+Δℓ_i = 2ηC/|D_i| (000 eq. 13, :func:`dpfl.privacy.calibration.udp_sensitivity`). With
+``local.epochs`` E > 1 full-batch steps the two trajectories differ after the first step, so
+every later clipped gradient may differ, not just the replaced one; without assumptions on the
+loss the only safe bound is
+
+    Δℓ_i(E) = 2ηC/|D_i| + (E − 1)·2ηC      (each later step moves the difference by <= 2ηC),
+
+which is what dpfl uses (and records in the ledger). The often-quoted 2ηCE/|D_i| holds only when
+the clipped gradient step is non-expansive (e.g. a convex, β-smooth loss with η <= 2/β and the
+clip inactive); dpfl cannot check that, so it does not use it. With an L2 penalty κ (000 eq. 32)
+the bound needs |1 − ηκ| <= 1, i.e. ηκ <= 2 (checked).
+
+**Noise.**
+* ``udp`` — σ_i = Δℓ_i·sqrt(2qT ln(1/δ_i))/ε_i in every round (Thm 1, eq. 10), T fixed.
+* ``udp-crd`` — after each round t the server compares the test loss: if
+  V(w^t) − V(w^{t+1}) < ζ it sets T ← ⌊β(T − t)⌋ + t (Alg. 2 line 19, t the 0-based index of the
+  round just run, as printed) and the following rounds use σ_i from Thm 4 (eq. 25) computed from
+  the stds actually used so far. The run ends before round t when t >= T
+  (:meth:`should_stop`); the trajectory of T is in the round metrics (``crd_T``).
+* ``udp-lei`` — "Lei's approach" of 000 §5.4 (ref. [29], Yu et al., S&P 2019): the noise std is
+  reduced linearly, σ_i^t = σ_i^0 (1 − k·t), starting from the Thm 1 std of the initial T
+  (σ_i^0 = the ``udp`` std), until the privacy loss would exceed ε_i; the run then stops. The
+  privacy loss is measured with 000's own accountant (the budget identity behind Thm 1/4,
+  :func:`dpfl.privacy.accounting.claimed.udp_claimed_epsilon`), so all three baselines spend the
+  same claimed budget. ``noise_decay`` k defaults to 1/(2T): the std falls to ≈ 2/3 of σ^0 when
+  the budget runs out after ≈ 2T/3 rounds. [29] offers several schedules (time-based,
+  exponential, step, polynomial) with its own accountant; 000 describes only "reduced linearly",
+  hence this one.
+
+**Claimed vs certified.** The claimed ε_i is 000's own formula for the noise actually added
+(sum over every round run; q amortizes the rounds a client sat out). The ledger certifies per
+observer: the server sees each upload unamplified (sensitivity Δℓ_k, noise σ_k), the public sees
+the weighted mean (noise sqrt(Σ p_k² σ_k²), sensitivity max_k p_k Δℓ_k), amplified by the secret
+fixed-size sample — the same model as ``dpfl account udp``. Privacy unit: one record;
+relation: replace-one.
+
+References:
+    000_3304bf6f36c753f8.txt, Algorithm 1, Algorithm 2, eq. 2, eq. 10, eq. 13, eq. 25, §5.4.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from torch.func import functional_call
+
+from dpfl.algorithms.base import RoundOutput
+from dpfl.algorithms.private import PrivateAlgorithm
+from dpfl.client.context import LocalProblem, LocalResult, RoundInfo
+from dpfl.errors import ConfigError
+from dpfl.models import per_sample_loss
+from dpfl.privacy.accounting.claimed import udp_claimed_epsilon
+from dpfl.privacy.accounting.ledger import Release, federated_round_releases
+from dpfl.privacy.calibration import udp_noise_std, udp_noise_std_after_change, udp_sensitivity
+from dpfl.privacy.mechanisms import add_gaussian_noise_per_client
+from dpfl.rng import SERVER, SeedSequence
+from dpfl.server.aggregators import WeightedMean
+
+__all__ = ["ALGORITHMS", "Udp", "UdpCrd", "UdpCrdOptions", "UdpLei", "UdpLeiOptions", "UdpOptions",
+           "local_sensitivity"]
+
+
+# --------------------------------------------------------------------------- options
+
+
+class UdpOptions(BaseModel):
+    """Options of ``algorithm: {name: udp, options: {...}}`` (000 Alg. 1)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    epsilon: float | list[float] = Field(..., description="ε_i: one value for all clients or one per client")
+    delta: float | list[float] | None = Field(None, description="δ_i (default: privacy.delta)")
+    clip_norm: float = Field(..., gt=0, description="C, the per-sample gradient clip norm")
+    clip_norm_source: Literal["fixed", "median_unclipped_norms"] = Field(
+        "fixed", description="how C was chosen; 'median_unclipped_norms' (000 §5.2) looks at data")
+    rounds: int | None = Field(None, ge=1, description="T of Thm 1 (default: the run's `rounds`)")
+
+    @field_validator("epsilon")
+    @classmethod
+    def _positive_eps(cls, v: float | list[float]) -> float | list[float]:
+        values = v if isinstance(v, list) else [v]
+        if not values or any(not (math.isfinite(x) and x > 0) for x in values):
+            raise ValueError(f"every epsilon must be a finite number > 0. Found {v}")
+        return v
+
+    @field_validator("delta")
+    @classmethod
+    def _delta_range(cls, v: float | list[float] | None) -> float | list[float] | None:
+        if v is None:
+            return v
+        values = v if isinstance(v, list) else [v]
+        if not values or any(not 0.0 < x < 1.0 for x in values):
+            raise ValueError(f"every delta must be in (0, 1). Found {v}")
+        return v
+
+
+class UdpCrdOptions(UdpOptions):
+    """Options of ``udp-crd`` (000 Alg. 2): ``rounds`` is the initial T."""
+
+    threshold: float = Field(1e-3, ge=0, description="ζ: discount when the test-loss decrease is below it")
+    discount: float = Field(0.9, gt=0, lt=1, description="β: T ← ⌊β(T − t)⌋ + t")
+
+
+class UdpLeiOptions(UdpOptions):
+    """Options of ``udp-lei`` (000 §5.4, ref. [29]): ``rounds`` is the T that sets σ^0."""
+
+    noise_decay: float | None = Field(None, gt=0, lt=1, description="k in σ^t = σ^0 (1 − k t); default 1/(2T)")
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def local_sensitivity(lr: float, clip_norm: float, num_samples: int, epochs: int = 1) -> float:
+    """L2 sensitivity of E full-batch steps of per-sample-clipped gradients (replace-one record).
+
+    E = 1 is 000 eq. 13 (:func:`udp_sensitivity`). For E > 1 the safe bound of the module
+    docstring: 2ηC/|D_i| + (E − 1)·2ηC (no smoothness or convexity assumed).
+
+    >>> local_sensitivity(0.1, 1.0, 800)
+    0.00025
+    >>> round(local_sensitivity(0.1, 1.0, 800, epochs=2), 6)
+    0.20025
+    """
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+        raise ConfigError(f"`local.epochs` must be an integer >= 1. Found {epochs!r}.")
+    first = udp_sensitivity(lr, clip_norm, num_samples)
+    return first + (epochs - 1) * udp_sensitivity(lr, clip_norm, 1)
+
+
+def _per_client(name: str, value: float | list[float], num_clients: int) -> list[float]:
+    if isinstance(value, list):
+        if len(value) != num_clients:
+            raise ConfigError(
+                f"`algorithm.options.{name}` lists {len(value)} values but there are {num_clients} clients; "
+                "give one value for all clients or exactly one per client."
+            )
+        return [float(x) for x in value]
+    return [float(value)] * num_clients
+
+
+def _sample_rate(sampler: Any, num_clients: int) -> float:
+    desc = sampler.describe()
+    kind = desc.get("kind")
+    if kind == "all":
+        return 1.0
+    if kind == "fixed_size":
+        return float(desc["num_sampled"]) / num_clients
+    if kind == "poisson":
+        return float(desc["sample_rate"])
+    raise ConfigError(f"UDP needs `sampling.kind` all, fixed or poisson. Found {desc}.")
+
+
+Evaluator = Callable[[torch.Tensor], float]
+
+
+# --------------------------------------------------------------------------- UDP
+
+
+class Udp(PrivateAlgorithm):
+    """000 Algorithm 1 (see the module docstring); the base of CRD and Lei's baseline."""
+
+    name = "udp"
+    relation = "replace_one"
+    privacy_unit = "record"
+
+    def __init__(self, options: UdpOptions, sampler: Any, ctx: Any) -> None:
+        cfg = ctx.config
+        self.options = options
+        self.sampler = sampler
+        self.num_clients = int(ctx.num_clients)
+        if cfg.local.batch_size is not None or cfg.local.steps is not None:
+            raise ConfigError(
+                f"{self.name} trains each client by full-batch gradient descent (000 Alg. 1): set "
+                f"`local.batch_size: null` and `local.steps: null`. Found batch_size = "
+                f"{cfg.local.batch_size!r}, steps = {cfg.local.steps!r}."
+            )
+        self.lr = float(cfg.local.lr)
+        self.epochs = int(cfg.local.epochs)
+        self.total_rounds = int(options.rounds if options.rounds is not None else cfg.rounds)
+        if self.total_rounds > cfg.rounds:
+            raise ConfigError(
+                f"`algorithm.options.rounds` (T = {self.total_rounds}) exceeds the run's `rounds` "
+                f"({cfg.rounds}); the run would end before spending its budget. Raise `rounds`."
+            )
+        self.sizes = [int(n) for n in ctx.client_sizes.tolist()]
+        self.epsilons = _per_client("epsilon", options.epsilon, self.num_clients)
+        delta = options.delta if options.delta is not None else float(ctx.privacy.delta)
+        self.deltas = _per_client("delta", delta, self.num_clients)
+        self.sample_rate = _sample_rate(sampler, self.num_clients)
+        self.sensitivities = [
+            local_sensitivity(self.lr, options.clip_norm, n, self.epochs) for n in self.sizes
+        ]
+        self.history: list[list[float]] = []  # σ_i^τ of every round run, all clients
+        self.problem: LocalProblem | None = None
+
+    # ------------------------------------------------------------------ engine configuration
+
+    def configure_local(self, problem: LocalProblem) -> LocalProblem:
+        """Full-batch GD with per-sample gradients clipped to C (000 Alg. 1 lines 5–9)."""
+        if problem.local.prox_mu or problem.extra_terms:
+            raise ConfigError(f"{self.name}: the local objective must have no proximal or extra terms.")
+        if self.epochs > 1 and problem.l2_penalty * self.lr > 2.0:
+            raise ConfigError(
+                f"{self.name}: with local.epochs > 1 the sensitivity bound needs lr·κ <= 2; found "
+                f"lr = {self.lr:g}, κ = {problem.l2_penalty:g}."
+            )
+        local = dataclasses.replace(
+            problem.local, batch_size=None, steps=None, per_sample_clip=float(self.options.clip_norm)
+        )
+        self.problem = dataclasses.replace(problem, local=local)
+        return self.problem
+
+    # ------------------------------------------------------------------ noise schedule
+
+    def _noise_stds(self, round_idx: int) -> list[float]:
+        """σ_i for round ``round_idx`` (all clients); Thm 1 with the fixed T."""
+        if self.history:
+            return self.history[-1]
+        return [
+            udp_noise_std(e, d, s, self.sample_rate, self.total_rounds)
+            for e, d, s in zip(self.epsilons, self.deltas, self.sensitivities, strict=True)
+        ]
+
+    def _commit(self, round_idx: int) -> list[float]:
+        if round_idx < len(self.history):
+            return self.history[round_idx]
+        if round_idx != len(self.history):
+            raise ConfigError(f"round {round_idx} planned out of order (history has {len(self.history)} rounds)")
+        stds = self._noise_stds(round_idx)
+        self.history.append(list(stds))
+        return self.history[round_idx]
+
+    # ------------------------------------------------------------------ a round
+
+    def sample(self, info_round: int, num_clients: int, seeds: SeedSequence) -> torch.Tensor:
+        return self.sampler.sample(num_clients, seeds.generator(info_round, SERVER, "sample"))
+
+    def should_stop(self, round_idx: int) -> str | None:
+        if round_idx >= self.total_rounds:
+            return f"{self.name}: T = {self.total_rounds} rounds done"
+        return None
+
+    def _weights(self, clients: list[int]) -> list[float]:
+        n = [self.sizes[c] for c in clients]
+        total = float(sum(n))
+        return [x / total for x in n]
+
+    def releases(self, info: RoundInfo, num_samples: torch.Tensor, secure_aggregation: bool) -> list[Release]:
+        stds = self._commit(info.round_idx)
+        ids = [int(c) for c in info.clients.tolist()]
+        return federated_round_releases(
+            ids,
+            [stds[c] for c in ids],
+            [self.sensitivities[c] for c in ids],
+            self._weights(ids),
+            secure_aggregation=secure_aggregation,
+        )
+
+    def server_step(self, global_params: torch.Tensor, local: LocalResult, info: RoundInfo) -> RoundOutput:
+        stds_all = self._commit(info.round_idx)
+        ids = [int(c) for c in info.clients.tolist()]
+        stds = torch.tensor([stds_all[c] for c in ids], dtype=torch.float64)
+        uploads = local.params
+        step_norms = (uploads - global_params.to(uploads.device)).norm(dim=1)
+        gens = [info.seeds.generator(info.round_idx, c, "noise") for c in ids]
+        noisy = add_gaussian_noise_per_client(uploads, stds.to(uploads.dtype), gens)
+        new_global = WeightedMean.by_samples(local.num_samples)(noisy).to(global_params.device)
+        metrics: dict[str, Any] = {
+            "noise_std_mean": float(stds.mean()),
+            "noise_std_max": float(stds.max()),
+            "local_step_norm_mean": float(step_norms.mean()),
+            "rounds_planned": self.total_rounds,
+        }
+        metrics.update(self._after_round(global_params, new_global, info))
+        return RoundOutput(new_global, metrics)
+
+    def _after_round(self, old: torch.Tensor, new: torch.Tensor, info: RoundInfo) -> dict[str, Any]:
+        del old, new, info
+        return {}
+
+    # ------------------------------------------------------------------ privacy claims
+
+    def claimed_epsilon(self, rounds_done: int) -> dict[int, float] | None:
+        if rounds_done == 0:
+            return {i: 0.0 for i in range(self.num_clients)}
+        rows = self.history[:rounds_done]  # releases() has committed round rounds_done - 1
+        if not rows:
+            return {i: 0.0 for i in range(self.num_clients)}
+        return {
+            i: udp_claimed_epsilon([r[i] for r in rows], self.deltas[i], self.sensitivities[i], self.sample_rate)
+            for i in range(self.num_clients)
+        }
+
+    def claim_notion(self) -> str:
+        return (f"000 (Thm 1/4): (ε_i, δ_i = {min(self.deltas):g})-DP per client against the server, one "
+                "record, replace-one, moments bound with q = K/U")
+
+    def not_covered(self) -> list[str]:
+        out = []
+        if self.options.clip_norm_source == "median_unclipped_norms":
+            out.append(
+                f"clip norm C = {self.options.clip_norm:g} was chosen as the median of unclipped per-sample "
+                "gradient norms measured on the clients' training data (000 §5.2); that choice looks at "
+                "private data and is not privatized, so the certified epsilon does not cover it"
+            )
+        if self.epochs > 1:
+            out.append(
+                f"local.epochs = {self.epochs}: the sensitivity used is the safe bound "
+                "2ηC/|D_i| + (E−1)·2ηC, not 000's one-step 2ηC/|D_i|; the paper's claim assumes one step"
+            )
+        return out
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"history": [list(r) for r in self.history]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.history = [list(map(float, r)) for r in state.get("history", [])]
+
+
+# --------------------------------------------------------------------------- CRD
+
+
+class UdpCrd(Udp):
+    """000 Algorithm 2: UDP with communication rounds discounting (see the module docstring).
+
+    The test loss V is evaluated by the server on its own test data (``evaluator``: flat
+    parameters → mean test loss), set with :meth:`set_validation` or loaded lazily from the run's
+    data set on first use.
+    """
+
+    name = "udp-crd"
+
+    def __init__(self, options: UdpCrdOptions, sampler: Any, ctx: Any) -> None:
+        super().__init__(options, sampler, ctx)
+        self.crd = options
+        self.current_rounds = self.total_rounds
+        self.previous_loss: float | None = None
+        self.trajectory: list[int] = []
+        self._recompute = False
+        self._data_name = ctx.config.data.name
+        self._data_dir = ctx.config.data.dir
+        self._validation: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def set_validation(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        """The server's test data for V(w) (000 Alg. 2 line 17)."""
+        self._validation = (x, y)
+
+    def _loss(self, params: torch.Tensor) -> float:
+        if self.problem is None:
+            raise ConfigError("udp-crd: configure_local must run before training (the runner calls it).")
+        if self._validation is None:
+            from dpfl.data import load_dataset
+
+            ds = load_dataset(self._data_name, self._data_dir)
+            self._validation = (ds.x_test, ds.y_test)
+        x, y = self._validation
+        x, y = x.to(params.device), y.to(params.device)
+        views = self.problem.layout.views(params)
+        total = 0.0
+        with torch.no_grad():
+            for start in range(0, x.shape[0], 2000):
+                out = functional_call(self.problem.module, views, (x[start : start + 2000],))
+                total += float(per_sample_loss(self.problem.loss_kind, out, y[start : start + 2000]).sum())
+        return total / max(int(x.shape[0]), 1)
+
+    def should_stop(self, round_idx: int) -> str | None:
+        if round_idx >= self.current_rounds:
+            return (f"udp-crd: T discounted from {self.total_rounds} to {self.current_rounds}; "
+                    f"stopping after {round_idx} rounds")
+        return None
+
+    def _noise_stds(self, round_idx: int) -> list[float]:
+        if not self.history:
+            return super()._noise_stds(round_idx)
+        if not self._recompute:
+            return self.history[-1]  # T unchanged: eq. 30-31 give the same std
+        self._recompute = False
+        remaining = self.current_rounds - round_idx
+        return [
+            udp_noise_std_after_change(e, d, s, self.sample_rate, remaining, [r[i] for r in self.history])
+            for i, (e, d, s) in enumerate(zip(self.epsilons, self.deltas, self.sensitivities, strict=True))
+        ]
+
+    def _after_round(self, old: torch.Tensor, new: torch.Tensor, info: RoundInfo) -> dict[str, Any]:
+        t = info.round_idx
+        before = self.previous_loss if self.previous_loss is not None else self._loss(old)
+        after = self._loss(new)
+        self.previous_loss = after
+        triggered = (before - after) < self.crd.threshold
+        if triggered:
+            self.current_rounds = math.floor(self.crd.discount * (self.current_rounds - t)) + t
+            self._recompute = True
+        self.trajectory.append(self.current_rounds)
+        return {"crd_T": self.current_rounds, "crd_triggered": bool(triggered), "crd_test_loss": after}
+
+    def not_covered(self) -> list[str]:
+        return super().not_covered() + [
+            "CRD's stopping rule compares the test loss of successive global models (000 Alg. 2 line 17) "
+            "on data the server holds; it looks at data, and the number of rounds and the later noise "
+            "stds depend on it. The certified epsilon composes the releases that actually happened; "
+            "this is sound for RDP because CRD never lets the spent budget sum 1/sigma^2 exceed the one "
+            "fixed before the run (a Renyi filter, Feldman & Zrnic 2021), while a PLD certificate of "
+            "adaptively chosen noise has no such guarantee — read the RDP number for CRD runs"
+        ]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            **super().state_dict(),
+            "current_rounds": self.current_rounds,
+            "previous_loss": self.previous_loss,
+            "trajectory": list(self.trajectory),
+            "recompute": self._recompute,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.current_rounds = int(state.get("current_rounds", self.total_rounds))
+        prev = state.get("previous_loss")
+        self.previous_loss = None if prev is None else float(prev)
+        self.trajectory = [int(x) for x in state.get("trajectory", [])]
+        self._recompute = bool(state.get("recompute", False))
+
+
+# --------------------------------------------------------------------------- Lei
+
+
+class UdpLei(Udp):
+    """Lei's approach as used by 000 §5.4: linearly decaying noise until the budget is spent."""
+
+    name = "udp-lei"
+
+    def __init__(self, options: UdpLeiOptions, sampler: Any, ctx: Any) -> None:
+        super().__init__(options, sampler, ctx)
+        self.noise_decay = options.noise_decay if options.noise_decay is not None else 1.0 / (2 * self.total_rounds)
+        self.initial_stds = Udp._noise_stds(self, 0)
+
+    def _scheduled(self, round_idx: int) -> list[float]:
+        factor = 1.0 - self.noise_decay * round_idx
+        return [s * factor for s in self.initial_stds]
+
+    def _noise_stds(self, round_idx: int) -> list[float]:
+        return self._scheduled(round_idx)
+
+    def should_stop(self, round_idx: int) -> str | None:
+        stds = self._scheduled(round_idx)
+        if min(stds) <= 0:
+            return f"udp-lei: the linear schedule reached zero noise at round {round_idx}"
+        for i in range(self.num_clients):
+            eps = udp_claimed_epsilon([r[i] for r in self.history[:round_idx]] + [stds[i]],
+                                      self.deltas[i], self.sensitivities[i], self.sample_rate)
+            if eps > self.epsilons[i] * (1 + 1e-12):
+                return (f"udp-lei: round {round_idx + 1} would take client {i}'s privacy loss to "
+                        f"{eps:.4g} > epsilon = {self.epsilons[i]:g}; stopping after {round_idx} rounds")
+        return None
+
+
+# --------------------------------------------------------------------------- registry
+
+
+def _build(cls: type[Udp], model: type[UdpOptions], name: str) -> Callable[[dict[str, Any], Any, Any], Udp]:
+    def build(options: dict[str, Any], sampler: Any, ctx: Any) -> Udp:
+        from dpfl.algorithms.registry import parse_options
+
+        return cls(parse_options(model, options, name), sampler, ctx)  # type: ignore[arg-type]
+
+    return build
+
+
+ALGORITHMS = {
+    "udp": _build(Udp, UdpOptions, "udp"),
+    "udp-crd": _build(UdpCrd, UdpCrdOptions, "udp-crd"),
+    "udp-lei": _build(UdpLei, UdpLeiOptions, "udp-lei"),
+}

@@ -1,0 +1,713 @@
+"""Reproductions of 000 (UDP and CRD): Figs. 4–15.
+
+Setting of 000 §5.2 (kept at every scale unless a scale says otherwise): U = 50 clients, δ = 1e-3,
+ζ = 1e-3, per-sample clip C = median of unclipped per-sample gradient norms (measured by
+:func:`median_unclipped_norm`, a non-private pilot — stated as not covered by the certified ε),
+full-batch local step. MLP 784-256-10 on MNIST with |D_i| = 800 (Figs. 5–10, 12–15); linear SVM on
+UCI Census-Income (KDD) standing in for IPUMS-US with |D_i| = 128 (Fig. 4); the one-conv CNN on
+CIFAR-10 (Fig. 11). The paper states no learning rate; dpfl uses η = 0.5 for the MLP (full-batch
+GD with clipped gradients moves slowly at small η, and η scales the noise too, so it does not
+change the privacy/utility ratio per round), 0.5 for the SVM and 0.1 for the CNN.
+
+The paper's figures are plots without printed numbers: the reports compare our numbers with the
+qualitative claims of the text and compute a verdict for each.
+
+Scales: ``smoke`` (seconds, few clients, tests), ``reduced`` (what runs here: the paper's clients
+and data sizes, but a shorter initial T and a coarser grid), ``full`` (the paper's grid).
+
+The median clip norms used below were measured with (η and T as in the recipes)::
+
+    python -m dpfl.experiments.recipes.p000 median-clip --dataset mnist --lr 0.5 --rounds 100
+    python -m dpfl.experiments.recipes.p000 median-clip --dataset census-income --lr 0.5 --rounds 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch.func import functional_call, grad, vmap
+
+from dpfl.experiments.config import RunConfig, parse_config
+from dpfl.experiments.recipes.base import Recipe, RecipeRun, ReportContext
+
+__all__ = ["RECIPES", "census_config", "median_unclipped_norm", "mnist_config"]
+
+PAPER = "000_3304bf6f36c753f8.txt"
+DELTA = 1e-3
+ZETA = 1e-3
+MNIST_LR = 0.5
+CENSUS_LR = 0.5
+CIFAR_LR = 0.1
+#: median unclipped per-sample gradient norm (non-private pilot, see the module docstring)
+MNIST_CLIP = 1.12  # measured: 1.122 (q25 0.156, q75 10.6; 2000 records x 5 checkpoints)
+CENSUS_CLIP = 1.0
+CIFAR_CLIP = 1.0
+
+
+# --------------------------------------------------------------------------- configs
+
+
+def _config(
+    name: str,
+    algorithm: str,
+    options: dict[str, Any],
+    *,
+    data: str,
+    model: dict[str, Any],
+    partition: dict[str, Any],
+    rounds: int,
+    lr: float,
+    clients_per_round: int,
+    seed: int = 0,
+) -> RunConfig:
+    return parse_config({
+        "name": name,
+        "seed": seed,
+        "rounds": rounds,
+        "data": {"name": data, "dir": "data"},
+        "partition": partition,
+        "model": model,
+        "algorithm": {"name": algorithm, "options": options},
+        "privacy": {"delta": DELTA, "pld_every": 0},
+        "sampling": {"kind": "fixed", "clients_per_round": clients_per_round},
+        "local": {"lr": lr, "batch_size": None, "epochs": 1},
+        "eval_every": 1,
+        "checkpoint_every": 50,
+    })
+
+
+def mnist_config(
+    algorithm: str, options: dict[str, Any], *, rounds: int, lr: float | None = None, clients: int = 50,
+    samples: int = 800, clients_per_round: int | None = None, partition: dict[str, Any] | None = None,
+    name: str = "000-mnist",
+) -> RunConfig:
+    """A 000 MNIST/MLP run (Figs. 5–10, 12–15)."""
+    part = partition or {"kind": "iid", "num_clients": clients, "samples_per_client": samples}
+    return _config(name, algorithm, options, data="mnist", model={"name": "mlp"}, partition=part,
+                   rounds=rounds, lr=lr or MNIST_LR, clients_per_round=clients_per_round or clients)
+
+
+def census_config(
+    algorithm: str, options: dict[str, Any], *, rounds: int, lr: float | None = None, clients: int = 50,
+    samples: int = 128, clients_per_round: int | None = None, name: str = "000-census",
+) -> RunConfig:
+    """A 000 SVM run on UCI Census-Income (KDD), the stand-in for IPUMS-US (Fig. 4)."""
+    return _config(name, algorithm, options, data="census-income",
+                   model={"name": "svm", "options": {"kappa": 1e-3}},
+                   partition={"kind": "iid", "num_clients": clients, "samples_per_client": samples},
+                   rounds=rounds, lr=lr or CENSUS_LR, clients_per_round=clients_per_round or clients)
+
+
+def _opts(eps: float, clip: float, rounds: int, **extra: Any) -> dict[str, Any]:
+    return {"epsilon": eps, "clip_norm": clip, "clip_norm_source": "median_unclipped_norms",
+            "rounds": rounds, **extra}
+
+
+# --------------------------------------------------------------------------- the median clip norm
+
+
+def median_unclipped_norm(
+    config: RunConfig, *, num_checkpoints: int = 5, num_records: int = 2000, seed: int = 0
+) -> dict[str, Any]:
+    """000 §5.2's C: the median per-sample gradient norm along a non-private run of ``config``.
+
+    A **non-private pilot**: the same clients, model and local procedure as the UDP run but with
+    no clipping and no noise (full-batch FedAvg over all clients for ``config.rounds`` rounds);
+    at ``num_checkpoints`` evenly spaced rounds the per-sample gradient norms of a fixed random
+    subset of the clients' training records are measured (``torch.func.vmap(grad)``); C is
+    their median. It looks at private data and is not privatized: runs using it declare
+    ``clip_norm_source: median_unclipped_norms`` and their reports say the certified ε does not
+    cover it.
+
+    Returns:
+        ``{"clip_norm": median, "quantiles": {...}, "checkpoints": [...], "records": n}``.
+    """
+    from dpfl.experiments.runner import build_experiment
+    from dpfl.models import per_sample_loss
+    from dpfl.server.aggregators import WeightedMean
+    from dpfl.sim.vectorized import VectorizedEngine
+
+    exp = build_experiment(config)
+    problem = dataclasses.replace(exp.problem, local=dataclasses.replace(exp.problem.local, per_sample_clip=None))
+    engine = VectorizedEngine(problem, exp.data, exp.seeds)
+    clients = list(range(exp.data.num_clients))
+    owned = torch.cat(exp.data.client_indices)
+    gen = torch.Generator().manual_seed(seed)
+    pick = owned[torch.randperm(owned.numel(), generator=gen)[: min(num_records, owned.numel())]]
+    x, y = exp.data.x[pick], exp.data.y[pick]
+    rounds = config.rounds
+    marks = sorted({round(i * (rounds - 1) / max(num_checkpoints - 1, 1)) for i in range(num_checkpoints)})
+    module = problem.module
+
+    def loss_one(p: dict[str, torch.Tensor], xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
+        out = functional_call(module, p, (xi.unsqueeze(0),))
+        return per_sample_loss(problem.loss_kind, out, yi.unsqueeze(0)).sum()
+
+    per_sample = vmap(grad(loss_one), in_dims=(None, 0, 0))
+    params = exp.init_params.clone()
+    norms: list[torch.Tensor] = []
+    for t in range(rounds):
+        if t in marks:
+            views = {k: v.detach() for k, v in problem.layout.views(params).items()}
+            sq = torch.zeros(x.shape[0])
+            for start in range(0, x.shape[0], 500):
+                g = per_sample(views, x[start : start + 500], y[start : start + 500])
+                sq[start : start + 500] = sum(v.reshape(v.shape[0], -1).pow(2).sum(1) for v in g.values())
+            norms.append(sq.sqrt())
+        if t == marks[-1]:
+            break
+        local = engine.train(params, clients, t)
+        params = WeightedMean.by_samples(local.num_samples)(local.params)
+    allv = torch.cat(norms)
+    qs = torch.quantile(allv, torch.tensor([0.1, 0.25, 0.5, 0.75, 0.9]))
+    return {
+        "clip_norm": float(qs[2]),
+        "quantiles": {k: float(v) for k, v in zip(("q10", "q25", "q50", "q75", "q90"), qs.tolist(), strict=True)},
+        "checkpoints": marks,
+        "records": int(x.shape[0]),
+    }
+
+
+def _main(argv: Sequence[str] | None = None) -> int:  # pragma: no cover - manual tool
+    p = argparse.ArgumentParser(prog="python -m dpfl.experiments.recipes.p000")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("median-clip", help="000 §5.2 median clip norm by a non-private pilot")
+    m.add_argument("--data-dir", default="../shared/data")
+    m.add_argument("--lr", type=float, default=None)
+    m.add_argument("--rounds", type=int, default=100)
+    m.add_argument("--dataset", default="mnist", choices=("mnist", "census-income"))
+    args = p.parse_args(argv)
+    build = mnist_config if args.dataset == "mnist" else census_config
+    cfg = build("udp", {"epsilon": 8.0, "clip_norm": 1.0}, rounds=args.rounds, lr=args.lr)
+    cfg = cfg.model_copy(update={"data": cfg.data.model_copy(update={"dir": args.data_dir})})
+    print(median_unclipped_norm(cfg))
+    return 0
+
+
+
+# --------------------------------------------------------------------------- scales
+
+
+@dataclasses.dataclass(frozen=True)
+class _Scale:
+    clients: int
+    samples: int
+    epsilons: tuple[float, ...]
+    grid: tuple[int, ...]  # fixed T values searched for "optimal UDP"
+    initial_rounds: int  # T of original UDP, initial T of CRD, T that sets Lei's sigma^0
+
+
+_MNIST_SCALES = {
+    "smoke": _Scale(5, 40, (8.0,), (2, 4), 4),
+    "reduced": _Scale(50, 800, (4.0, 8.0), (15, 30, 60, 100), 100),
+    "full": _Scale(50, 800, (4.0, 8.0, 12.0, 16.0, 20.0), (25, 50, 75, 100, 125, 150, 200, 250, 300), 200),
+}
+_CENSUS_SCALES = {
+    "smoke": _Scale(5, 16, (8.0,), (2, 4), 4),
+    "reduced": _Scale(50, 128, (4.0, 8.0), (10, 25, 50, 100, 200), 200),
+    "full": _Scale(50, 128, (2.0, 4.0, 8.0, 16.0), (10, 25, 50, 75, 100, 150, 200, 300), 200),
+}
+
+
+def _k(scale: _Scale, q: float) -> int:
+    return max(1, round(q * scale.clients))
+
+
+def _mnist(algorithm: str, eps: float, rounds: int, sc: _Scale, q: float, *,
+           partition: dict[str, Any] | None = None, init_rounds: int | None = None, **extra: Any) -> RunConfig:
+    opts = _opts(eps, MNIST_CLIP, rounds, **extra)
+    return mnist_config(algorithm, opts, rounds=init_rounds or rounds, clients=sc.clients, samples=sc.samples,
+                        clients_per_round=_k(sc, q), partition=partition)
+
+
+# --------------------------------------------------------------------------- reading runs
+
+
+def _max_claim(claimed: Any) -> float | None:
+    if isinstance(claimed, dict):
+        vals = [float(v) for v in claimed.values()]
+        return max(vals) if vals else None
+    return None if claimed is None else float(claimed)
+
+
+def _summary(rec: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    res = rec.result or {}
+    priv = res.get("privacy") or {}
+    cert = priv.get("certified") or {}
+    obs = cert.get("observers") or {}
+    head = cert.get("headline") or {}
+    return {
+        "rounds": int(res.get("rounds", len(rows))),
+        "test_loss": res.get("test_loss"),
+        "test_accuracy": res.get("test_accuracy"),
+        "claimed": _max_claim(priv.get("claimed_epsilon")),
+        "server": (obs.get("server") or {}).get("epsilon"),
+        "server_rdp": (obs.get("server") or {}).get("epsilon_rdp"),
+        "public": (obs.get("public") or {}).get("epsilon"),
+        "headline": head.get("epsilon"),
+        "crd_T": [r.get("crd_T") for r in rows if "crd_T" in r],
+        "losses": [r.get("test_loss") for r in rows],
+        "accs": [r.get("test_accuracy") for r in rows],
+        "seconds": sum(float(r.get("seconds", 0.0)) for r in rows),
+    }
+
+
+def _f(x: Any, nd: int = 4) -> str:
+    if x is None:
+        return "—"
+    if isinstance(x, float):
+        if math.isinf(x):
+            return "inf"
+        return f"{x:.{nd}g}"
+    return str(x)
+
+
+def _privacy_table(items: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    lines = ["| run | rounds | test loss | test acc. | claimed ε (000, max over clients) | "
+             "certified ε server (best / RDP) | certified ε public | time (s) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for label, s in items:
+        lines.append(
+            f"| {label} | {s['rounds']} | {_f(s['test_loss'])} | {_f(s['test_accuracy'])} | {_f(s['claimed'])} | "
+            f"{_f(s['server'])} / {_f(s['server_rdp'])} | {_f(s['public'])} | {s['seconds']:.0f} |"
+        )
+    return lines
+
+
+def _verdict(ok: bool | None) -> str:
+    return "not evaluated" if ok is None else ("**agrees**" if ok else "**disagrees**")
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+# --------------------------------------------------------------------------- T sweeps (Figs. 4-6)
+
+
+def _sweep_build(kind: str, q: float) -> Callable[[str], list[RecipeRun]]:
+    def build(scale: str) -> list[RecipeRun]:
+        runs = []
+        if kind == "census":
+            sc = _CENSUS_SCALES[scale]
+            for eps in sc.epsilons:
+                for t in sc.grid:
+                    cfg = census_config("udp", _opts(eps, CENSUS_CLIP, t), rounds=t, clients=sc.clients,
+                                        samples=sc.samples, clients_per_round=_k(sc, q))
+                    runs.append(RecipeRun(f"udp eps={eps:g} T={t} q={q:g}", cfg, {"eps": eps, "T": t, "q": q}))
+            return runs
+        sc = _MNIST_SCALES[scale]
+        for eps in sc.epsilons:
+            for t in sc.grid:
+                runs.append(RecipeRun(f"udp eps={eps:g} T={t}", _mnist("udp", eps, t, sc, q), {"eps": eps, "T": t, "q": q}))
+        return runs
+
+    return build
+
+
+def _sweep_report(metric: str = "test_loss") -> Callable[[ReportContext], str]:
+    def report(ctx: ReportContext) -> str:
+        curves: dict[tuple[float, float], list[tuple[int, dict[str, Any]]]] = {}
+        for run, rec, rows in ctx.runs:
+            curves.setdefault((run.coords["q"], run.coords["eps"]), []).append((run.coords["T"], _summary(rec, rows)))
+        plt = _plt()
+        qs = sorted({q for q, _ in curves})
+        fig, axes = plt.subplots(1, len(qs), figsize=(5.5 * len(qs), 4), squeeze=False)
+        lines: list[str] = []
+        best: dict[tuple[float, float], int] = {}
+        interior: list[bool] = []
+        for j, q in enumerate(qs):
+            ax = axes[0][j]
+            for (qq, eps), pts in sorted(curves.items()):
+                if qq != q:
+                    continue
+                pts.sort()
+                ts = [t for t, _ in pts]
+                vals = [s[metric] for _, s in pts]
+                ax.plot(ts, vals, marker="o", label=f"ε = {eps:g}")
+                k = min(range(len(vals)), key=lambda i: vals[i])
+                best[(q, eps)] = ts[k]
+                interior.append(0 < k < len(ts) - 1)
+                lines += [f"### q = {q:g}, ε = {eps:g}: best T = {ts[k]} (grid {ts})", ""]
+                lines += _privacy_table([(f"T = {t}", s) for t, s in pts]) + [""]
+            ax.set_xlabel("T (communication rounds)")
+            ax.set_ylabel("test loss" if metric == "test_loss" else metric)
+            ax.set_title(f"UDP, q = {q:g}")
+            ax.legend()
+        if ctx.recipe.notes:
+            fig.text(0.01, 0.005, ctx.recipe.notes.split(".")[0][:150], fontsize=7)
+        fig.tight_layout()
+        fig.savefig(ctx.out_dir / "loss_vs_T.png", dpi=110)
+        plt.close(fig)
+        moves = []
+        for q in qs:
+            epss = sorted(e for qq, e in best if qq == q)
+            ts = [best[(q, e)] for e in epss]
+            if len(ts) > 1:
+                moves.append(all(a <= b for a, b in zip(ts, ts[1:], strict=False)) and ts[-1] > ts[0])
+        better = []
+        for q in qs:
+            epss = sorted(e for qq, e in curves if qq == q)
+            for lo, hi in zip(epss, epss[1:], strict=False):
+                a = dict(curves[(q, lo)])
+                b = dict(curves[(q, hi)])
+                better += [b[t][metric] <= a[t][metric] for t in a if t in b]
+        head = [
+            "![loss vs T](loss_vs_T.png)", "",
+            "| claim | ours | verdict |", "|---|---|---|",
+            f"| test loss against T is convex with an interior optimum | interior minimum in "
+            f"{sum(interior)}/{len(interior)} (q, ε) curves; best T: "
+            + ", ".join(f"q={q:g} ε={e:g}: {t}" for (q, e), t in sorted(best.items()))
+            + f" | {_verdict(all(interior) if interior else None)} |",
+            f"| the optimal T increases with ε | {'; '.join('yes' if m else 'no' for m in moves) or 'one ε only'} | "
+            f"{_verdict(all(moves) if moves else None)} |",
+            f"| a larger ε gives a lower loss at the same T | {sum(better)}/{len(better)} pairs | "
+            f"{_verdict((sum(better) >= 0.8 * len(better)) if better else None)} |",
+            "",
+        ]
+        return "\n".join(head + lines)
+
+    return report
+
+
+# --------------------------------------------------------------------------- comparisons (Figs. 7-15)
+
+
+def _compare_runs(sc: _Scale, q: float, *, partition: dict[str, Any] | None = None,
+                  model: str = "mlp", eps_list: Sequence[float] | None = None,
+                  betas: Sequence[float] = (0.9,), init_list: Sequence[int] | None = None,
+                  with_grid: bool = True, with_lei: bool = True) -> list[RecipeRun]:
+    runs: list[RecipeRun] = []
+    inits = list(init_list or [sc.initial_rounds])
+
+    def cfg(alg: str, eps: float, rounds: int, init_rounds: int | None = None, **extra: Any) -> RunConfig:
+        if model == "cnn-000":
+            return _cnn_config(alg, eps, rounds, sc, q, init_rounds=init_rounds, **extra)
+        return _mnist(alg, eps, rounds, sc, q, partition=partition, init_rounds=init_rounds, **extra)
+
+    for eps in eps_list or sc.epsilons:
+        grid = sorted(set(sc.grid) | set(inits)) if with_grid else sorted(set(inits))
+        for t in grid:
+            runs.append(RecipeRun(f"udp eps={eps:g} T={t}", cfg("udp", eps, t), {"eps": eps, "alg": "udp", "T": t}))
+        for t0 in inits:
+            for beta in betas:
+                runs.append(RecipeRun(
+                    f"crd eps={eps:g} T0={t0} beta={beta:g}",
+                    cfg("udp-crd", eps, t0, threshold=ZETA, discount=beta),
+                    {"eps": eps, "alg": "udp-crd", "T": t0, "beta": beta}))
+            if with_lei:
+                runs.append(RecipeRun(f"lei eps={eps:g} T={t0}", cfg("udp-lei", eps, t0),
+                                      {"eps": eps, "alg": "udp-lei", "T": t0}))
+    return runs
+
+
+def _cnn_config(alg: str, eps: float, rounds: int, sc: _Scale, q: float, *, init_rounds: int | None = None,
+                **extra: Any) -> RunConfig:
+    data = "cifar10" if sc.samples >= 800 else "mnist"  # smoke: MNIST images stand in (no CIFAR offline)
+    return _config("000-cnn", alg, _opts(eps, CIFAR_CLIP, rounds, **extra), data=data,
+                   model={"name": "cnn-000"},
+                   partition={"kind": "iid", "num_clients": sc.clients, "samples_per_client": sc.samples},
+                   rounds=init_rounds or rounds, lr=CIFAR_LR, clients_per_round=_k(sc, q))
+
+
+def _group(ctx: ReportContext) -> dict[float, dict[str, Any]]:
+    """ε → {"udp": {T: summary}, "crd": {(T0, β): summary}, "lei": {T: summary}}."""
+    out: dict[float, dict[str, Any]] = {}
+    for run, rec, rows in ctx.runs:
+        c = run.coords
+        g = out.setdefault(c["eps"], {"udp": {}, "crd": {}, "lei": {}})
+        s = _summary(rec, rows)
+        if c["alg"] == "udp":
+            g["udp"][c["T"]] = s
+        elif c["alg"] == "udp-crd":
+            g["crd"][(c["T"], c["beta"])] = s
+        else:
+            g["lei"][c["T"]] = s
+    return out
+
+
+def _compare_report(metric: str, initial: Callable[[str], int]) -> Callable[[ReportContext], str]:
+    lower_better = metric == "test_loss"
+
+    def better(a: float, b: float) -> bool:
+        return a < b if lower_better else a > b
+
+    def report(ctx: ReportContext) -> str:
+        groups = _group(ctx)
+        t0 = initial(ctx.scale)
+        plt = _plt()
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+        epss = sorted(groups)
+        series: dict[str, list[float | None]] = {"original UDP": [], "Lei": [], "UDP + CRD": [], "optimal UDP": []}
+        lines: list[str] = []
+        checks_orig, checks_close, checks_lei = [], [], []
+        for eps in epss:
+            g = groups[eps]
+            orig = g["udp"].get(t0)
+            crd = g["crd"].get((t0, 0.9)) or next(iter(g["crd"].values()), None)
+            lei = g["lei"].get(t0)
+            opt_t = None
+            if g["udp"]:
+                key = min if lower_better else max
+                opt_t = key(g["udp"], key=lambda t: g["udp"][t][metric])
+            opt = g["udp"].get(opt_t) if opt_t is not None else None
+            for name, s in (("original UDP", orig), ("Lei", lei), ("UDP + CRD", crd), ("optimal UDP", opt)):
+                series[name].append(None if s is None else s[metric])
+            rows = [(f"original UDP (T = {t0})", orig), (f"Lei (σ⁰ from T = {t0})", lei),
+                    ("UDP + CRD (β = 0.9)", crd), (f"optimal UDP (T = {opt_t}, grid {sorted(g['udp'])})", opt)]
+            lines += [f"### ε = {eps:g}", ""] + _privacy_table([(n, s) for n, s in rows if s is not None]) + [""]
+            if crd is not None and orig is not None:
+                checks_orig.append(better(crd[metric], orig[metric]))
+            if crd is not None and orig is not None and opt is not None:
+                gap = abs(orig[metric] - opt[metric])
+                checks_close.append(abs(crd[metric] - opt[metric]) <= 0.25 * gap + 1e-12 or better(crd[metric], opt[metric]))
+            if crd is not None and lei is not None:
+                checks_lei.append(better(crd[metric], lei[metric]))
+            if crd is not None:
+                ax2.plot(range(1, len(crd["losses"]) + 1), crd["losses"] if lower_better else crd["accs"],
+                         label=f"CRD ε = {eps:g}")
+        for name, vals in series.items():
+            pts = [(e, v) for e, v in zip(epss, vals, strict=True) if v is not None]
+            if pts:
+                ax1.plot(*zip(*pts, strict=True), marker="o", label=name)
+        ax1.set_xlabel("ε_p")
+        ax1.set_ylabel("final " + ("test loss" if lower_better else "test accuracy"))
+        ax1.legend()
+        ax2.set_xlabel("round")
+        ax2.set_ylabel("test loss" if lower_better else "test accuracy")
+        ax2.set_title("CRD runs per round")
+        ax2.legend(fontsize=7)
+        if ctx.recipe.notes:
+            fig.text(0.01, 0.005, ctx.recipe.notes.split(".")[0][:150], fontsize=7)
+        fig.tight_layout()
+        fig.savefig(ctx.out_dir / "comparison.png", dpi=110)
+        plt.close(fig)
+        head = [
+            "![comparison](comparison.png)", "",
+            "| claim | ours | verdict |", "|---|---|---|",
+            f"| CRD beats original UDP | {sum(checks_orig)}/{len(checks_orig)} ε | "
+            f"{_verdict(all(checks_orig) if checks_orig else None)} |",
+            f"| CRD comes close to optimal UDP (within 25% of the original-to-optimal gap, or better) | "
+            f"{sum(checks_close)}/{len(checks_close)} ε | {_verdict(all(checks_close) if checks_close else None)} |",
+            f"| CRD beats Lei's approach | {sum(checks_lei)}/{len(checks_lei)} ε | "
+            f"{_verdict(all(checks_lei) if checks_lei else None)} |",
+            "",
+            f"Metric: final {metric.replace('_', ' ')}. Claimed ε: 000's own formula for the noise actually "
+            "added (CRD and Lei spend at most ε_p by construction). Certified ε: dp-accounting for the "
+            "noise actually added — server (each upload, no amplification) and public (the weighted "
+            "mean, amplified by the secret sample); privacy unit one record, replace-one, δ = 1e-3.",
+            "",
+        ]
+        return "\n".join(head + lines)
+
+    return report
+
+
+def _trajectory_report(ctx: ReportContext) -> str:
+    """Fig. 10: the trajectory of T under CRD, per ε."""
+    groups = _group(ctx)
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ends = []
+    lines = ["| ε | initial T | T per round (first, last) | rounds run | claimed ε | certified ε server / public |",
+             "|---|---|---|---|---|---|"]
+    for eps in sorted(groups):
+        for (t0, _beta), s in sorted(groups[eps]["crd"].items()):
+            traj = s["crd_T"]
+            ax.plot(range(1, len(traj) + 1), traj, label=f"ε = {eps:g}")
+            ends.append((eps, s["rounds"]))
+            lines.append(f"| {eps:g} | {t0} | {traj[:1]} … {traj[-1:]} | {s['rounds']} | {_f(s['claimed'])} | "
+                         f"{_f(s['server'])} / {_f(s['public'])} |")
+    ax.set_xlabel("round")
+    ax.set_ylabel("current T")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(ctx.out_dir / "crd_T.png", dpi=110)
+    plt.close(fig)
+    ends.sort()
+    mono = all(a[1] <= b[1] for a, b in zip(ends, ends[1:], strict=False)) if len(ends) > 1 else None
+    return "\n".join([
+        "![T trajectory](crd_T.png)", "",
+        "| claim | ours | verdict |", "|---|---|---|",
+        f"| a smaller ε ends earlier | rounds run: {', '.join(f'ε={e:g}: {r}' for e, r in ends)} | {_verdict(mono)} |",
+        "",
+    ] + lines)
+
+
+def _beta_report(which: str) -> Callable[[ReportContext], str]:
+    def report(ctx: ReportContext) -> str:
+        groups = _group(ctx)
+        plt = _plt()
+        fig, ax = plt.subplots(figsize=(6, 4))
+        lines = ["| ε | β | rounds run | test loss | claimed ε | certified ε server / public |",
+                 "|---|---|---|---|---|---|"]
+        verdicts = []
+        for eps in sorted(groups):
+            items = sorted(groups[eps]["crd"].items(), key=lambda kv: kv[0][1])
+            betas = [b for (_, b), _ in items]
+            vals = [s["test_loss"] if which == "loss" else s["rounds"] for _, s in items]
+            ax.plot(betas, vals, marker="o", label=f"ε = {eps:g}")
+            for (_t0, b), s in items:
+                lines.append(f"| {eps:g} | {b:g} | {s['rounds']} | {_f(s['test_loss'])} | {_f(s['claimed'])} | "
+                             f"{_f(s['server'])} / {_f(s['public'])} |")
+            if which == "rounds":
+                verdicts.append(all(a <= b for a, b in zip(vals, vals[1:], strict=False)))
+            else:
+                verdicts.append(betas[min(range(len(vals)), key=lambda i: vals[i])])
+        ax.set_xlabel("β")
+        ax.set_ylabel("final test loss" if which == "loss" else "rounds run")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(ctx.out_dir / f"beta_{which}.png", dpi=110)
+        plt.close(fig)
+        if which == "rounds":
+            claim = (f"| a larger β consumes more rounds | monotone in {sum(verdicts)}/{len(verdicts)} ε | "
+                     f"{_verdict(all(verdicts) if verdicts else None)} |")
+        else:
+            claim = (f"| β = 0.8 gives the lowest loss | best β per ε: {verdicts} | "
+                     f"{_verdict(all(abs(b - 0.8) < 1e-9 for b in verdicts) if verdicts else None)} |")
+        return "\n".join([f"![beta](beta_{which}.png)", "", "| claim | ours | verdict |", "|---|---|---|",
+                          claim, ""] + lines)
+
+    return report
+
+
+def _init_report(ctx: ReportContext) -> str:
+    """Fig. 7: CRD from several initial T; closer to the optimal T is better."""
+    groups = _group(ctx)
+    lines = ["| ε | initial T | rounds run | test loss | claimed ε | certified ε server / public |",
+             "|---|---|---|---|---|---|"]
+    verdicts = []
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for eps in sorted(groups):
+        g = groups[eps]
+        items = sorted(g["crd"].items())
+        inits = [t for (t, _), _ in items]
+        vals = [s["test_loss"] for _, s in items]
+        ax.plot(inits, vals, marker="o", label=f"CRD ε = {eps:g}")
+        for (t0, _), s in items:
+            lines.append(f"| {eps:g} | {t0} | {s['rounds']} | {_f(s['test_loss'])} | {_f(s['claimed'])} | "
+                         f"{_f(s['server'])} / {_f(s['public'])} |")
+        if g["udp"] and vals:
+            opt_t = min(g["udp"], key=lambda t: g["udp"][t]["test_loss"])
+            closest = min(inits, key=lambda t: abs(t - opt_t))
+            best = inits[min(range(len(vals)), key=lambda i: vals[i])]
+            verdicts.append(best == closest)
+            lines.append(f"| {eps:g} | optimal fixed T from the grid: {opt_t} | | "
+                         f"{_f(g['udp'][opt_t]['test_loss'])} | | |")
+    ax.set_xlabel("initial T")
+    ax.set_ylabel("final test loss")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(ctx.out_dir / "initial_T.png", dpi=110)
+    plt.close(fig)
+    return "\n".join(["![initial T](initial_T.png)", "", "| claim | ours | verdict |", "|---|---|---|",
+                      f"| an initial T closer to the optimal T gives a lower loss | {sum(verdicts)}/{len(verdicts)} ε | "
+                      f"{_verdict(all(verdicts) if verdicts else None)} |", ""] + lines)
+
+
+# --------------------------------------------------------------------------- the recipes
+
+
+def _init_T(scale: str) -> int:
+    return _MNIST_SCALES[scale].initial_rounds
+
+
+def _compare_build(q: float, **kw: Any) -> Callable[[str], list[RecipeRun]]:
+    def build(scale: str) -> list[RecipeRun]:
+        sc = _MNIST_SCALES[scale]
+        part = kw.get("partition")
+        partition = part(sc) if callable(part) else part
+        rest = {k: v for k, v in kw.items() if k != "partition"}
+        return _compare_runs(sc, q, partition=partition, **rest)
+
+    return build
+
+
+def _noniid(sc: _Scale) -> dict[str, Any]:
+    return {"kind": "classes", "num_clients": sc.clients, "classes_per_client": 4, "samples_per_client": sc.samples}
+
+
+def _unbalanced(sc: _Scale) -> dict[str, Any]:
+    if sc.clients >= 5 and sc.samples >= 400:
+        sizes = [400, 600, 800, 1000, 1200]
+    else:
+        sizes = [sc.samples // 2, sc.samples, sc.samples * 3 // 2]
+    return {"kind": "groups", "num_clients": sc.clients, "group_sizes": sizes}
+
+
+_MNIST_NOTE = ("MNIST, MLP 784-256-10, U = 50, |D_i| = 800 at reduced/full scale; η = 0.5, C = 1.12 = median of "
+               "unclipped per-sample gradient norms (non-private pilot, not covered by the certified ε). "
+               "Reduced scale: ε ∈ {4, 8}, initial T = 100, grid T ∈ {15, 30, 60, 100}; full: ε ∈ {4..20}, T0 = 200.")
+
+_SWEEP_CLAIM = ("Test loss against T is convex with an interior optimal T (Thm 3); the optimal T increases with "
+                "ε_p; a smaller ε_p and a larger T give a worse loss (§5.3). The figure prints no numbers.")
+_COMPARE_CLAIM = ("UDP + CRD (β = 0.9) greatly improves on original UDP (fixed T = 200) and Lei's approach and is "
+                  "close to optimal UDP (best fixed T by search); at large ε_p it can beat optimal UDP (§5.4). "
+                  "The figure prints no numbers.")
+
+RECIPES: list[Recipe] = [
+    Recipe("000/fig4", "SVM test loss vs T for several ε (q = 1 and 0.6), Census-Income stand-in", PAPER,
+           _SWEEP_CLAIM + " Fig. 4 uses SVM on IPUMS-US, |D_i| = 128.",
+           lambda s: _sweep_build("census", 1.0)(s) + _sweep_build("census", 0.6)(s), _sweep_report(),
+           notes="UCI Census-Income (KDD) stands in for IPUMS-US (not available offline): binary income label "
+                 "from census attributes, 502 one-hot features; linear SVM (hinge, κ = 1e-3), |D_i| = 128, η = 0.5, "
+                 "C = 1.0 (not re-measured by the pilot here)."),
+    Recipe("000/fig5", "MLP test loss vs T for several ε, q = 1", PAPER, _SWEEP_CLAIM,
+           _sweep_build("mnist", 1.0), _sweep_report(), notes=_MNIST_NOTE),
+    Recipe("000/fig6", "MLP test loss vs T for several ε, q = 0.6", PAPER, _SWEEP_CLAIM,
+           _sweep_build("mnist", 0.6), _sweep_report(), notes=_MNIST_NOTE),
+    Recipe("000/fig7", "CRD (β = 0.9) with several initial T", PAPER,
+           "An initial T closer to the optimal T gives a better loss (initial T from 150 to 300).",
+           lambda s: _compare_runs(_MNIST_SCALES[s], 1.0, eps_list=_MNIST_SCALES[s].epsilons[-1:], with_lei=False,
+                                   init_list={"smoke": [2, 4], "reduced": [30, 60, 100],
+                                              "full": [150, 200, 250, 300]}[s]),
+           _init_report, notes=_MNIST_NOTE),
+    Recipe("000/fig8", "Test loss: original UDP, Lei, UDP + CRD, optimal UDP (q = 1)", PAPER, _COMPARE_CLAIM,
+           _compare_build(1.0), _compare_report("test_loss", _init_T), notes=_MNIST_NOTE),
+    Recipe("000/fig8b", "Test loss: original UDP, Lei, UDP + CRD, optimal UDP (q = 0.6)", PAPER, _COMPARE_CLAIM,
+           _compare_build(0.6), _compare_report("test_loss", _init_T), notes=_MNIST_NOTE),
+    Recipe("000/fig9", "Test accuracy: original UDP, Lei, UDP + CRD, optimal UDP (q = 1)", PAPER, _COMPARE_CLAIM,
+           _compare_build(1.0), _compare_report("test_accuracy", _init_T), notes=_MNIST_NOTE),
+    Recipe("000/fig10", "Trajectory of T under CRD (β = 0.9), q = 1", PAPER,
+           "A smaller ε_p ends earlier (CRD discounts T sooner and more).",
+           lambda s: [r for r in _compare_build(1.0)(s) if r.coords["alg"] == "udp-crd"], _trajectory_report,
+           notes=_MNIST_NOTE),
+    Recipe("000/fig11", "CNN on CIFAR-10: original UDP, Lei, UDP + CRD, optimal UDP (K = 30)", PAPER,
+           _COMPARE_CLAIM + " CNN on CIFAR-10, |D_i| = 800, N = 50, K = 30, T = 200, ε ∈ {4..20}.",
+           _compare_build(0.6, model="cnn-000"), _compare_report("test_loss", _init_T),
+           notes="Smoke scale runs the one-conv CNN on a few MNIST images (CIFAR-10 is not available offline); "
+                 "it proves the pipeline only. Full scale (needs the CIFAR-10 python batches under "
+                 "<data>/cifar10/cifar-10-batches-py): `dpfl reproduce 000/fig11 --scale full --data-dir <data>`."),
+    Recipe("000/fig12", "Non-IID (4 digits per client): test accuracy of the four methods", PAPER,
+           "UDP + CRD greatly improves the test accuracy over original UDP and Lei's approach (non-IID).",
+           _compare_build(1.0, partition=_noniid), _compare_report("test_accuracy", _init_T), notes=_MNIST_NOTE),
+    Recipe("000/fig13", "Unbalanced (400..1200 samples per client): test accuracy of the four methods", PAPER,
+           "UDP + CRD greatly improves the test accuracy over original UDP and Lei's approach (unbalanced).",
+           _compare_build(1.0, partition=_unbalanced), _compare_report("test_accuracy", _init_T), notes=_MNIST_NOTE),
+    Recipe("000/fig14", "CRD test loss for β from 0.5 to 0.9", PAPER,
+           "A larger β adjusts T more carefully and helps; β = 0.8 gives the best loss.",
+           lambda s: [r for r in _compare_runs(_MNIST_SCALES[s], 1.0, betas=(0.5, 0.6, 0.7, 0.8, 0.9),
+                                               with_grid=False, with_lei=False) if r.coords["alg"] == "udp-crd"],
+           _beta_report("loss"), notes=_MNIST_NOTE),
+    Recipe("000/fig15", "Rounds consumed by CRD for β from 0.5 to 0.9", PAPER,
+           "A larger β consumes more communication rounds.",
+           lambda s: [r for r in _compare_runs(_MNIST_SCALES[s], 1.0, betas=(0.5, 0.6, 0.7, 0.8, 0.9),
+                                               with_grid=False, with_lei=False) if r.coords["alg"] == "udp-crd"],
+           _beta_report("rounds"), notes=_MNIST_NOTE),
+]
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(_main())
