@@ -206,6 +206,9 @@ class NbAfl(PrivateAlgorithm):
             weights,
             server_noise_std=self.downlink_noise_std,
             secure_aggregation=secure_aggregation,
+            # no noise at all: charge the broadcast to the cohort, unamplified (ε = ∞ either way;
+            # the accountant cannot wrap a non-private event in K-of-N sampling)
+            per_client_public=self.uplink_noise_std == 0 and self.downlink_noise_std == 0,
         )
 
     def server_step(self, global_params: torch.Tensor, local: LocalResult, info: RoundInfo) -> RoundOutput:
