@@ -236,11 +236,12 @@ class DpFedAvg(PrivateAlgorithm):
             metrics["dense_update_norm_mean"] = float(dense_norms.mean())
         clipped, norms = clip_by_l2_norm(updates, clip)
         client_std = self._client_noise_std(k)
-        gens = [info.seeds.generator(info.round_idx, int(c), "noise") for c in info.clients.tolist()]
+        dev = clipped.device
+        gens = [info.seeds.generator(info.round_idx, int(c), "noise", device=dev) for c in info.clients.tolist()]
         if client_std > 0:
             clipped = add_gaussian_noise_per_client(clipped, client_std, gens)
         mean = clipped.mean(0)
-        server_gen = info.seeds.generator(info.round_idx, SERVER, "server_noise")
+        server_gen = info.seeds.generator(info.round_idx, SERVER, "server_noise", device=dev)
         server_std = self._server_noise_std(k)
         if server_std > 0:
             mean = add_gaussian_noise(mean.unsqueeze(0), server_std, server_gen)[0]
@@ -251,9 +252,9 @@ class DpFedAvg(PrivateAlgorithm):
             client_cs, server_cs = self._count_stds(k)
             total = float(bits.sum())
             if client_cs > 0:
-                total += sum(float(torch.randn((), generator=g, dtype=torch.float64)) for g in gens) * client_cs
+                total += sum(float(torch.randn((), generator=g, dtype=torch.float64, device=g.device)) for g in gens) * client_cs
             if server_cs > 0:
-                total += float(torch.randn((), generator=server_gen, dtype=torch.float64)) * server_cs
+                total += float(torch.randn((), generator=server_gen, dtype=torch.float64, device=dev)) * server_cs
             frac = self._rule.unclipped_fraction(total)
             self.clip_norm = self._rule.next_clip(clip, frac)
             metrics["unclipped_fraction_noised"] = frac
