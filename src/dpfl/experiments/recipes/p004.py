@@ -10,7 +10,7 @@ per sample and step (seconds per round on 2 CPU cores), so the scales are:
 * ``reduced`` — what runs here, **a stand-in, not the paper's setting**: real MNIST split over
   1,000 clients by Dirichlet(α = 0.5) labels (≈ 60 samples each; EMNIST's writers hold ≈ 200),
   an MLP 784-64-10 (50,890 parameters) instead of the CNN, p = 0.04 (≈ 40 clients per round, as in
-  the paper), Q = 10 steps of batch 32 at lr 0.05, S = 0.3, T = 50 rounds, δ = 1/N = 1e-3.
+  the paper), Q = 10 steps of batch 32 at lr 0.05, S = 0.3, T = 40 rounds, δ = 1/N = 1e-3.
 * ``full`` — the paper's settings for users with the data and a GPU (``device: cuda``): FEMNIST
   (LEAF JSON, natural writer split) with the 2-layer CNN for Tables 1 and 3 and Figs. 1–2, and
   CIFAR-10 (Dirichlet α = 1) with ResNet-18 (GroupNorm) for Figs. 3–4. Not run here.
@@ -48,7 +48,7 @@ _SCALES: dict[str, dict[str, Any]] = {
         "data": {"name": "mnist", "dir": "data"},
         "partition": {"kind": "dirichlet", "num_clients": 1000, "alpha": 0.5, "min_size": 10},
         "model": {"name": "mlp", "options": {"hidden": 64}},
-        "rounds": 50, "sample_rate": 0.04, "steps": 10, "batch": 32, "lr": 0.05, "clip": 0.3,
+        "rounds": 40, "sample_rate": 0.04, "steps": 10, "batch": 32, "lr": 0.05, "clip": 0.3,
         "delta": 1e-3, "seeds": (0, 1), "eval_every": 10, "device": "cpu",
     },
     "full": {
@@ -451,7 +451,7 @@ def _report_fig4(ctx: ReportContext) -> str:
 _NOTES = (
     "Reduced scale is a **stand-in**, not the paper's setting: real MNIST over 1,000 clients by a "
     "Dirichlet(0.5) label split (EMNIST/FEMNIST is not available offline), an MLP 784-64-10 instead "
-    "of the 1.2M-parameter CNN (≈ 72 MFLOP per sample-step: too slow on 2 shared CPU cores), T = 50 "
+    "of the 1.2M-parameter CNN (≈ 72 MFLOP per sample-step: too slow on 2 shared CPU cores), T = 40 "
     "rounds instead of 1000, Q = 10 steps of batch 32, lr 0.05, S = 0.3, p = 0.04, δ = 1/N. Smoke "
     "scale: 60 clients, 3 rounds — a wiring check, its numbers mean nothing. Figs. 3–4 are CIFAR-10 "
     "experiments in the paper; below full scale they run on the same MNIST stand-in. Full scale: "
