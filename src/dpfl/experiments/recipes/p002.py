@@ -120,7 +120,7 @@ def _grid(scale: str) -> list[tuple[float, float]]:
 
 
 def _build_fig7_10(scale: str) -> list[RecipeRun]:
-    s = _scale_settings(scale, rounds_reduced=8)
+    s = _scale_settings(scale, rounds_reduced=5)
     common = {k: s[k] for k in ("rounds", "clients", "spc", "epochs")}
     runs = []
     for mu, sd in _grid(scale):
@@ -193,6 +193,16 @@ def _spearman(x: list[float], y: list[float]) -> float:
     return float(np.corrcoef(rx, ry)[0, 1])
 
 
+def _tail(rows: list[dict[str, Any]], key: str) -> tuple[float, float, int]:
+    """(mean, standard error, count) of ``key`` over the last half of the rounds."""
+    vals = [float(r[key]) for r in rows if key in r]
+    vals = vals[len(vals) // 2:] if len(vals) > 1 else vals
+    if not vals:
+        return float("nan"), float("nan"), 0
+    se = float(np.std(vals, ddof=1) / math.sqrt(len(vals))) if len(vals) > 1 else 0.0
+    return float(np.mean(vals)), se, len(vals)
+
+
 def _plt() -> Any:
     import matplotlib
 
@@ -263,18 +273,27 @@ def _report_loss_curves(ctx: ReportContext) -> str:
     eq_rows, eq_ok = [], []
     for eps in EPSILONS:
         if eps in by_side["client"] and eps in by_side["server"]:
-            fc = _final(by_side["client"][eps][1], by_side["client"][eps][2])
-            fs = _final(by_side["server"][eps][1], by_side["server"][eps][2])
-            ac = by_side["client"][eps][2][-1].get("aggregate_noise_std")
-            as_ = by_side["server"][eps][2][-1].get("aggregate_noise_std")
+            rc, rs = by_side["client"][eps][2], by_side["server"][eps][2]
+            ac, as_ = rc[-1].get("aggregate_noise_std"), rs[-1].get("aggregate_noise_std")
             same_noise = ac is not None and as_ is not None and abs(ac - as_) <= 1e-9 * max(ac, as_)
-            close = abs(fc["acc"] - fs["acc"]) <= 0.02
-            eq_ok.append(same_noise and close)
-            eq_rows.append(f"ε = {eps:g}: aggregate noise std client {_fmt(ac, 6)} vs server {_fmt(as_, 6)}; "
-                           f"accuracy {fc['acc']:.4f} vs {fs['acc']:.4f} (|Δ| = {abs(fc['acc'] - fs['acc']):.4f}); "
-                           f"loss {fc['loss']:.4f} vs {fs['loss']:.4f}")
-    lines.append(f"1. *Theorem 2 — equal utility client vs server side* (same aggregate noise std, "
-                 f"final accuracy within 0.02): {_verdict(all(eq_ok) if eq_ok else None)}.")
+            lc, ls, acc_c, acc_s = _tail(rc, "test_loss"), _tail(rs, "test_loss"), _tail(rc, "test_accuracy"), _tail(rs, "test_accuracy")
+            rel_loss = abs(lc[0] - ls[0]) / max(lc[0], ls[0])
+            se = math.hypot(acc_c[1], acc_s[1])
+            acc_tol = max(0.02, 3 * se)
+            ok = same_noise and rel_loss <= 0.05 and abs(acc_c[0] - acc_s[0]) <= acc_tol
+            eq_ok.append(ok)
+            eq_rows.append(
+                f"ε = {eps:g}: aggregate noise std client {_fmt(ac, 6)} vs server {_fmt(as_, 6)}; mean test loss "
+                f"over the last {lc[2]} rounds {lc[0]:.4f} vs {ls[0]:.4f} (rel. |Δ| = {rel_loss:.3f} <= 0.05); mean "
+                f"accuracy {acc_c[0]:.4f} vs {acc_s[0]:.4f} (|Δ| = {abs(acc_c[0] - acc_s[0]):.4f} <= "
+                f"max(0.02, 3 SE) = {acc_tol:.4f}); final round: loss {rc[-1].get('test_loss', float('nan')):.4f} vs "
+                f"{rs[-1].get('test_loss', float('nan')):.4f}, accuracy {rc[-1].get('test_accuracy', float('nan')):.4f} vs "
+                f"{rs[-1].get('test_accuracy', float('nan')):.4f} → {_verdict(ok)}")
+    lines.append("1. *Theorem 2 — equal utility client vs server side*: the aggregate noise std is equal (exact), "
+                 "the mean test loss over the last half of the rounds agrees within 5 % and the mean accuracy "
+                 "within max(0.02, 3 standard errors; SE from the round-to-round spread, autocorrelation "
+                 f"ignored). Single rounds fluctuate by several points under this noise, so means are compared: "
+                 f"{_verdict(all(eq_ok) if eq_ok else None)}.")
     lines += [f"   - {x}" for x in eq_rows]
     mono = []
     for side in ("client", "server"):
@@ -289,6 +308,19 @@ def _report_loss_curves(ctx: ReportContext) -> str:
         others = [_final(v[1], v[2])["loss"] for side in by_side.values() for v in side.values()]
         lines.append(f"3. *Non-private has the smallest final loss* ({b:.4f} vs min private "
                      f"{min(others):.4f}): {_verdict(b <= min(others) if others else None)}.")
+        b1 = base[2][0].get("test_loss") if base[2] else None
+        early = {(side, e): v[2][0].get("test_loss") for side, d in by_side.items() for e, v in d.items() if v[2]}
+        if b1 is not None and early:
+            gaps = {k: (v - b1) / b1 for k, v in early.items() if v is not None}
+            lines.append("4. *Early rounds: almost no difference from the benchmark* (round-1 test loss within 10 % of "
+                         f"non-private {b1:.4f}): " + ", ".join(f"{side} ε={e:g}: {g:+.1%}" for (side, e), g in sorted(gaps.items()))
+                         + f" → {_verdict(all(abs(g) <= 0.10 for g in gaps.values()))}.")
+            last = {k: (_tail(v[2], 'test_loss')[0] - _tail(base[2], 'test_loss')[0]) / _tail(base[2], 'test_loss')[0]
+                    for side, d in by_side.items() for k, v in ((( side, e), v) for e, v in d.items())}
+            best = min(last.values())
+            lines.append("5. *Approaches the benchmark as ε grows* (mean test loss over the last half, relative gap "
+                         "to non-private, largest ε within 25 %): " + ", ".join(f"{side} ε={e:g}: {g:+.0%}" for (side, e), g in sorted(last.items()))
+                         + f" → {_verdict(best <= 0.25)}.")
     if ctx.scale != "full":
         lines += ["", f"Scale **{ctx.scale}**: fewer rounds than the paper's T = 100 (see the table); "
                   "trends over the first rounds only."]
@@ -317,24 +349,30 @@ def _report_sweep(ctx: ReportContext, xname: str, fig_no: int, expect: str) -> s
         f = _final(rec, rows)
         lines.append(f"| {run.label} | {run.coords['x']:g} | {f['rounds']} | {f['acc']:.4f} | {_eps_cells(rec)} |")
     lines += ["", "### Verdicts", ""]
+
+    def verdict(ok: bool | None) -> str:  # smoke runs are pipeline checks: say what was measured, decide nothing
+        if ctx.scale == "smoke" and ok is not None:
+            return f"inconclusive at smoke scale (measured: {'holds' if ok else 'does not hold'})"
+        return _verdict(ok)
+
     for side, pts in series.items():
         xs, ys = [p[0] for p in pts], [p[1] for p in pts]
         if expect == "increasing":
             rho = _spearman(xs, ys)
             ok = None if math.isnan(rho) else rho > 0.5
-            lines.append(f"- {side}: accuracy rises with {xname} (Spearman ρ = {_fmt(rho, 3)} > 0.5): {_verdict(ok)}")
+            lines.append(f"- {side}: accuracy rises with {xname} (Spearman ρ = {_fmt(rho, 3)} > 0.5): {verdict(ok)}")
         else:
             best = int(np.argmax(ys)) if ys else 0
             ok = None if len(ys) < 3 else 0 < best < len(ys) - 1
             lines.append(f"- {side}: best accuracy at an interior {xname} (best at {xname} = "
-                         f"{_fmt(xs[best] if xs else None)}): {_verdict(ok)}")
+                         f"{_fmt(xs[best] if xs else None)}): {verdict(ok)}")
     diffs = []
     for (x1, a1), (x2, a2) in zip(sorted(series["client"]), sorted(series["server"]), strict=False):
         if x1 == x2:
             diffs.append(abs(a1 - a2))
     if diffs:
         lines.append(f"- Theorem 2, same accuracy client vs server side (max |Δacc| = {max(diffs):.4f} <= 0.02): "
-                     f"{_verdict(max(diffs) <= 0.02)}")
+                     f"{verdict(max(diffs) <= 0.02)}")
     if ctx.scale == "smoke":
         lines += ["", "Scale **smoke**: 2 rounds, 1 local epoch, 20–30 samples per client — a pipeline check, "
                   "not evidence for or against the paper's trend; run `--scale full` for the figure."]
@@ -494,7 +532,7 @@ RECIPES = [
         notes=(f"{_SETTINGS} Budgets drawn from the run seed (stream (0, server, 'misc')): both schemes get "
                "the same ε_k. PMIDP-FL runs use a fixed C = 10 (η_c = 0) so that the comparison isolates the "
                "personalized noise and the eq. 5.33 weights; one extra run uses the adaptive threshold "
-               "η_c = 0.1 (the paper gives no η_c). Reduced scale: T = 8 rounds. Full: "
+               "η_c = 0.1 (the paper gives no η_c). Reduced scale: T = 5 rounds (CPU budget). Full: "
                f"`{_CMD.format(key='002/fig7-10', scale='full')}`."),
     ),
     Recipe(
