@@ -183,6 +183,13 @@ def _verdict(ok: bool | None) -> str:
     return "inconclusive" if ok is None else ("**holds**" if ok else "**does not hold**")
 
 
+def _judge(scale: str, ok: bool | None) -> str:
+    """A verdict; smoke runs are pipeline checks, so they report what was measured and decide nothing."""
+    if scale == "smoke" and ok is not None:
+        return f"inconclusive at smoke scale (measured: {'holds' if ok else 'does not hold'})"
+    return _verdict(ok)
+
+
 def _spearman(x: list[float], y: list[float]) -> float:
     if len(x) < 3:
         return float("nan")
@@ -288,12 +295,12 @@ def _report_loss_curves(ctx: ReportContext) -> str:
                 f"accuracy {acc_c[0]:.4f} vs {acc_s[0]:.4f} (|Δ| = {abs(acc_c[0] - acc_s[0]):.4f} <= "
                 f"max(0.02, 3 SE) = {acc_tol:.4f}); final round: loss {rc[-1].get('test_loss', float('nan')):.4f} vs "
                 f"{rs[-1].get('test_loss', float('nan')):.4f}, accuracy {rc[-1].get('test_accuracy', float('nan')):.4f} vs "
-                f"{rs[-1].get('test_accuracy', float('nan')):.4f} → {_verdict(ok)}")
+                f"{rs[-1].get('test_accuracy', float('nan')):.4f} → {_judge(ctx.scale, ok)}")
     lines.append("1. *Theorem 2 — equal utility client vs server side*: the aggregate noise std is equal (exact), "
                  "the mean test loss over the last half of the rounds agrees within 5 % and the mean accuracy "
                  "within max(0.02, 3 standard errors; SE from the round-to-round spread, autocorrelation "
                  f"ignored). Single rounds fluctuate by several points under this noise, so means are compared: "
-                 f"{_verdict(all(eq_ok) if eq_ok else None)}.")
+                 f"{_judge(ctx.scale, all(eq_ok) if eq_ok else None)}.")
     lines += [f"   - {x}" for x in eq_rows]
     mono = []
     for side in ("client", "server"):
@@ -302,25 +309,25 @@ def _report_loss_curves(ctx: ReportContext) -> str:
             mono.append(all(a >= b for a, b in zip(losses, losses[1:], strict=False)))
             lines.append(f"   - {side}: final loss at ε = 5, 10, 20: " + ", ".join(f"{x:.4f}" for x in losses))
     lines.append(f"2. *Final loss decreases as ε grows (5 → 10 → 20), both sides*: "
-                 f"{_verdict(all(mono) if mono else None)}.")
+                 f"{_judge(ctx.scale, all(mono) if mono else None)}.")
     if base is not None:
         b = _final(base[1], base[2])["loss"]
         others = [_final(v[1], v[2])["loss"] for side in by_side.values() for v in side.values()]
         lines.append(f"3. *Non-private has the smallest final loss* ({b:.4f} vs min private "
-                     f"{min(others):.4f}): {_verdict(b <= min(others) if others else None)}.")
+                     f"{min(others):.4f}): {_judge(ctx.scale, b <= min(others) if others else None)}.")
         b1 = base[2][0].get("test_loss") if base[2] else None
         early = {(side, e): v[2][0].get("test_loss") for side, d in by_side.items() for e, v in d.items() if v[2]}
         if b1 is not None and early:
             gaps = {k: (v - b1) / b1 for k, v in early.items() if v is not None}
             lines.append("4. *Early rounds: almost no difference from the benchmark* (round-1 test loss within 10 % of "
                          f"non-private {b1:.4f}): " + ", ".join(f"{side} ε={e:g}: {g:+.1%}" for (side, e), g in sorted(gaps.items()))
-                         + f" → {_verdict(all(abs(g) <= 0.10 for g in gaps.values()))}.")
+                         + f" → {_judge(ctx.scale, all(abs(g) <= 0.10 for g in gaps.values()))}.")
             last = {k: (_tail(v[2], 'test_loss')[0] - _tail(base[2], 'test_loss')[0]) / _tail(base[2], 'test_loss')[0]
                     for side, d in by_side.items() for k, v in ((( side, e), v) for e, v in d.items())}
             best = min(last.values())
             lines.append("5. *Approaches the benchmark as ε grows* (mean test loss over the last half, relative gap "
                          "to non-private, largest ε within 25 %): " + ", ".join(f"{side} ε={e:g}: {g:+.0%}" for (side, e), g in sorted(last.items()))
-                         + f" → {_verdict(best <= 0.25)}.")
+                         + f" → {_judge(ctx.scale, best <= 0.25)}.")
     if ctx.scale != "full":
         lines += ["", f"Scale **{ctx.scale}**: fewer rounds than the paper's T = 100 (see the table); "
                   "trends over the first rounds only."]
@@ -350,29 +357,24 @@ def _report_sweep(ctx: ReportContext, xname: str, fig_no: int, expect: str) -> s
         lines.append(f"| {run.label} | {run.coords['x']:g} | {f['rounds']} | {f['acc']:.4f} | {_eps_cells(rec)} |")
     lines += ["", "### Verdicts", ""]
 
-    def verdict(ok: bool | None) -> str:  # smoke runs are pipeline checks: say what was measured, decide nothing
-        if ctx.scale == "smoke" and ok is not None:
-            return f"inconclusive at smoke scale (measured: {'holds' if ok else 'does not hold'})"
-        return _verdict(ok)
-
     for side, pts in series.items():
         xs, ys = [p[0] for p in pts], [p[1] for p in pts]
         if expect == "increasing":
             rho = _spearman(xs, ys)
             ok = None if math.isnan(rho) else rho > 0.5
-            lines.append(f"- {side}: accuracy rises with {xname} (Spearman ρ = {_fmt(rho, 3)} > 0.5): {verdict(ok)}")
+            lines.append(f"- {side}: accuracy rises with {xname} (Spearman ρ = {_fmt(rho, 3)} > 0.5): {_judge(ctx.scale, ok)}")
         else:
             best = int(np.argmax(ys)) if ys else 0
             ok = None if len(ys) < 3 else 0 < best < len(ys) - 1
             lines.append(f"- {side}: best accuracy at an interior {xname} (best at {xname} = "
-                         f"{_fmt(xs[best] if xs else None)}): {verdict(ok)}")
+                         f"{_fmt(xs[best] if xs else None)}): {_judge(ctx.scale, ok)}")
     diffs = []
     for (x1, a1), (x2, a2) in zip(sorted(series["client"]), sorted(series["server"]), strict=False):
         if x1 == x2:
             diffs.append(abs(a1 - a2))
     if diffs:
         lines.append(f"- Theorem 2, same accuracy client vs server side (max |Δacc| = {max(diffs):.4f} <= 0.02): "
-                     f"{verdict(max(diffs) <= 0.02)}")
+                     f"{_judge(ctx.scale, max(diffs) <= 0.02)}")
     if ctx.scale == "smoke":
         lines += ["", "Scale **smoke**: 2 rounds, 1 local epoch, 20–30 samples per client — a pipeline check, "
                   "not evidence for or against the paper's trend; run `--scale full` for the figure."]
@@ -441,23 +443,23 @@ def _report_fig7_10(ctx: ReportContext) -> str:
     if all(v is not None for v in fig7):
         spread = max(fig7) - min(fig7)  # type: ignore[type-var,operator]
         lines.append(f"1. *Fig. 7 — PMIDP-FL accuracy hardly depends on σ_ε at μ_ε = 20* (spread "
-                     f"{spread:.4f} <= 0.03): {_verdict(spread <= 0.03)}.")
+                     f"{spread:.4f} <= 0.03): {_judge(ctx.scale, spread <= 0.03)}.")
     fig8 = [acc.get(("pmidp-fl", m, 10.0)) for m in GRID_MU]
     if all(v is not None for v in fig8):
         ok = all(a <= b for a, b in zip(fig8, fig8[1:], strict=False))  # type: ignore[operator]
         lines.append("2. *Fig. 8 — PMIDP-FL accuracy rises with μ_ε (σ_ε = 10)* ("
-                     + ", ".join(f"{v:.4f}" for v in fig8) + f"): {_verdict(ok)}.")  # type: ignore[str-format]
+                     + ", ".join(f"{v:.4f}" for v in fig8) + f"): {_judge(ctx.scale, ok)}.")  # type: ignore[str-format]
     gaps = {(m, s): acc[("pmidp-fl", m, s)] - acc[("midp-client", m, s)]
             for (a, m, s) in acc if a == "pmidp-fl" and ("midp-client", m, s) in acc}
     if gaps:
         lines.append("3. *Figs. 9–10 — PMIDP-FL >= the basic client-side scheme* (gap PMIDP − basic per (μ_ε, σ_ε)): "
                      + ", ".join(f"({m:g}, {s:g}): {g:+.4f}" for (m, s), g in sorted(gaps.items()))
-                     + f": {_verdict(all(g >= -0.01 for g in gaps.values()))} (tolerance −0.01).")
+                     + f": {_judge(ctx.scale, all(g >= -0.01 for g in gaps.values()))} (tolerance −0.01).")
         g_sd = [gaps.get((20.0, s)) for s in GRID_SIGMA]
         if all(v is not None for v in g_sd):
             lines.append("4. *Fig. 10 — the gap grows with σ_ε* (gap at σ_ε = 0 … 15: "
                          + ", ".join(f"{v:+.4f}" for v in g_sd)  # type: ignore[str-format]
-                         + f"): {_verdict(g_sd[-1] > g_sd[0])}.")  # type: ignore[operator]
+                         + f"): {_judge(ctx.scale, g_sd[-1] > g_sd[0])}.")  # type: ignore[operator]
     ad = [(run, rec, rows) for run, rec, rows in ctx.runs if run.coords["algo"] == "pmidp-adaptive"]
     if ad:
         run, rec, rows = ad[0]
