@@ -24,8 +24,12 @@ TensorFlow Federated's ``DifferentiallyPrivateFactory.gaussian_adaptive`` (TF Pr
 ``QuantileAdaptiveClipSumQuery``) implement this client-level algorithm with the same defaults
 (γ = 0.5, η_C = 0.2, σ_b = m/20, geometric update) and the same noise split; Opacus offers the
 same rule at the *sample* level for DP-SGD (``AdaClipDPOptimizer``, record-level clipping of
-per-sample gradients), not for federated client updates. Neither Flower nor TFF records the
-count query in an accountant of their own; dpfl records it in the ledger.
+per-sample gradients), not for federated client updates. Accounting differs: TF Privacy's query
+returns the round's event as the composition of the sum's and the count's events; Flower's
+wrappers compute no ε at all; Opacus counts unclipped samples as 0/1 (sensitivity 1) while
+splitting the noise with the 2σ_b of a ½-sensitivity count (as read in ``adaclipoptimizer.py``).
+dpfl centers the bits (sensitivity ½, as TF Privacy) and records the pair in the ledger as
+described above.
 
 Nothing here imports from dpfl except :mod:`dpfl.errors`.
 
