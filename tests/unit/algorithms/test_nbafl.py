@@ -153,3 +153,33 @@ def test_unequal_sizes_use_the_smallest_data_set() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert algo.uplink_noise_std == nbafl_uplink_noise_std(60.0, DELTA, 10.0, 200, T)
+
+
+def test_a_run_ledger_certifies_what_dpfl_account_nbafl_says(capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+    import json
+
+    from dpfl.commands.account import register
+    from dpfl.privacy.accounting.ledger import PrivacyLedger
+
+    n, rounds = 5, 4
+    cfg = parse_config({"rounds": rounds, "privacy": {"delta": DELTA}})
+    sizes = torch.full((n,), M)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        algo = ALGORITHMS["nbafl"]({"epsilon": 60.0, "clip_norm": 10.0}, AllClients(), BuildContext(cfg, n, sizes, 10))
+        ledger = PrivacyLedger(num_clients=n, sampler=algo.sampler, delta=DELTA, relation=algo.relation,
+                               privacy_unit=algo.privacy_unit)
+        for t in range(rounds):
+            info = RoundInfo(t, n, torch.arange(n), SeedSequence(0))
+            ledger.record_round(t, algo.releases(info, sizes, False), sampling=algo.sampler.describe(),
+                                participants=range(n))
+        parser = argparse.ArgumentParser(prog="dpfl")
+        register(parser.add_subparsers(dest="command", required=True))
+        args = parser.parse_args(["account", "nbafl", "--epsilon", "60", "--delta", str(DELTA), "--clients", str(n),
+                                  "--rounds", str(rounds), "--clip", "10", "--min-samples", str(M), "--json"])
+        assert args.func(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    for observer in ("server", "public"):
+        ours = ledger.certify(observer, None, "rdp").epsilon_rdp
+        assert ours == pytest.approx(float(out["observers"][observer]["epsilon_rdp"]), rel=1e-9), observer
