@@ -438,7 +438,7 @@ def _report_fig7_10(ctx: ReportContext) -> str:
                 floor = eps_k <= 1.0 + 1e-9
                 per_client_note += ["", f"{int(floor.sum())} of {n} clients sit at the floor ε_k = 1; together they get "
                                     f"weight {float(w_last[floor].sum()):.4f} in the eq. 5.33 aggregate (uniform: "
-                                    f"{float(floor.sum()) / n:.2f}) — the eq. 5.33 weights (p_k ∝ 1/σ_k ≈ ∝ sqrt(ε_k) at large d) down-weight "
+                                    f"{float(floor.sum()) / n:.2f}) — the eq. 5.33 weights (p_k ∝ 1/σ_k, roughly ∝ sqrt(ε_k) at large d) down-weight "
                                     "the most private clients, which is where PMIDP-FL gains over the basic scheme."]
         lines.append(f"| {run.label} | {f['rounds']} | {f['acc']:.4f} | {_eps_cells(rec)} | {cells} | {f['seconds']:.0f} |")
     lines += [""] + per_client_note + [""]
@@ -558,6 +558,9 @@ RECIPES = [
                "cifar10`), command: `flock /tmp/dpfl-cpu.lock .venv/bin/dpfl reproduce 002/cifar --scale full "
                "--data-dir <dir>`. The smoke run here uses a tiny CIFAR-format folder (100 random train "
                "images, 20 test images) written to a temporary directory with checksum verification "
-               "off: it checks the pipeline only, its accuracies mean nothing."),
+               "off: it checks the pipeline only, its accuracies mean nothing. The same smoke run is the test "
+               "`tests/integration/test_recipes_002.py::test_cifar_smoke_on_tiny_cifar_format_data`; `dpfl reproduce` "
+               "itself has no switch to turn verification off (the run here called `reproduce()` from Python with "
+               "`dpfl.data.load_dataset` wrapped with `verify=False`)."),
     ),
 ]
