@@ -187,6 +187,8 @@ def _floats(values: Any) -> list[float]:
 class MidpScheme(PrivateAlgorithm):
     """The two basic schemes of 002 §IV: noise on the server (Thm 1) or on the clients (Cor. 1)."""
 
+    claim_comparable: ClassVar[bool] = False  # ε-MI-DP in nats (002 Def. 2-3) is not (ε, δ)-DP
+
     relation: ClassVar[str] = "replace_one"
     privacy_unit: ClassVar[str] = "client"
 
@@ -270,6 +272,8 @@ class MidpScheme(PrivateAlgorithm):
 
 class PmidpFl(PrivateAlgorithm):
     """PMIDP-FL (002 Algorithm 2): personalized budgets, adaptive clipping, inverse-noise weights."""
+
+    claim_comparable: ClassVar[bool] = False  # ε-MI-DP in nats (002 Def. 2-3) is not (ε, δ)-DP
 
     name = "pmidp-fl"
     relation: ClassVar[str] = "replace_one"

@@ -26,10 +26,14 @@ class PrivateAlgorithm(Algorithm):
     Class attributes:
         relation: the neighbouring relation its sensitivities are stated under.
         privacy_unit: "client" (a client's whole data) or "record" (one sample).
+        claim_comparable: whether the claimed ε is an (ε, δ)-DP ε comparable with the certified one.
     """
 
     relation: ClassVar[str] = "add_remove"
     privacy_unit: ClassVar[str] = "client"
+    # False when the paper's claim is in another notion than (ε, δ)-DP (002's ε-MI-DP in nats,
+    # 001's per-weight LDP ε): the runner then shows both numbers but does not compare them.
+    claim_comparable: ClassVar[bool] = True
     sampler: Any
 
     @abc.abstractmethod

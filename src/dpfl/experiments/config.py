@@ -22,8 +22,13 @@ class _Strict(BaseModel):
 
 
 class DataConfig(_Strict):
+    """Which data set, where, and whether to verify its files against the pinned checksums
+    (``verify: false`` only for files in the standard formats that are not the published data,
+    e.g. tiny smoke-test files)."""
+
     name: str = "mnist"
     dir: str = "data"
+    verify: bool = True
 
 
 class PartitionConfig(_Strict):

@@ -113,7 +113,7 @@ def build_experiment(config: RunConfig) -> Experiment:
 
     torch.set_num_threads(config.threads)
     seeds = SeedSequence(config.seed)
-    dataset = load_dataset(config.data.name, config.data.dir)
+    dataset = load_dataset(config.data.name, config.data.dir, verify=config.data.verify)
     parts = partition_clients(config, dataset)
     if config.sampling.kind == "fixed" and (config.sampling.clients_per_round or 0) > len(parts):
         raise ConfigError(
@@ -328,7 +328,7 @@ def run_experiment(
                                    f"privacy.target_epsilon = {target:g}")
                     emit("target-epsilon", stop_reason, t)
                     break
-                claim = _claim_value(claimed_after)
+                claim = _claim_value(claimed_after) if algo.claim_comparable else None
                 if claim is not None and ledger.would_exceed(releases, claim, participants=clients.tolist()):
                     msg = (f"round {t + 1}: the certified epsilon exceeds the paper's claimed epsilon "
                            f"{claim:.4g} ({algo.claim_notion()})")
@@ -392,7 +392,12 @@ def run_experiment(
             "certified": certs,
             "delta": config.privacy.delta,
             "not_covered": algo.not_covered(),
+            "claim_comparable": algo.claim_comparable,
         }
+        if ledger.rounds_recorded and exp.data.num_clients <= 5000:
+            final["privacy"]["client_epsilons_rdp"] = {
+                obs: {str(c): e for c, e in ledger.client_epsilons(obs, "rdp").items()} for obs in ("server", "public")
+            }
     model_path = store.path.parent / "models" / f"{rid}.pt"
     save_checkpoint(model_path, {"run_id": rid, "global_params": params.cpu(), "layout": exp.problem.layout})
     final["model_path"] = str(model_path)
