@@ -263,17 +263,6 @@ class NbAfl(PrivateAlgorithm):
         )
         return claim.epsilon
 
-    def claimed_channels(self, rounds_done: int) -> dict[str, float]:
-        """The claim per channel (uplink, downlink), as :meth:`claimed_epsilon` computes it."""
-        if self.uplink_noise_std == 0 or rounds_done == 0:
-            v = 0.0 if rounds_done == 0 else float("inf")
-            return {"uplink": v, "downlink": v}
-        claim = nbafl_claimed_epsilon(
-            self.uplink_noise_std, self.downlink_noise_std, self.delta, self.options.clip_norm,
-            self.min_samples, self.num_clients, rounds_done, min(self.exposures, rounds_done),
-            self.cohort if self.k_random else None)
-        return {"uplink": claim.uplink, "downlink": claim.downlink}
-
     @property
     def paper_sensitivity(self) -> float:
         """Δs_U = 2C/m, the paper's uplink sensitivity (used for the claim only)."""
