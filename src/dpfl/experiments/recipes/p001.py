@@ -103,11 +103,11 @@ _TABLE_SCALE: dict[str, dict[str, Any]] = {
 def _table1_build(scale: str) -> list[RecipeRun]:
     s = _TABLE_SCALE[scale]
     runs = []
-    for dataset in ("mnist", "fashion-mnist"):
-        n, spc, rounds = s["n"][dataset], s["spc"][dataset], s["rounds"][dataset]
-        ev = rounds if s["eval_last"] else 1
-        lr = SETTINGS[dataset]["lr"]
-        for rep in range(s["reps"]):
+    for rep in range(s["reps"]):  # repetition outermost: a cut-short sweep still covers every cell
+        for dataset in ("mnist", "fashion-mnist"):
+            n, spc, rounds = s["n"][dataset], s["spc"][dataset], s["rounds"][dataset]
+            ev = rounds if s["eval_last"] else 1
+            lr = SETTINGS[dataset]["lr"]
             for eps in (None, *s["eps"]):
                 label = f"{dataset} {'noise-free' if eps is None else f'eps={eps:g}'} rep={rep}"
                 algo = _FEDAVG if eps is None else _ldp(dataset, eps)
