@@ -352,7 +352,7 @@ def _sweep_report(metric: str = "test_loss") -> Callable[[ReportContext], str]:
             ax.set_title(f"UDP, q = {q:g}")
             ax.legend()
         if ctx.recipe.notes:
-            fig.text(0.01, 0.005, ctx.recipe.notes.split(".")[0][:150], fontsize=7)
+            fig.text(0.01, 0.005, ctx.recipe.notes.split(". ")[0][:160], fontsize=7)
         fig.tight_layout()
         fig.savefig(ctx.out_dir / "loss_vs_T.png", dpi=110)
         plt.close(fig)
@@ -495,7 +495,7 @@ def _compare_report(metric: str, initial: Callable[[str], int]) -> Callable[[Rep
         ax2.set_title("CRD runs per round")
         ax2.legend(fontsize=7)
         if ctx.recipe.notes:
-            fig.text(0.01, 0.005, ctx.recipe.notes.split(".")[0][:150], fontsize=7)
+            fig.text(0.01, 0.005, ctx.recipe.notes.split(". ")[0][:160], fontsize=7)
         fig.tight_layout()
         fig.savefig(ctx.out_dir / "comparison.png", dpi=110)
         plt.close(fig)
