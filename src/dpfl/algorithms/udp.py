@@ -357,6 +357,7 @@ class UdpCrd(Udp):
         self._recompute = False
         self._data_name = ctx.config.data.name
         self._data_dir = ctx.config.data.dir
+        self._data_verify = bool(getattr(ctx.config.data, "verify", True))
         self._validation: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def set_validation(self, x: torch.Tensor, y: torch.Tensor) -> None:
@@ -369,7 +370,7 @@ class UdpCrd(Udp):
         if self._validation is None:
             from dpfl.data import load_dataset
 
-            ds = load_dataset(self._data_name, self._data_dir)
+            ds = load_dataset(self._data_name, self._data_dir, verify=self._data_verify)
             self._validation = (ds.x_test, ds.y_test)
         x, y = self._validation
         x, y = x.to(params.device), y.to(params.device)

@@ -40,7 +40,7 @@ import math
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, cast
 
 from dpfl.errors import ConfigError
 from dpfl.privacy.calibration import udp_sensitivity
@@ -151,7 +151,7 @@ def theorem2_curve(c: UdpConstants, epsilons: Sequence[float], deltas: Sequence[
 
 
 def estimate_constants(
-    losses: Sequence[float], config: dict[str, Any], *, smoothness: float | None = None
+    losses: Sequence[float | None], config: dict[str, Any], *, smoothness: float | None = None
 ) -> dict[str, Any]:
     """Constants of eq. 22 estimated from a UDP run (see the module docstring).
 
@@ -218,7 +218,7 @@ def _bound(args: argparse.Namespace) -> int:
 
         store = RunStore(args.store)
         rec = store.get(args.from_run)
-        rows = store.rounds(rec.run_id)
+        rows = cast("list[dict[str, Any]]", store.rounds(rec.run_id))  # RunStore.list shadows list for mypy
         est = estimate_constants([r.get("test_loss") for r in rows if "test_loss" in r], rec.config,
                                  smoothness=args.smoothness)
         notes += est.pop("notes")
