@@ -341,9 +341,8 @@ class Udp(PrivateAlgorithm):
 class UdpCrd(Udp):
     """000 Algorithm 2: UDP with communication rounds discounting (see the module docstring).
 
-    The test loss V is evaluated by the server on its own test data (``evaluator``: flat
-    parameters → mean test loss), set with :meth:`set_validation` or loaded lazily from the run's
-    data set on first use.
+    The test loss V is evaluated by the server on its own test data, handed over by the runner
+    through :meth:`set_validation`.
     """
 
     name = "udp-crd"
@@ -355,9 +354,6 @@ class UdpCrd(Udp):
         self.previous_loss: float | None = None
         self.trajectory: list[int] = []
         self._recompute = False
-        self._data_name = ctx.config.data.name
-        self._data_dir = ctx.config.data.dir
-        self._data_verify = bool(getattr(ctx.config.data, "verify", True))
         self._validation: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def set_validation(self, x: torch.Tensor, y: torch.Tensor) -> None:
@@ -368,10 +364,7 @@ class UdpCrd(Udp):
         if self.problem is None:
             raise ConfigError("udp-crd: configure_local must run before training (the runner calls it).")
         if self._validation is None:
-            from dpfl.data import load_dataset
-
-            ds = load_dataset(self._data_name, self._data_dir, verify=self._data_verify)
-            self._validation = (ds.x_test, ds.y_test)
+            raise ConfigError("udp-crd: the server's test data was not set (the runner calls set_validation).")
         x, y = self._validation
         x, y = x.to(params.device), y.to(params.device)
         views = self.problem.layout.views(params)

@@ -152,6 +152,9 @@ def build_experiment(config: RunConfig) -> Experiment:
     configure = getattr(algorithm, "configure_local", None)
     if configure is not None:  # e.g. UDP's per-sample clipping, NbAFL's proximal term, BLUR
         problem = configure(problem)
+    set_validation = getattr(algorithm, "set_validation", None)
+    if set_validation is not None:  # server-held test data, e.g. CRD's stopping rule (000 Alg. 2)
+        set_validation(dataset.x_test.to(device), dataset.y_test.to(device))
     engine = ENGINES[config.engine](problem, data, seeds)
     return Experiment(
         config=config,
