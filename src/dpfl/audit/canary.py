@@ -1,0 +1,408 @@
+"""Canary clients inside a real run: a wrapper algorithm and an audited run loop.
+
+:class:`CanaryAlgorithm` wraps a private dpfl algorithm. Each round, after the real cohort has
+trained, it appends rows for the canary clients sampled that round to the cohort's
+:class:`LocalResult` and calls the inner ``server_step`` on the extended cohort, so canaries pass
+through exactly the same clipping, noise and aggregation code as real clients (canary ids are
+``num_clients + j``, so each canary gets its own noise stream from :mod:`dpfl.rng`). Everything
+the ledger sees — ``sample``, ``releases``, ``claimed_epsilon`` — is the inner algorithm's, called
+with the *real* cohort only: the ledger and the claimed ε keep describing the real clients.
+
+Canary participation follows the run's sampling: under Poisson sampling with rate q each canary
+joins a round independently with probability q; with a fixed cohort of K out of N, with
+probability K/N (independently: the marginal of a fixed-size sample, not its joint law); with
+all-clients sampling, every round. A round in which no real client was sampled is skipped
+whole, canaries included (the runner skips it too).
+
+Per algorithm (what a canary row is, and why real clients are not weakened):
+
+* **DP-FedAvg** (004 Alg. 1): row = θ_t + S·u (the inner code clips the difference to S: it stays
+  S·u). Local variant: 004's per-client std S·z/sqrt(|P_t|) would shrink as canaries enlarge the
+  cohort and weaken each real upload against the server, so during the canary round the wrapper
+  pins the inner calibration to the *real* cohort size: each upload keeps std S·z/sqrt(K), and the
+  noise on the sum grows to S·z·sqrt((K+c)/K) ≥ S·z (never less than declared). Central variant:
+  the server noise on the mean is S·z/(K+c), i.e. exactly S·z on the sum — the declared public
+  release. The mean divides by K+c instead of K (utility, not privacy). Adaptive clipping and LUS
+  are refused (canaries would move the clip norm; LUS needs gradients canaries do not have).
+* **NbAFL** (003 Alg. 1): the code clips local *parameters* to C and averages them, so row = C·u
+  (a parameter vector of norm C in a random direction, untouched by the clip), with the median
+  real client size as its sample count. Uplink and downlink stds are fixed when the algorithm is
+  built and do not depend on the cohort; canaries only lower the real clients' aggregation
+  weights, which lowers their sensitivity. Not weakened.
+* **UDP** (000 Alg. 1): uploads are local parameters with per-client noise σ_i; a canary copies a
+  template real client (the one of median size): row = θ_t + s·u with s that client's enforced
+  per-record sensitivity, its sample count and its σ for the round. The real clients' σ_i are
+  committed by ``releases`` before training and are not touched; canaries only lower real
+  aggregation weights. Not weakened. The canary shift s is per *record*, so the audit estimates
+  the per-record ε of the template client.
+
+The audit's observer is the final model only (θ_T − θ_0), so its empirical ε is compared with
+the certified ε of the *public* observer (which sees every broadcast, hence is at least as
+large), and with the paper's claimed ε.
+
+References:
+    Andrew, Kairouz, Oh, Oprea, McMahan, Suriyakumar, "One-shot Empirical Privacy Estimation for
+    Federated Learning", arXiv 2302.03098 (see :mod:`dpfl.audit.estimate` for what we could and
+    could not confirm of its recipe).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from dpfl.algorithms.base import RoundOutput
+from dpfl.algorithms.dp_fedavg import DpFedAvg
+from dpfl.algorithms.nbafl import NbAfl
+from dpfl.algorithms.private import PrivateAlgorithm
+from dpfl.algorithms.udp import Udp
+from dpfl.audit.estimate import EpsilonEstimate, estimate_epsilon
+from dpfl.client.context import LocalResult, RoundInfo
+from dpfl.errors import ConfigError
+from dpfl.rng import SeedSequence
+
+__all__ = ["AuditResult", "CanaryAlgorithm", "canary_cosines", "run_audited"]
+
+SUPPORTED = ("dp-fedavg", "dp-fedavg-blur-lus", "nbafl", "udp")
+
+
+# ---------------------------------------------------------------------------- per-algorithm rows
+
+
+@dataclass(frozen=True)
+class _Adapter:
+    """How canaries enter one algorithm: their rows, sample counts, and the calibration guard."""
+
+    rows: Callable[[Any, torch.Tensor, torch.Tensor], torch.Tensor]  # (algo, global [P], dirs [c,P]) -> [c,P]
+    num_samples: Callable[[Any, torch.Tensor], int]  # (algo, real cohort sizes) -> canary sample count
+    guard: Callable[[Any, int, int], contextlib.AbstractContextManager[None]]  # (algo, real K, canaries)
+
+
+@contextlib.contextmanager
+def _dpfedavg_guard(algo: DpFedAvg, real_k: int, num_canaries: int) -> Iterator[None]:
+    del num_canaries
+    original = algo._client_noise_std
+    algo._client_noise_std = lambda cohort: original(real_k)  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        del algo._client_noise_std  # back to the class method
+
+
+def _check_dpfedavg(algo: DpFedAvg) -> None:
+    if algo.options.adaptive_clip is not None or algo.options.lus_sparsity > 0:
+        raise ConfigError("audit: DP-FedAvg with `adaptive_clip` or `lus_sparsity` is not supported (canaries "
+                          "would move the clip norm; LUS needs gradients canaries do not have). Turn them off.")
+
+
+@contextlib.contextmanager
+def _no_guard(algo: Any, real_k: int, num_canaries: int) -> Iterator[None]:
+    del algo, real_k, num_canaries
+    yield
+
+
+def _udp_template(algo: Udp) -> int:
+    order = np.argsort(np.asarray(algo.sizes), kind="stable")
+    return int(order[len(order) // 2])
+
+
+@contextlib.contextmanager
+def _udp_guard(algo: Udp, real_k: int, num_canaries: int) -> Iterator[None]:
+    del real_k
+    original = algo._commit
+    tpl = _udp_template(algo)
+
+    def commit(round_idx: int) -> list[float]:
+        stds = original(round_idx)
+        return [*stds, *([stds[tpl]] * num_canaries)]
+
+    algo._commit = commit  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        del algo._commit
+
+
+def _median_size(sizes: torch.Tensor) -> int:
+    return int(sizes.median())
+
+
+_ADAPTERS: dict[type, _Adapter] = {
+    DpFedAvg: _Adapter(
+        rows=lambda a, g, d: g.unsqueeze(0) + a.clip_norm * d,
+        num_samples=lambda a, sizes: _median_size(sizes),
+        guard=_dpfedavg_guard,
+    ),
+    NbAfl: _Adapter(
+        rows=lambda a, g, d: float(a.options.clip_norm) * d,
+        num_samples=lambda a, sizes: _median_size(sizes),
+        guard=_no_guard,
+    ),
+    Udp: _Adapter(
+        rows=lambda a, g, d: g.unsqueeze(0) + a.sensitivities[_udp_template(a)] * d,
+        num_samples=lambda a, sizes: int(a.sizes[_udp_template(a)]),
+        guard=_udp_guard,
+    ),
+}
+
+
+def _adapter(algo: Any) -> _Adapter:
+    ad = _ADAPTERS.get(type(algo))
+    if ad is None:
+        raise ConfigError(f"audit: algorithm {getattr(algo, 'name', type(algo).__name__)!r} is not supported; "
+                          f"supported: {', '.join(SUPPORTED)}.")
+    if isinstance(algo, DpFedAvg):
+        _check_dpfedavg(algo)
+    return ad
+
+
+# ---------------------------------------------------------------------------- the wrapper
+
+
+def _unit_directions(seeds: SeedSequence, first_id: int, count: int, dim: int) -> torch.Tensor:
+    """``count`` independent uniform unit vectors in R^dim, one stream per canary id."""
+    out = torch.empty(count, dim, dtype=torch.float32)
+    for j in range(count):
+        g = seeds.generator(0, first_id + j, "misc")
+        v = torch.randn(dim, generator=g, dtype=torch.float64)
+        out[j] = (v / v.norm()).float()
+    return out
+
+
+def _join_probability(sampler: Any, num_clients: int) -> float:
+    desc = sampler.describe()
+    if desc.get("kind") == "poisson":
+        return float(desc["sample_rate"])
+    if "num_sampled" in desc:
+        return float(desc["num_sampled"]) / num_clients
+    return 1.0
+
+
+class CanaryAlgorithm:
+    """A private algorithm with ``num_canaries`` canary clients (see the module docstring).
+
+    Attribute access falls through to the inner algorithm, so the wrapper can stand where the
+    algorithm stands; only ``server_step`` differs.
+    """
+
+    def __init__(self, inner: PrivateAlgorithm, num_canaries: int, num_params: int, num_clients: int,
+                 seeds: SeedSequence) -> None:
+        if num_canaries < 2:
+            raise ConfigError(f"audit: `canaries` must be at least 2. Found {num_canaries}.")
+        self.inner = inner
+        self.adapter = _adapter(inner)
+        self.num_canaries = int(num_canaries)
+        self.num_clients = int(num_clients)
+        self.seeds = seeds
+        self.first_canary_id = self.num_clients
+        self.directions = _unit_directions(seeds, self.first_canary_id, self.num_canaries, num_params)
+        self.join_probability = _join_probability(inner.sampler, self.num_clients)
+        self.participations = torch.zeros(self.num_canaries, dtype=torch.long)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def canaries_in_round(self, round_idx: int) -> list[int]:
+        """Indices j of the canaries joining round ``round_idx`` (own sampling stream per canary)."""
+        if self.join_probability >= 1.0:
+            return list(range(self.num_canaries))
+        out = []
+        for j in range(self.num_canaries):
+            g = self.seeds.generator(round_idx, self.first_canary_id + j, "sample")
+            if float(torch.rand((), generator=g, dtype=torch.float64)) < self.join_probability:
+                out.append(j)
+        return out
+
+    def server_step(self, global_params: torch.Tensor, local: LocalResult, info: RoundInfo) -> RoundOutput:
+        joined = self.canaries_in_round(info.round_idx)
+        if not joined:
+            out = self.inner.server_step(global_params, local, info)
+            return RoundOutput(out.global_params, {**out.metrics, "canaries": 0})
+        real_k = int(info.clients.numel())
+        dev, dtype = local.params.device, local.params.dtype
+        dirs = self.directions[joined].to(device=dev, dtype=dtype)
+        rows = self.adapter.rows(self.inner, global_params.to(dev), dirs).to(dtype)
+        c = len(joined)
+        n_c = self.adapter.num_samples(self.inner, local.num_samples)
+        ext = LocalResult(
+            params=torch.cat([local.params, rows]),
+            train_loss=torch.cat([local.train_loss, torch.zeros(c, dtype=local.train_loss.dtype,
+                                                                device=local.train_loss.device)]),
+            num_samples=torch.cat([local.num_samples,
+                                   torch.full((c,), n_c, dtype=local.num_samples.dtype, device=local.num_samples.device)]),
+            final_grads=None,
+        )
+        ids = torch.tensor([self.first_canary_id + j for j in joined], dtype=info.clients.dtype)
+        ext_info = RoundInfo(info.round_idx, self.num_clients + self.num_canaries,
+                             torch.cat([info.clients, ids]), info.seeds)
+        with self.adapter.guard(self.inner, real_k, c):
+            out = self.inner.server_step(global_params, ext, ext_info)
+        self.participations[joined] += 1
+        metrics = {k: v for k, v in out.metrics.items() if not isinstance(v, list)}  # per-row lists mix canaries
+        metrics["canaries"] = c
+        return RoundOutput(out.global_params, metrics)
+
+
+def canary_cosines(directions: torch.Tensor, model_change: torch.Tensor) -> np.ndarray:
+    """cos(u_j, θ_T − θ_0) for unit rows u_j."""
+    delta = model_change.detach().double().cpu()
+    norm = float(delta.norm())
+    if norm == 0:
+        return np.zeros(directions.shape[0])
+    return (directions.double() @ delta / norm).numpy()
+
+
+# ---------------------------------------------------------------------------- the audited run
+
+
+@dataclass
+class AuditResult:
+    run_id: str
+    status: str
+    rounds_done: int
+    final: dict[str, Any]
+    history: list[dict[str, Any]]
+    estimate: EpsilonEstimate
+
+
+def _certified(certs: dict[str, Any] | None, observer: str) -> float | None:
+    if not certs:
+        return None
+    return float(certs["observers"][observer]["epsilon"])
+
+
+def run_audited(
+    config: Any,
+    num_canaries: int = 100,
+    *,
+    num_unseen: int = 1000,
+    bootstrap: int = 1000,
+    confidence: float = 0.95,
+    break_noise: Callable[[Any], None] | None = None,
+    progress: Callable[[int, int, dict[str, Any]], None] | None = None,
+) -> AuditResult:
+    """Run ``config`` with canary clients and estimate the empirical ε of its final model.
+
+    The loop follows :func:`dpfl.experiments.runner.run_experiment` (sample → releases and claim
+    → target check → train → server step → ledger → eval) without checkpoints or store; the
+    caller stores the result. ``break_noise`` (tests only) may alter the built inner algorithm
+    before the run, e.g. to simulate a noise bug the ledger does not know about.
+
+    Returns:
+        An :class:`AuditResult` whose ``final["privacy"]["audit"]`` holds the empirical ε with its
+        interval next to the certified (public and headline) and claimed ε, and a ``flag``: the
+        whole interval lies above the certified public ε.
+    """
+    from dpfl.experiments.runner import build_experiment, evaluate, params_digest
+    from dpfl.privacy.accounting.ledger import PrivacyLedger
+    from dpfl.privacy.notices import collect_range_warnings
+
+    exp = build_experiment(config)
+    algo = exp.algorithm
+    if not isinstance(algo, PrivateAlgorithm):
+        raise ConfigError(f"audit: algorithm {config.algorithm.name!r} adds no noise to audit; "
+                          f"supported: {', '.join(SUPPORTED)}.")
+    if break_noise is not None:
+        break_noise(algo)
+    n = exp.data.num_clients
+    wrapped = CanaryAlgorithm(algo, num_canaries, exp.problem.layout.numel, n, exp.seeds)
+    pc = config.privacy
+    ledger = PrivacyLedger(num_clients=n, sampler=algo.sampler, delta=pc.delta, relation=algo.relation,
+                           privacy_unit=algo.privacy_unit, pld_every=pc.pld_every)
+    params = exp.init_params.clone()
+    history: list[dict[str, Any]] = []
+    status, stop_reason, rounds_done = "finished", None, 0
+    t_start = time.perf_counter()
+    claimed_after: Any = None
+    for t in range(config.rounds):
+        t0 = time.perf_counter()
+        reason = algo.should_stop(t)
+        if reason:
+            stop_reason = reason
+            break
+        clients = algo.sample(t, n, exp.seeds)
+        info = RoundInfo(t, n, clients, exp.seeds)
+        with collect_range_warnings():
+            releases = algo.releases(info, exp.data.sizes(clients.tolist()), pc.secure_aggregation)
+            claimed_after = algo.claimed_epsilon(t + 1)
+        if pc.target_epsilon is not None and ledger.would_exceed(releases, pc.target_epsilon,
+                                                                 participants=clients.tolist()):
+            status, stop_reason = "stopped", f"target epsilon {pc.target_epsilon:g} reached before round {t + 1}"
+            break
+        metrics: dict[str, Any] = {"clients": int(clients.numel()), "canaries": 0}
+        if clients.numel() > 0:
+            local = exp.engine.train(params, clients.tolist(), t)
+            metrics["train_loss"] = float(local.train_loss.mean())
+            out = wrapped.server_step(params, local, info)
+            params = out.global_params
+            metrics.update(out.metrics)
+        entry = ledger.record_round(t, releases, sampling=algo.sampler.describe(),
+                                    participants=clients.tolist(), claimed_epsilon=claimed_after)
+        metrics["epsilon_claimed"] = _claim_value(claimed_after)
+        metrics["epsilon_certified"] = max(float(v) for v in entry["certified_rdp"].values())
+        metrics["seconds"] = time.perf_counter() - t0
+        history.append(metrics)
+        rounds_done = t + 1
+        if progress is not None:
+            progress(t + 1, config.rounds, metrics)
+    change = params - exp.init_params
+    cos_in = canary_cosines(wrapped.directions, change)
+    unseen = _unit_directions(exp.seeds, n + num_canaries, num_unseen, exp.problem.layout.numel)
+    cos_out = canary_cosines(unseen, change)
+    est = estimate_epsilon(cos_in, cos_out, pc.delta, confidence=confidence, bootstrap=bootstrap,
+                           seed=exp.seeds.seed(0, n, "misc") % (2**32))
+    certs = ledger.certify_all("best") if ledger.rounds_recorded else None
+    cert_public = _certified(certs, "public")
+    claimed = _claim_value(claimed_after) if claimed_after is not None else None
+    audit = {
+        "method": "one-shot canary cosines (Andrew et al., arXiv 2302.03098); observer: final model",
+        "empirical_epsilon": est.epsilon,
+        "empirical_epsilon_interval": [est.epsilon_low, est.epsilon_high],
+        "certified_epsilon_public": cert_public,
+        "certified_epsilon_headline": float(certs["headline"]["epsilon"]) if certs else None,
+        "claimed_epsilon": claimed,
+        "claim_comparable": algo.claim_comparable,
+        "flag": bool(cert_public is not None and est.epsilon_low > cert_public),
+        "canaries": num_canaries,
+        "unseen_canaries": num_unseen,
+        "canary_participations_mean": float(wrapped.participations.double().mean()),
+        "join_probability": wrapped.join_probability,
+        "estimate": est.to_dict(),
+    }
+    last_eval = evaluate(exp.problem, params, exp.x_test, exp.y_test)
+    final: dict[str, Any] = {
+        "rounds": rounds_done,
+        **last_eval,
+        "params_sha256": params_digest(params),
+        "num_clients": n,
+        "seconds": time.perf_counter() - t_start,
+        "privacy": {
+            "claimed_epsilon": claimed,
+            "claim_notion": algo.claim_notion(),
+            "certified": certs,
+            "delta": pc.delta,
+            "not_covered": algo.not_covered(),
+            "claim_comparable": algo.claim_comparable,
+            "audit": audit,
+        },
+    }
+    if stop_reason:
+        final["stop_reason"] = stop_reason
+    from dpfl.experiments.config import run_id
+
+    return AuditResult(f"{run_id(config)}-audit{num_canaries}", status, rounds_done, final, history, est)
+
+
+def _claim_value(claimed: Any) -> float | None:
+    if isinstance(claimed, dict):
+        return max(claimed.values()) if claimed else None
+    if claimed is None:
+        return None
+    return float(claimed) if math.isfinite(float(claimed)) else float("inf")
