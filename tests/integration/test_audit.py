@@ -1,0 +1,116 @@
+"""The canary audit on tiny real-MNIST runs: it passes correct runs and catches a noise bug.
+
+The bug is simulated the way such bugs happen: the code adds 10× less noise than the algorithm
+declares to the ledger (``releases``) and to the claim; nothing else changes.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dpfl.audit.canary import run_audited
+from dpfl.experiments.config import parse_config
+from dpfl.experiments.runner import run_experiment
+from dpfl.experiments.store import RunStore
+from dpfl.privacy.calibration import dpfedavg_client_noise_std
+
+logging.getLogger("absl").setLevel(logging.ERROR)
+CANARIES, UNSEEN, BOOT = 50, 500, 300
+
+
+def _cfg(shared: Path, algorithm: dict[str, Any], **over: Any) -> Any:
+    raw: dict[str, Any] = {
+        "name": "audit-tiny", "seed": 1, "rounds": 10,
+        "data": {"name": "mnist", "dir": str(shared)},
+        "partition": {"kind": "iid", "num_clients": 50, "samples_per_client": 20},
+        "model": {"name": "logistic"},
+        "algorithm": algorithm,
+        "sampling": {"kind": "all"},
+        "privacy": {"delta": 1e-3},
+        "local": {"lr": 0.05, "steps": 2, "batch_size": 10},
+    }
+    raw.update(over)
+    return parse_config(raw)
+
+
+DPFEDAVG = {"name": "dp-fedavg", "options": {"noise_multiplier": 1.0, "clip_norm": 0.5}}
+
+
+def _dpfedavg_noise_10x_too_small(algo: Any) -> None:
+    inner_step = algo.server_step
+
+    def step(g: Any, local: Any, info: Any) -> Any:
+        algo.update_multiplier *= 0.1
+        try:
+            return inner_step(g, local, info)
+        finally:
+            algo.update_multiplier *= 10
+
+    algo.server_step = step
+
+
+def _udp_noise_10x_too_small(algo: Any) -> None:
+    inner_step = algo.server_step
+
+    def step(g: Any, local: Any, info: Any) -> Any:
+        row = algo.history[info.round_idx]
+        algo.history[info.round_idx] = [s * 0.1 for s in row]
+        try:
+            return inner_step(g, local, info)
+        finally:
+            algo.history[info.round_idx] = row
+
+    algo.server_step = step
+
+
+def test_dpfedavg_correct_run_passes_and_broken_noise_is_flagged(shared_data: Path) -> None:
+    cfg = _cfg(shared_data, DPFEDAVG)
+    ok = run_audited(cfg, CANARIES, num_unseen=UNSEEN, bootstrap=BOOT)
+    bad = run_audited(cfg, CANARIES, num_unseen=UNSEEN, bootstrap=BOOT, break_noise=_dpfedavg_noise_10x_too_small)
+    a, b = ok.final["privacy"]["audit"], bad.final["privacy"]["audit"]
+    # the ledger cannot see the bug: both runs certify and claim the same ε
+    assert b["certified_epsilon_public"] == pytest.approx(a["certified_epsilon_public"], rel=1e-12)
+    assert b["claimed_epsilon"] == pytest.approx(a["claimed_epsilon"], rel=1e-12)
+    # correct run: empirical ε ≤ certified public ε within the interval, no flag
+    assert a["empirical_epsilon_interval"][0] <= a["certified_epsilon_public"]
+    assert not a["flag"]
+    # broken run: the whole interval above certified and claimed ε (measured ≈ 25.7 vs 14.1 / 15.5)
+    assert b["flag"]
+    assert b["empirical_epsilon_interval"][0] > a["certified_epsilon_public"]
+    assert b["empirical_epsilon_interval"][0] > a["claimed_epsilon"]
+    assert b["empirical_epsilon"] > 1.5 * a["certified_epsilon_public"]
+
+
+def test_canaries_leave_ledger_and_real_noise_unchanged(shared_data: Path, tmp_path: Path) -> None:
+    cfg = _cfg(shared_data, DPFEDAVG, rounds=4)
+    plain = run_experiment(cfg, RunStore(tmp_path / "s.sqlite"))
+    audited = run_audited(cfg, CANARIES, num_unseen=UNSEEN, bootstrap=0)
+    p, q = plain.final["privacy"], audited.final["privacy"]
+    assert q["claimed_epsilon"] == pytest.approx(p["claimed_epsilon"], rel=1e-12)
+    for obs in ("server", "public"):
+        assert q["certified"]["observers"][obs]["epsilon"] == pytest.approx(
+            p["certified"]["observers"][obs]["epsilon"], rel=1e-9)
+    # each real upload keeps the std of the real cohort (50 clients), not of the 100-row cohort
+    real_std = dpfedavg_client_noise_std(0.5, 1.0, 50)
+    assert all(m["canaries"] == CANARIES for m in audited.history)
+    assert all(m["client_noise_std"] == pytest.approx(real_std, rel=1e-12) for m in audited.history)
+
+
+def test_udp_and_nbafl_audits_run_and_udp_bug_is_flagged(shared_data: Path) -> None:
+    udp = {"name": "udp", "options": {"epsilon": 4.0, "clip_norm": 1.0}}
+    local = {"lr": 0.05, "batch_size": None, "steps": None}
+    ok = run_audited(_cfg(shared_data, udp, local=local), CANARIES, num_unseen=UNSEEN, bootstrap=BOOT)
+    bad = run_audited(_cfg(shared_data, udp, local=local), CANARIES, num_unseen=UNSEEN, bootstrap=BOOT,
+                      break_noise=_udp_noise_10x_too_small)
+    a, b = ok.final["privacy"]["audit"], bad.final["privacy"]["audit"]
+    assert not a["flag"] and a["empirical_epsilon_interval"][0] <= a["certified_epsilon_public"]
+    assert b["flag"] and b["empirical_epsilon"] > 2 * a["certified_epsilon_public"]
+    nb = run_audited(_cfg(shared_data, {"name": "nbafl", "options": {"epsilon": 60.0, "clip_norm": 10.0}}),
+                     CANARIES, num_unseen=UNSEEN, bootstrap=BOOT)
+    c = nb.final["privacy"]["audit"]
+    assert not c["flag"] and c["empirical_epsilon_interval"][0] <= c["certified_epsilon_public"]
+    assert c["canary_participations_mean"] == 10.0
