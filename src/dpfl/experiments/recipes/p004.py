@@ -274,8 +274,8 @@ def _report_table1(ctx: ReportContext) -> str:
         ours_y.append(100 * om)
     plt = _plt()
     fig, ax = plt.subplots(figsize=(5, 3.5))
-    ax.plot(xs, base_y, "o-", label=f"{BASE} (ours, reduced)")
-    ax.plot(xs, ours_y, "s-", label=f"{OURS} (ours, reduced)")
+    ax.plot(xs, base_y, "o-", label=f"{BASE} (dpfl, {ctx.scale})")
+    ax.plot(xs, ours_y, "s-", label=f"{OURS} (dpfl, {ctx.scale})")
     paper_eps = [e for e in xs if e in _TABLE1_PAPER]
     if paper_eps:
         ax.plot(paper_eps, [_TABLE1_PAPER[e][0][0] for e in paper_eps], "o--", alpha=0.5, label=f"{BASE} (paper, EMNIST CNN)")
@@ -333,7 +333,7 @@ def _report_table3(ctx: ReportContext) -> str:
         "",
         f"Verdict: LUS alone beats DP-FedAvg at {sum(g > 0 for g in lus_gain)} of {len(lus_gain)} sparsities "
         f"(paper: all, +0.28 to +1.51); adding BLUR beats LUS alone at {sum(g > 0 for g in synergy)} of "
-        f"{len(synergy)} (paper: all). One seed per cell at this scale: differences below ≈1 point are noise.",
+        f"{len(synergy)} (paper: all). {len({r.coords['seed'] for r, _, _ in ctx.runs})} seed(s) per cell.",
     ])
 
 
@@ -464,7 +464,7 @@ _NOTES = (
 RECIPES = [
     Recipe("004/table1", "Accuracy vs ε: DP-FedAvg vs DP-FedAvg+BLUR+LUS (λ = 0.4, c = 0.7)", PAPER,
            "Table 1 (EMNIST, CNN-2-Layers): DP-FedAvg 69.65 / 72.32 / 74.12 / 75.36 %, ours 74.48 / 75.85 / "
-           "77.48 / 78.09 % at ε = 2 / 4 / 6 / 8 (3–5 rounds of ± 0.5–0.8 sd); \"using BLUR and LUS can "
+           "77.48 / 78.09 % at ε = 2 / 4 / 6 / 8 (± 0.46–0.81 sd); \"using BLUR and LUS can "
            "improve the accuracy of DP-FedAvg by 3%–4% and 4%–5% for CNN-2-Layers and ResNet-18\".",
            _build_table1, _report_table1, _NOTES),
     Recipe("004/table3", "Sparsity sweep: DP-FedAvg+LUS and DP-FedAvg+BLUR+LUS at ε = 6", PAPER,
