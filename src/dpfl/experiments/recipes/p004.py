@@ -376,7 +376,8 @@ def _report_fig2(ctx: ReportContext) -> str:
     summary = {}
     for ax, (run, rec, rows) in zip(axes, ctx.runs, strict=False):
         clip = float(rec.config["algorithm"]["options"]["clip_norm"])
-        allnorms, sds = [], []
+        allnorms: list[float] = []
+        sds: list[float] = []
         for i, r in enumerate(rows):
             norms = r.get("update_norms") or []
             if norms:
