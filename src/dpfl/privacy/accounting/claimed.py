@@ -13,6 +13,7 @@ This module imports nothing from dpfl except :mod:`dpfl.errors`, :mod:`dpfl.priv
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -499,9 +500,18 @@ def dpfedavg_claimed_epsilon(
     q = _sample_rate("sample_rate", sample_rate)
     t = _positive_int("rounds", rounds)
     dlt = _delta("delta", delta)
+    orders, rdp_one = _dpfedavg_round_rdp(z, q)
+    # composing T identical rounds multiplies the RDP curve by T (the accountant does the same)
+    eps, _ = rdp_privacy_accountant.compute_epsilon(orders, rdp_one * t, dlt)
+    return float(eps)
+
+
+@functools.lru_cache(maxsize=256)
+def _dpfedavg_round_rdp(noise_multiplier: float, sample_rate: float) -> tuple[np.ndarray, np.ndarray]:
+    """RDP curve of one Poisson-sampled Gaussian round (cached: a run asks for it every round)."""
     accountant = rdp_privacy_accountant.RdpAccountant()
-    accountant.compose(_dpfedavg_event(z, q, t))
-    return float(accountant.get_epsilon(dlt))
+    accountant.compose(_dpfedavg_event(noise_multiplier, sample_rate, 1))
+    return np.asarray(accountant._orders, dtype=np.float64), np.asarray(accountant._rdp, dtype=np.float64)
 
 
 def dpfedavg_noise_multiplier(
