@@ -1,4 +1,4 @@
-"""The ``dpfl`` command line: run | runs | plot | data | account.
+"""The ``dpfl`` command line: run | runs | plot | report | data | account | reproduce | bound | audit.
 
 Errors a user causes (:class:`dpfl.errors.DpflError`) print one line and exit with status 2.
 """
@@ -16,6 +16,7 @@ _COMMANDS = (
     "dpfl.commands.reproduce",
     "dpfl.commands.bound",
     "dpfl.commands.report",
+    "dpfl.commands.audit",
 )
 
 
