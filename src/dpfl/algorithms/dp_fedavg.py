@@ -52,19 +52,18 @@ from dpfl.client.lus import sparsify_updates
 from dpfl.errors import ConfigError
 from dpfl.privacy.accounting.claimed import dpfedavg_claimed_epsilon, dpfedavg_noise_multiplier
 from dpfl.privacy.accounting.ledger import Release, federated_round_releases
-from dpfl.privacy.calibration import dpfedavg_client_noise_std
+from dpfl.privacy.calibration import (
+    combined_noise_multiplier,
+    dpfedavg_client_noise_std,
+    update_noise_multiplier,
+)
 from dpfl.privacy.mechanisms import (
     add_gaussian_noise,
     add_gaussian_noise_per_client,
     clip_by_l2_norm,
 )
 from dpfl.rng import SERVER, SeedSequence
-from dpfl.server.adaptive_clip import (
-    COUNT_SENSITIVITY,
-    QuantileClipRule,
-    combined_noise_multiplier,
-    update_noise_multiplier,
-)
+from dpfl.server.adaptive_clip import COUNT_SENSITIVITY, QuantileClipRule
 
 
 class AdaptiveClipOptions(BaseModel):

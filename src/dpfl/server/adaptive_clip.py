@@ -51,50 +51,6 @@ COUNT_SENSITIVITY = 0.5
 """L2 sensitivity of the centered count Σ(b_i − ½) under add/remove one client."""
 
 
-def update_noise_multiplier(total_noise_multiplier: float, count_noise_std: float) -> float:
-    """z_Δ = (z^{-2} − (2σ_b)^{-2})^{-1/2}: the update's share of a total multiplier z.
-
-    Args:
-        total_noise_multiplier: z, the multiplier the round must have as a whole (> 0).
-        count_noise_std: σ_b, std of the noise on the centered count (> z/2).
-
-    Raises:
-        ConfigError: z ≥ 2σ_b (the count alone would already spend more than z allows).
-
-    References:
-        Andrew et al. 2021, Theorem 1.
-
-    >>> round(update_noise_multiplier(1.0, 5.0), 6)
-    1.005038
-    """
-    z, sb = float(total_noise_multiplier), float(count_noise_std)
-    if not z > 0 or not math.isfinite(z):
-        raise ConfigError(f"`noise_multiplier` must be a positive number for adaptive clipping. Found {z}.")
-    if not z < 2.0 * sb:
-        raise ConfigError(
-            f"adaptive clipping needs noise_multiplier < 2·count_noise_std (Andrew et al. 2021, Thm 1). "
-            f"Found noise_multiplier = {z:g}, count_noise_std = {sb:g}; raise count_noise_std "
-            f"(default: expected cohort / 20) or sample more clients per round."
-        )
-    return (z ** -2 - (2.0 * sb) ** -2) ** -0.5
-
-
-def combined_noise_multiplier(*noise_multipliers: float) -> float:
-    """(Σ_i z_i^{-2})^{-1/2}: the single Gaussian equal to Gaussian releases about the same unit.
-
-    For the update and the count: ``combined_noise_multiplier(z_Δ, 2σ_b)`` (the count's
-    multiplier is σ_b over its sensitivity ½).
-
-    >>> round(combined_noise_multiplier(update_noise_multiplier(1.3, 2.0), 2 * 2.0), 9)
-    1.3
-    """
-    zs = [float(z) for z in noise_multipliers]
-    if any(z == 0 for z in zs):
-        return 0.0  # one of them is released without noise
-    inv = sum(0.0 if math.isinf(z) else z ** -2 for z in zs)
-    return math.inf if inv == 0 else inv ** -0.5
-
-
 @dataclass(frozen=True)
 class QuantileClipRule:
     """The geometric clip-norm update C ← C·exp(−η_C (b̃ − γ)).

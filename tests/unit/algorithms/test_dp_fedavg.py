@@ -15,9 +15,9 @@ from dpfl.client.lus import sparsify_updates
 from dpfl.errors import ConfigError
 from dpfl.privacy.accounting.claimed import dpfedavg_claimed_epsilon
 from dpfl.privacy.accounting.ledger import PrivacyLedger
+from dpfl.privacy.calibration import combined_noise_multiplier, update_noise_multiplier
 from dpfl.rng import SeedSequence
 from dpfl.sampling.clients import AllClients, PoissonSampler
-from dpfl.server.adaptive_clip import combined_noise_multiplier, update_noise_multiplier
 
 logging.getLogger("absl").setLevel(logging.ERROR)
 
