@@ -41,14 +41,10 @@ def audit_summary(audit: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _audit(args: argparse.Namespace) -> int:
+def _one(config: Any, args: argparse.Namespace) -> dict[str, Any]:
     from dpfl.audit.canary import run_audited
-    from dpfl.experiments.config import load_config
     from dpfl.experiments.runner import environment
     from dpfl.experiments.store import RunStore
-
-    logging.getLogger("absl").setLevel(logging.ERROR)  # RDP orders dp-accounting excludes, per round
-    config = load_config(args.config, args.set or [])
 
     def progress(done: int, total: int, metrics: dict[str, Any]) -> None:
         if args.verbose:
@@ -71,7 +67,71 @@ def _audit(args: argparse.Namespace) -> int:
             store.log_round(res.run_id, i, m)
         store.finish(res.run_id, res.status, final)
         print(f"stored as {res.run_id} in {store.path}")
-    return 1 if final["privacy"]["audit"]["flag"] and args.fail_on_flag else 0
+    return final
+
+
+def plot_audits(rows: list[tuple[str, dict[str, Any]]], out: str, title: str) -> None:
+    """Empirical ε (with interval) against certified public and claimed ε, one point per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 4.2))
+    xs = [a["certified_epsilon_public"] for _, a in rows]
+    ys = [a["empirical_epsilon"] for _, a in rows]
+    lo = [a["empirical_epsilon"] - a["empirical_epsilon_interval"][0] for _, a in rows]
+    hi = [a["empirical_epsilon_interval"][1] - a["empirical_epsilon"] for _, a in rows]
+    ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o", capsize=3, label="empirical (canaries), 95% interval")
+    claimed = [a["claimed_epsilon"] for _, a in rows]
+    if all(c is not None for c in claimed):
+        ax.scatter(xs, claimed, marker="x", color="C3", label="claimed (paper)")
+    top = max([*xs, *[a["empirical_epsilon_interval"][1] for _, a in rows]]) * 1.1
+    ax.plot([0, top], [0, top], "k--", lw=0.8, label="empirical = certified")
+    for (label, a), x in zip(rows, xs, strict=True):
+        ax.annotate(label, (x, a["empirical_epsilon"]), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    ax.set_xlabel("certified epsilon (public observer)")
+    ax.set_ylabel("epsilon")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+
+
+def _audit(args: argparse.Namespace) -> int:
+    from dpfl.errors import ConfigError
+    from dpfl.experiments.config import load_config
+
+    logging.getLogger("absl").setLevel(logging.ERROR)  # RDP orders dp-accounting excludes, per round
+    sweep: list[str | None] = [None]
+    key = None
+    if args.sweep:
+        key, sep, values = args.sweep.partition("=")
+        if not sep or not values:
+            raise ConfigError(f"`--sweep` must be KEY=V1,V2,...; found {args.sweep!r}.")
+        sweep = list(values.split(","))
+    rows: list[tuple[str, dict[str, Any]]] = []
+    flagged = False
+    for value in sweep:
+        overrides = list(args.set or [])
+        if value is not None:
+            overrides.append(f"{key}={value}")
+        config = load_config(args.config, overrides)
+        final = _one(config, args)
+        audit = final["privacy"]["audit"]
+        flagged |= bool(audit["flag"])
+        rows.append((f"{key.rsplit('.', 1)[-1]}={value}" if key else config.name, audit))
+    if len(rows) > 1:
+        print("\n" + f"{'setting':<24} {'empirical':>10} {'interval':>20} {'certified(pub)':>15} {'claimed':>10} flag")
+        for label, a in rows:
+            lo, hi = a["empirical_epsilon_interval"]
+            print(f"{label:<24} {_fmt(a['empirical_epsilon']):>10} {'[' + _fmt(lo) + ', ' + _fmt(hi) + ']':>20} "
+                  f"{_fmt(a['certified_epsilon_public']):>15} {_fmt(a['claimed_epsilon']):>10} {a['flag']}")
+    if args.plot:
+        plot_audits(rows, args.plot, f"canary audit: {config.name} ({config.algorithm.name})")
+        print(f"plot: {args.plot}")
+    return 1 if flagged and args.fail_on_flag else 0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -86,6 +146,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config value")
     p.add_argument("--store", nargs="?", const=str(DEFAULT_STORE), default=None,
                    help=f"store the audited run (default path {DEFAULT_STORE})")
+    p.add_argument("--sweep", metavar="KEY=V1,V2,...", help="audit one run per value of a config key")
+    p.add_argument("--plot", metavar="PNG", help="plot empirical vs certified and claimed epsilon")
     p.add_argument("--fail-on-flag", action="store_true", help="exit 1 when the audit flags the run")
     p.add_argument("-v", "--verbose", action="store_true", help="one line per round")
     p.set_defaults(func=_audit)
