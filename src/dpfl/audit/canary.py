@@ -82,7 +82,7 @@ class _Adapter:
 
     rows: Callable[[Any, torch.Tensor, torch.Tensor], torch.Tensor]  # (algo, global [P], dirs [c,P]) -> [c,P]
     num_samples: Callable[[Any, torch.Tensor], int]  # (algo, real cohort sizes) -> canary sample count
-    guard: Callable[[Any, int, int], contextlib.AbstractContextManager[None]]  # (algo, real K, canaries)
+    guard: Callable[[Any, int, int], contextlib.AbstractContextManager[None]]  # (algo, real K, all canaries)
 
 
 @contextlib.contextmanager
@@ -242,7 +242,7 @@ class CanaryAlgorithm:
         ids = torch.tensor([self.first_canary_id + j for j in joined], dtype=info.clients.dtype)
         ext_info = RoundInfo(info.round_idx, self.num_clients + self.num_canaries,
                              torch.cat([info.clients, ids]), info.seeds)
-        with self.adapter.guard(self.inner, real_k, c):
+        with self.adapter.guard(self.inner, real_k, self.num_canaries):
             out = self.inner.server_step(global_params, ext, ext_info)
         self.participations[joined] += 1
         metrics = {k: v for k, v in out.metrics.items() if not isinstance(v, list)}  # per-row lists mix canaries
