@@ -28,6 +28,10 @@ def _report(args: argparse.Namespace) -> int:
         print(result["stop_reason"])
     if result.get("privacy"):
         print(_privacy_summary(result["privacy"]))
+        if result["privacy"].get("audit"):
+            from dpfl.commands.audit import audit_summary
+
+            print(audit_summary(result["privacy"]["audit"]))
     for n in notices:
         where = f"round {n['round'] + 1}" if n["round"] is not None else "setup"
         print(f"notice ({n['kind']}, {where}): {n['message']}")
