@@ -98,9 +98,11 @@ class VectorizedEngine(Engine):
         device = self.data.x.device
         gidx, maskf = gidx.to(device), mask.to(device=device, dtype=self.data.x.dtype)
         counts = maskf.sum(2)  # [K, S]
-        flat = global_params.detach().to(device).unsqueeze(0).repeat(k, 1)
-        views = prob.layout.views(flat)
         anchor = prob.layout.views(global_params.detach().to(device))
+        # One contiguous [K, ...] tensor per parameter (not views of one [K, P] matrix): batched
+        # matmuls, and above all the in-place fused SGD step, run as one BLAS call only on
+        # contiguous batches (a strided batch falls back to a loop of K small matmuls).
+        views = {n: a.unsqueeze(0).expand(k, *a.shape).clone() for n, a in anchor.items()}
         terms = self._terms(anchor)
         linear_stack = self.forward.fusable_params() == set(views)
         # Fused SGD (the step taken inside the backward pass of each Linear layer) needs the plain
@@ -151,7 +153,7 @@ class VectorizedEngine(Engine):
                 torch._foreach_add_(vlist, grads, alpha=-local.lr)
                 loss_sum += loss_k.detach()
         steps_taken = (counts > 0).sum(1).clamp(min=1).to(loss_sum.dtype)
-        flat = flat.detach()
+        flat = torch.cat([views[n].detach().reshape(k, -1) for n in prob.layout.names], dim=1)
         final_grads = self._final_gradient(flat, clients) if local.final_gradient else None
         return LocalResult(flat, (loss_sum / steps_taken).cpu(), self.data.sizes(clients), final_grads)
 
