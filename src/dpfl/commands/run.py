@@ -60,8 +60,8 @@ class RoundProgress:
         if "test_accuracy" in metrics:
             parts.append(f"acc {metrics['test_accuracy']:.4f}")
         for key in ("epsilon_certified", "epsilon_claimed"):
-            if key in metrics:
-                parts.append(f"{key.split('_')[1]} ε {metrics[key]:.3g}")
+            if metrics.get(key) is not None:
+                parts.append(f"{key.split('_')[1]} ε {_eps(metrics[key])}")
         info = "  ".join(parts)
         if self._progress is not None:
             self._progress.update(self._task, completed=done, info=info)
@@ -100,22 +100,33 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eps(value: Any) -> str:
+    """An epsilon for humans: numbers to 4 significant digits, 'inf' and missing values as such."""
+    if value is None:
+        return "n/a"
+    try:
+        return f"{float(value):.4g}"
+    except (TypeError, ValueError):
+        return str(value)
+
+
 def _privacy_summary(privacy: dict[str, Any]) -> str:
     claimed = privacy.get("claimed_epsilon")
     if isinstance(claimed, dict):
-        claimed_txt = f"max over clients {max(claimed.values()):.4g}" if claimed else "n/a"
+        values = [float(v) for v in claimed.values()]
+        claimed_txt = f"max over clients {_eps(max(values))}" if values else "n/a"
     else:
-        claimed_txt = f"{claimed:.4g}" if claimed is not None else "n/a"
+        claimed_txt = _eps(claimed)
     lines = [f"claimed epsilon: {claimed_txt}  [{privacy.get('claim_notion', '')}]"]
     certs = privacy.get("certified")
     if certs:
         head = certs["headline"]
         lines.append(
-            f"certified epsilon: {head['epsilon']:.4g} at delta {head['delta']:g} ({head['method']}, worst observer: "
+            f"certified epsilon: {_eps(head['epsilon'])} at delta {head['delta']:g} ({head['method']}, worst observer: "
             f"{head['observer']}, unit: {head['privacy_unit']}, {head['relation']})"
         )
         for obs, c in certs["observers"].items():
-            lines.append(f"  observer {obs:<7} epsilon {c['epsilon']:.4g} ({c['method']})")
+            lines.append(f"  observer {obs:<7} epsilon {_eps(c['epsilon'])} ({c['method']})")
     for item in privacy.get("not_covered") or []:
         lines.append(f"not covered by the certified epsilon: {item}")
     return "\n".join(lines)

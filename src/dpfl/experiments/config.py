@@ -188,6 +188,14 @@ def load_config(source: str | Path, overrides: list[str] | None = None) -> RunCo
 
 
 def run_id(config: RunConfig) -> str:
-    """Stable id of a run: a hash of the validated config (which includes the seed)."""
-    canonical = json.dumps(config.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    """Stable id of a run: a hash of the validated config (which includes the seed).
+
+    The data directory is left out when the files are verified against the pinned checksums:
+    the same verified data in another folder is the same run (``--data-dir`` must not split a
+    sweep's stored runs). Unverified data is identified by its folder.
+    """
+    dumped = config.model_dump(mode="json")
+    if config.data.verify:
+        dumped["data"].pop("dir", None)
+    canonical = json.dumps(dumped, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]

@@ -71,3 +71,21 @@ def test_corrupt_store_is_a_clear_error(tmp_path: Path) -> None:
     bad.write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(ConfigError, match="not a readable SQLite"):
         RunStore(bad)
+
+
+def test_run_id_ignores_the_folder_of_verified_data_only() -> None:
+    a = parse_config({"data": {"name": "mnist", "dir": "data"}})
+    b = parse_config({"data": {"name": "mnist", "dir": "/elsewhere/data"}})
+    assert run_id(a) == run_id(b)
+    c = parse_config({"data": {"name": "mnist", "dir": "data", "verify": False}})
+    d = parse_config({"data": {"name": "mnist", "dir": "/elsewhere", "verify": False}})
+    assert run_id(c) != run_id(d)
+
+
+def test_privacy_summary_prints_infinite_epsilon() -> None:
+    from dpfl.commands.run import _privacy_summary
+
+    cert = {"epsilon": "inf", "delta": 1e-5, "method": "rdp", "observer": "server",
+            "privacy_unit": "client", "relation": "replace_one"}
+    text = _privacy_summary({"claimed_epsilon": 5.0, "certified": {"headline": cert, "observers": {"server": cert}}})
+    assert "certified epsilon: inf" in text and "claimed epsilon: 5" in text
