@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import numpy as np
@@ -85,7 +84,8 @@ def _tiny_cifar(root: Path) -> None:
 def test_cifar_smoke_on_tiny_cifar_format_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The CIFAR-10 part at smoke scale: tiny random data in the CIFAR python format (checksums off)."""
     _tiny_cifar(tmp_path / "data")
-    monkeypatch.setattr(dpfl.data, "load_dataset", functools.partial(dpfl.data.load_dataset, verify=False))
+    original = dpfl.data.load_dataset
+    monkeypatch.setattr(dpfl.data, "load_dataset", lambda *a, **k: original(*a, **{**k, "verify": False}))
     text, store = _reproduce("002/cifar", tmp_path, tmp_path / "data")
     assert (tmp_path / "reports" / "002_cifar" / "smoke" / "report.md").exists()
     assert "tiny CIFAR-format" in text
