@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dpfl.client.context import RoundInfo
 from dpfl.algorithms.fedavg import FedAvg
+from dpfl.client.context import RoundInfo
 from dpfl.client.local import LocalTraining, batch_plan
 from dpfl.models import build_model
 from dpfl.rng import SERVER, SeedSequence
