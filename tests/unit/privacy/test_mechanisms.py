@@ -273,3 +273,15 @@ def test_secure_mode_never_repeats_a_seed_over_1e5_draws() -> None:
     # and its generators work with the mechanisms
     out = add_gaussian_noise(torch.zeros(1, 4), 1.0, seeds.generator(0, 0, "noise"))
     assert torch.isfinite(out).all()
+
+
+def test_per_client_noise_drawn_in_parallel_threads_equals_sequential_draws() -> None:
+    """Rows large enough to be drawn by several threads still get exactly their own stream."""
+    from dpfl.privacy.mechanisms import add_gaussian_noise_per_client
+
+    k, p = 5, 70_000
+    gens = [torch.Generator().manual_seed(100 + i) for i in range(k)]
+    got = add_gaussian_noise_per_client(torch.zeros(k, p), 1.0, gens)
+    for i in range(k):
+        expected = torch.randn(p, generator=torch.Generator().manual_seed(100 + i))
+        assert torch.equal(got[i], expected)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import dp_accounting
 import torch
@@ -151,9 +152,36 @@ def add_gaussian_noise_per_client(
         )
     std = _std_view(noise_std, x)
     noise = _buffer(x, out)
-    for k, gen in enumerate(generators):
-        torch.randn(x.shape[1:], generator=gen, out=noise[k])
+    _draw_rows(noise, generators)
     return _combine(x, noise, std)
+
+
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _draw_rows(noise: Tensor, generators: Sequence[torch.Generator]) -> None:
+    """Row k ← standard normals from ``generators[k]``, rows split over torch's intra-op threads.
+
+    A CPU generator draws on one thread; the rows are independent streams, so contiguous blocks
+    of rows are drawn in parallel threads (torch releases the GIL while drawing). Every row gets
+    exactly the numbers a sequential loop would give it.
+    """
+    k = len(generators)
+    workers = max(1, min(torch.get_num_threads(), k))
+    if workers == 1 or noise[0].numel() < 65536 or noise.device.type != "cpu":
+        for i, gen in enumerate(generators):
+            torch.randn(noise.shape[1:], generator=gen, out=noise[i])
+        return
+    global _POOL
+    if _POOL is None or _POOL._max_workers < workers:  # noqa: SLF001 - sizing our own pool
+        _POOL = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dpfl-noise")
+    bounds = [round(i * k / workers) for i in range(workers + 1)]
+
+    def block(lo: int, hi: int) -> None:
+        for i in range(lo, hi):
+            torch.randn(noise.shape[1:], generator=generators[i], out=noise[i])
+
+    list(_POOL.map(lambda ab: block(*ab), zip(bounds[:-1], bounds[1:], strict=True)))
 
 
 def gaussian_event(noise_std: float, sensitivity: float) -> dp_accounting.DpEvent:
