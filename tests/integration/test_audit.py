@@ -114,3 +114,19 @@ def test_udp_and_nbafl_audits_run_and_udp_bug_is_flagged(shared_data: Path) -> N
     c = nb.final["privacy"]["audit"]
     assert not c["flag"] and c["empirical_epsilon_interval"][0] <= c["certified_epsilon_public"]
     assert c["canary_participations_mean"] == 10.0
+
+
+def test_dpfl_run_attaches_the_audit(shared_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from dpfl.cli import main
+    from dpfl.experiments.store import RunStore
+
+    root = Path(__file__).resolve().parents[2]
+    store = tmp_path / "s.sqlite"
+    code = main(["run", str(root / "reports" / "audit" / "dpfedavg.yaml"), "--audit", "10", "--store", str(store),
+                 "--set", f"data.dir={shared_data}", "--set", "rounds=3"])
+    assert code == 0
+    assert "empirical epsilon" in capsys.readouterr().out
+    (rec,) = RunStore(store).list()
+    audit = rec.result["privacy"]["audit"]
+    assert audit["canaries"] == 10 and audit["flag"] is False
+    assert audit["empirical_epsilon"] <= audit["empirical_epsilon_interval"][1]

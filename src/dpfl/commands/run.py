@@ -77,6 +77,8 @@ def _run(args: argparse.Namespace) -> int:
     from dpfl.plots.curves import plot_run
 
     config = load_config(args.config, args.set or [])
+    if args.audit:
+        return _run_audited(config, args)
     store = RunStore(args.store)
     def loud(message: str) -> None:
         print(f"\n!!! PRIVACY NOTICE: {message}\n", file=sys.stderr, flush=True)
@@ -132,6 +134,17 @@ def _privacy_summary(privacy: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _run_audited(config: Any, args: argparse.Namespace) -> int:
+    """`dpfl run --audit N`: the same run with N canary clients (see :mod:`dpfl.commands.audit`),
+    stored as ``<run id>-audit<N>`` with empirical, certified and claimed epsilon side by side."""
+    from dpfl.commands.audit import _one
+
+    audit_args = argparse.Namespace(canaries=args.audit, unseen=1000, bootstrap=1000, confidence=0.95,
+                                    store=args.store, verbose=sys.stderr.isatty())
+    final = _one(config, audit_args)
+    return 1 if final["privacy"]["audit"]["flag"] else 0
+
+
 def _runs(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
@@ -163,6 +176,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config value, e.g. rounds=5")
     p.add_argument("--store", default=str(DEFAULT_STORE), help="run store (SQLite file)")
     p.add_argument("--restart", action="store_true", help="discard a checkpoint or stored result and run again")
+    p.add_argument("--audit", type=int, metavar="N", default=0,
+                   help="insert N canary clients and report the empirical epsilon next to the certified and "
+                        "claimed ones (a separate run; exit 1 if the audit flags it)")
     p.set_defaults(func=_run)
 
     p = subparsers.add_parser("runs", help="list stored runs")
