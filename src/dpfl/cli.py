@@ -6,6 +6,7 @@ Errors a user causes (:class:`dpfl.errors.DpflError`) print one line and exit wi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
 
@@ -37,12 +38,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from dpfl.errors import DpflError
 
-    try:  # dp-accounting logs through absl; keep its per-order convergence chatter off the terminal
+    # dp-accounting logs through absl; keep its per-order convergence chatter off the terminal
+    with contextlib.suppress(ImportError):
         import absl.logging
 
         absl.logging.set_verbosity(absl.logging.ERROR)
-    except ImportError:
-        pass
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -24,6 +24,7 @@ References:
 
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,14 +51,16 @@ def _check_generator(generator: torch.Generator) -> None:
         )
 
 
-class ClientSampler:
+class ClientSampler(abc.ABC):
     """Base of the samplers: shared ``wrap_event`` through the sampler's own description."""
 
-    def describe(self) -> dict[str, Any]:  # pragma: no cover - overridden
-        raise NotImplementedError
+    @abc.abstractmethod
+    def describe(self) -> dict[str, Any]:
+        """JSON-serializable description (what the ledger checks every round)."""
 
-    def sample(self, num_clients: int, generator: torch.Generator) -> torch.Tensor:  # pragma: no cover
-        raise NotImplementedError
+    @abc.abstractmethod
+    def sample(self, num_clients: int, generator: torch.Generator) -> torch.Tensor:
+        """Sorted ids of this round's cohort, drawn only from ``generator``."""
 
     def wrap_event(self, event: dpe.DpEvent, num_clients: int) -> dpe.DpEvent:
         """One round of this sampling applied to ``event`` (no wrapper for full participation)."""
