@@ -108,7 +108,7 @@ class RunConfig(_Strict):
     privacy: PrivacyConfig = Field(default_factory=PrivacyConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     local: LocalConfig = Field(default_factory=LocalConfig)
-    engine: Literal["vectorized", "sequential"] = "vectorized"
+    engine: Literal["vectorized", "sequential", "ray"] = "vectorized"
     device: str = "cpu"
     threads: int = Field(2, ge=1)
     eval_every: int = Field(1, ge=1)

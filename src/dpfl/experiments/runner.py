@@ -36,10 +36,11 @@ from dpfl.privacy.notices import collect_range_warnings
 from dpfl.rng import SERVER, SeedSequence
 from dpfl.sim.base import ClientData, Engine, LocalProblem
 from dpfl.sim.checkpoint import load_checkpoint, save_checkpoint
+from dpfl.sim.ray_engine import RayEngine  # imports Ray only when a RayEngine is built
 from dpfl.sim.sequential import SequentialEngine
 from dpfl.sim.vectorized import VectorizedEngine
 
-ENGINES: dict[str, type[Engine]] = {"vectorized": VectorizedEngine, "sequential": SequentialEngine}
+ENGINES: dict[str, type[Engine]] = {"vectorized": VectorizedEngine, "sequential": SequentialEngine, "ray": RayEngine}
 
 
 @dataclass
