@@ -4,6 +4,13 @@ An algorithm decides which clients take part (its sampler), how they train (the 
 options), what each client does to its update before sending it (client transforms), and how the
 server turns the cohort's messages into the next global model (aggregation plus server-side
 transforms). Engines (simulation, Flower) call these parts and contain no algorithm logic.
+
+The round is split where the wire is: :meth:`Algorithm.client_step` is everything a client does
+to its own trained model before sending it (clip, noise, randomize — row k depends only on client
+k's data and client k's own random stream), and :meth:`Algorithm.aggregate` is everything the
+server does with what arrives. In simulation :meth:`Algorithm.server_step` runs both on the
+stacked cohort; the Flower adapter runs ``client_step`` on each SuperNode for its one row and
+``aggregate`` in the ServerApp, so the same code — and the same random draws — serve both.
 """
 
 from __future__ import annotations
@@ -16,6 +23,49 @@ import torch
 
 from dpfl.client.context import LocalResult, RoundInfo
 from dpfl.rng import SeedSequence
+
+
+@dataclass
+class Uploads:
+    """What the clients of a round send to the server, stacked in the order of ``clients``.
+
+    Attributes:
+        clients: ids of the rows [K] (a subset of the cohort when clients dropped out).
+        params: the vector each client sends [K, P] (model or update: the algorithm's choice).
+        num_samples: |D_k| of each row [K] (public: declared by the client, fixed by the run).
+        train_loss: mean local objective of each row [K].
+        declared: per-row values the client states about what it did, e.g. ``noise_std`` [K];
+            the server checks them against its own plan and rejects a row that disagrees.
+    """
+
+    clients: torch.Tensor
+    params: torch.Tensor
+    num_samples: torch.Tensor
+    train_loss: torch.Tensor
+    declared: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.clients.numel())
+
+    def select(self, rows: torch.Tensor) -> Uploads:
+        """The rows at positions ``rows`` (a LongTensor or a boolean mask)."""
+        return Uploads(self.clients[rows], self.params[rows], self.num_samples[rows], self.train_loss[rows],
+                       {k: v[rows] for k, v in self.declared.items()})
+
+    @staticmethod
+    def cat(parts: list[Uploads]) -> Uploads:
+        """Rows of several uploads, sorted by client id."""
+        clients = torch.cat([p.clients for p in parts])
+        order = torch.argsort(clients)
+        keys = set().union(*(p.declared for p in parts)) if parts else set()
+        return Uploads(
+            clients[order],
+            torch.cat([p.params for p in parts])[order],
+            torch.cat([p.num_samples for p in parts])[order],
+            torch.cat([p.train_loss for p in parts])[order],
+            {k: torch.cat([p.declared[k] for p in parts])[order] for k in keys},
+        )
 
 
 @dataclass
@@ -35,9 +85,29 @@ class Algorithm(abc.ABC):
     def sample(self, info_round: int, num_clients: int, seeds: SeedSequence) -> torch.Tensor:
         """The cohort of round ``info_round`` (sorted client ids)."""
 
-    @abc.abstractmethod
+    # Whether the algorithm is split into client_step / aggregate (needed by the Flower adapter).
+    splits_rounds: ClassVar[bool] = False
+
     def server_step(self, global_params: torch.Tensor, local: LocalResult, info: RoundInfo) -> RoundOutput:
         """Client transforms on the cohort's updates, then aggregation into the new global model."""
+        return self.aggregate(global_params, self.client_step(global_params, local, info), info)
+
+    def client_step(self, global_params: torch.Tensor, local: LocalResult, info: RoundInfo) -> Uploads:
+        """What the clients ``info.clients`` send after local training (row k: client k only)."""
+        raise NotImplementedError(f"{self.name} does not split its round into client and server steps")
+
+    def aggregate(self, global_params: torch.Tensor, uploads: Uploads, info: RoundInfo) -> RoundOutput:
+        """The new global model from the rows that arrived (``uploads.clients`` ⊆ the cohort)."""
+        raise NotImplementedError(f"{self.name} does not split its round into client and server steps")
+
+    def declared_plan(self, info: RoundInfo, client: int) -> dict[str, float]:
+        """What ``client`` must declare in its upload this round (e.g. its noise std)."""
+        del info, client
+        return {}
+
+    def client_state(self) -> dict[str, Any]:
+        """Server-held state a client needs to run :meth:`client_step` (default: all of it)."""
+        return self.state_dict()
 
     def should_stop(self, round_idx: int) -> str | None:
         """A reason to end the run before round ``round_idx`` (e.g. CRD lowered T), else None."""

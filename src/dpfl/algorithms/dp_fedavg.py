@@ -44,7 +44,7 @@ from typing import Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from dpfl.algorithms.base import RoundOutput
+from dpfl.algorithms.base import RoundOutput, Uploads
 from dpfl.algorithms.private import PrivateAlgorithm
 from dpfl.client.blur import BlurTerm
 from dpfl.client.context import LocalProblem, LocalResult, RoundInfo
@@ -195,15 +195,17 @@ class DpFedAvg(PrivateAlgorithm):
         return self.count_noise_std / math.sqrt(cohort), 0.0
 
     def releases(self, info: RoundInfo, num_samples: torch.Tensor, secure_aggregation: bool) -> list[Release]:
+        """The rows ``info.clients`` aggregated, each noised for a cohort of ``info.cohort``."""
         k = int(info.clients.numel())
         ids = info.clients.tolist()
         update = federated_round_releases(
-            ids, self._client_noise_std(k), self.clip_norm, [1.0 / k] * k,
+            ids, self._client_noise_std(info.cohort), self.clip_norm, [1.0 / k] * k,
             server_noise_std=self._server_noise_std(k), secure_aggregation=secure_aggregation,
         )
         if self._rule is None or not k:
             return update
-        client_std, server_std = self._count_stds(k)
+        client_std, _ = self._count_stds(info.cohort)
+        _, server_std = self._count_stds(k)
         count = federated_round_releases(
             ids, client_std, COUNT_SENSITIVITY, [1.0] * k,
             server_noise_std=server_std, secure_aggregation=secure_aggregation,
@@ -218,43 +220,111 @@ class DpFedAvg(PrivateAlgorithm):
         out.append(Release.gaussian("public", z if math.isfinite(z) else 0.0, 1.0 if math.isfinite(z) else 0.0, None))
         return out
 
+    def releases_for_arrivals(self, info: RoundInfo, arrived: torch.Tensor, num_samples: torch.Tensor,
+                              secure_aggregation: bool) -> list[Release]:
+        """After dropouts: :meth:`aggregate` tops the noise of the broadcast up to the plan, so
+        the public release is the planned one; the server saw only the uploads that arrived (or,
+        with secure aggregation, their sum *without* the top-up it adds itself)."""
+        if int(arrived.numel()) == info.cohort:
+            return self.releases(info, num_samples, secure_aggregation)
+        planned = self.releases(info, num_samples, secure_aggregation)
+        if not int(arrived.numel()):
+            return []
+        actual = self.releases(info.for_clients(arrived), num_samples, secure_aggregation)
+        return [r for r in actual if r.observer == "server"] + [r for r in planned if r.observer == "public"]
+
     # ------------------------------------------------------------------ the round
 
-    def server_step(self, global_params: torch.Tensor, local: LocalResult, info: RoundInfo) -> RoundOutput:
+    splits_rounds = True
+
+    def client_step(self, global_params: torch.Tensor, local: LocalResult, info: RoundInfo) -> Uploads:
+        """004 Alg. 1 LocalUpdate: Δ = w_k − w (LUS-sparsified), clipped to S_t; in the local
+        variant plus N(0, S_t²σ²/|P_t| I) from the client's own stream; with adaptive clipping
+        also the client's (noised, in the local variant) centered bit b_k − ½."""
         o = self.options
-        k = int(info.clients.numel())
+        k = info.cohort
         clip = self.clip_norm
         updates = local.params.sub_(global_params.to(local.params.device))
-        metrics: dict[str, Any] = {"clip_norm": clip}
+        rows = int(info.clients.numel())
+        declared: dict[str, torch.Tensor] = {}
         if o.lus_sparsity > 0:
             if local.final_grads is None or self._layer_sizes is None:
                 raise ConfigError("LUS needs the final-weights gradient: build DP-FedAvg through the runner "
                                   "(configure_local sets `local.final_gradient`).")
-            dense_norms = updates.norm(dim=1)
+            declared["dense_update_norm"] = updates.norm(dim=1).detach().to(torch.float64).cpu()
             updates = sparsify_updates(updates, local.final_grads.to(updates.device), self._layer_sizes, o.lus_sparsity)
-            metrics["dense_update_norm_mean"] = float(dense_norms.mean())
         clipped, norms = clip_by_l2_norm(updates, clip)
         client_std = self._client_noise_std(k)
         dev = clipped.device
         gens = [info.seeds.generator(info.round_idx, int(c), "noise", device=dev) for c in info.clients.tolist()]
         if client_std > 0:
             clipped = add_gaussian_noise_per_client(clipped, client_std, gens)
-        mean = clipped.mean(0)
+        declared["noise_std"] = torch.full((rows,), client_std, dtype=torch.float64)
+        declared["update_norm"] = norms.detach().to(torch.float64).cpu()
+        if self._rule is not None:
+            # the count noise is drawn after the update noise from the same per-client streams
+            counts = QuantileClipRule.centered_bits(norms.detach().cpu(), clip).to(torch.float64)
+            client_cs, _ = self._count_stds(k)
+            if client_cs > 0:
+                z = torch.stack([torch.randn((), generator=g, dtype=torch.float64, device=g.device).cpu() for g in gens])
+                counts = counts + client_cs * z
+            declared["count"] = counts
+            declared["count_noise_std"] = torch.full((rows,), client_cs, dtype=torch.float64)
+        return Uploads(info.clients, clipped, local.num_samples, local.train_loss, declared)
+
+    def declared_plan(self, info: RoundInfo, client: int) -> dict[str, float]:
+        del client
+        plan = {"noise_std": self._client_noise_std(info.cohort)}
+        if self._rule is not None:
+            plan["count_noise_std"] = self._count_stds(info.cohort)[0]
+        return plan
+
+    def aggregate(self, global_params: torch.Tensor, uploads: Uploads, info: RoundInfo) -> RoundOutput:
+        """004 Alg. 1 lines 7–9: the unweighted mean of the uploads that arrived, server noise in
+        the central variant, server step; adaptive clipping updates S_t from the noised count.
+
+        If fewer clients arrive than the noise was split over (K' < K = |P_t|), the server tops
+        the sum up with N(0, (K − K')·σ_c² I) from its own stream, so that the broadcast carries
+        exactly the planned noise Sσ (and likewise for the count): the recorded guarantee stays
+        true, and is never silently weaker.
+        """
+        o = self.options
+        k = info.cohort
+        arrived = uploads.num_rows
+        clip = self.clip_norm
+        dev = uploads.params.device
+        client_std = self._client_noise_std(k)
+        client_cs, server_cs = self._count_stds(k)
+        missing = k - arrived
+        if missing < 0:
+            raise ConfigError(f"dp-fedavg: {arrived} uploads for a cohort of {k}")
+        if arrived == 0:
+            return RoundOutput(global_params.clone(), {"clip_norm": clip, "arrived": 0})
+        if missing == 0:
+            mean = uploads.params.mean(0)
+        else:
+            total = uploads.params.sum(0)
+            if client_std > 0:
+                topup = info.seeds.generator(info.round_idx, SERVER, "topup", device=dev)
+                total = add_gaussian_noise(total.unsqueeze(0), client_std * math.sqrt(missing), topup)[0]
+            mean = total / arrived
         server_gen = info.seeds.generator(info.round_idx, SERVER, "server_noise", device=dev)
-        server_std = self._server_noise_std(k)
+        server_std = self._server_noise_std(arrived)
         if server_std > 0:
             mean = add_gaussian_noise(mean.unsqueeze(0), server_std, server_gen)[0]
         new_global = global_params + o.server_lr * mean.to(global_params.device)
+        norms = uploads.declared["update_norm"]
+        metrics: dict[str, Any] = {"clip_norm": clip}
+        if "dense_update_norm" in uploads.declared:
+            metrics["dense_update_norm_mean"] = float(uploads.declared["dense_update_norm"].mean())
         if self._rule is not None:
-            # count noise drawn after the update noise from the same per-client / server streams
-            bits = QuantileClipRule.centered_bits(norms.detach().cpu(), clip)
-            client_cs, server_cs = self._count_stds(k)
-            total = float(bits.sum())
-            if client_cs > 0:
-                total += sum(float(torch.randn((), generator=g, dtype=torch.float64, device=g.device)) for g in gens) * client_cs
+            total_count = float(uploads.declared["count"].sum())
+            if missing and client_cs > 0:
+                topup_c = info.seeds.generator(info.round_idx, SERVER, "topup_count")
+                total_count += float(torch.randn((), generator=topup_c, dtype=torch.float64)) * client_cs * math.sqrt(missing)
             if server_cs > 0:
-                total += float(torch.randn((), generator=server_gen, dtype=torch.float64, device=dev)) * server_cs
-            frac = self._rule.unclipped_fraction(total)
+                total_count += float(torch.randn((), generator=server_gen, dtype=torch.float64, device=dev)) * server_cs
+            frac = self._rule.unclipped_fraction(total_count)
             self.clip_norm = self._rule.next_clip(clip, frac)
             metrics["unclipped_fraction_noised"] = frac
         metrics.update({
@@ -264,6 +334,8 @@ class DpFedAvg(PrivateAlgorithm):
             "client_noise_std": client_std,
             "noise_multiplier": self.noise_multiplier,
         })
+        if missing:
+            metrics["topped_up_clients"] = missing
         return RoundOutput(new_global, metrics)
 
     # ------------------------------------------------------------------ claims and state

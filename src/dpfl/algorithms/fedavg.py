@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from dpfl.algorithms.base import Algorithm, RoundOutput
+from dpfl.algorithms.base import Algorithm, RoundOutput, Uploads
 from dpfl.client.context import LocalResult, RoundInfo
 from dpfl.rng import SERVER, SeedSequence
 from dpfl.server.aggregators import WeightedMean
@@ -38,13 +38,28 @@ class FedAvg(Algorithm):
     def sample(self, info_round: int, num_clients: int, seeds: SeedSequence) -> torch.Tensor:
         return self.sampler.sample(num_clients, seeds.generator(info_round, SERVER, "sample"))
 
-    def server_step(self, global_params: torch.Tensor, local: LocalResult, info: RoundInfo) -> RoundOutput:
+    splits_rounds = True
+
+    def client_step(self, global_params: torch.Tensor, local: LocalResult, info: RoundInfo) -> Uploads:
         updates = local.params.sub_(global_params.to(local.params.device))  # in place: Δ_k = w_k − w
+        for transform in self.client_transforms:
+            updates, _ = transform(updates, info)
+        return Uploads(info.clients, updates, local.num_samples, local.train_loss)
+
+    def aggregate(self, global_params: torch.Tensor, uploads: Uploads, info: RoundInfo) -> RoundOutput:
+        aggregate = WeightedMean.by_samples(uploads.num_samples)
+        new_global = global_params + aggregate(uploads.params).to(global_params.device)
+        return RoundOutput(new_global, {"update_norm_mean": float(uploads.params.norm(dim=1).mean())})
+
+    def server_step(self, global_params: torch.Tensor, local: LocalResult, info: RoundInfo) -> RoundOutput:
+        if not self.client_transforms:
+            return super().server_step(global_params, local, info)
+        # transforms report metrics on the stacked cohort (used by benchmarks)
+        updates = local.params.sub_(global_params.to(local.params.device))
         metrics: dict[str, Any] = {}
         for transform in self.client_transforms:
             updates, m = transform(updates, info)
             metrics.update(m)
-        aggregate = WeightedMean.by_samples(local.num_samples)
-        new_global = global_params + aggregate(updates).to(global_params.device)
-        metrics.setdefault("update_norm_mean", float(updates.norm(dim=1).mean()))
-        return RoundOutput(new_global, metrics)
+        out = self.aggregate(global_params, Uploads(info.clients, updates, local.num_samples, local.train_loss), info)
+        out.metrics.update(metrics)
+        return out

@@ -47,7 +47,7 @@ from typing import Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from dpfl.algorithms.base import RoundOutput
+from dpfl.algorithms.base import RoundOutput, Uploads
 from dpfl.algorithms.private import PrivateAlgorithm
 from dpfl.client.context import LocalProblem, LocalResult, RoundInfo
 from dpfl.client.local import LocalTraining
@@ -211,32 +211,51 @@ class NbAfl(PrivateAlgorithm):
             per_client_public=self.uplink_noise_std == 0 and self.downlink_noise_std == 0,
         )
 
+    splits_rounds = True
+
+    def client_step(self, global_params: torch.Tensor, local: LocalResult, info: RoundInfo) -> Uploads:
+        """Alg. 1 lines 6–9 on each client: clip the local parameters to C, add N(0, σ_U² I)."""
+        clipped, norms = clip_by_l2_norm(local.params, self.options.clip_norm)
+        if self.uplink_noise_std > 0:
+            gens = [info.seeds.generator(info.round_idx, int(c), "noise") for c in info.clients.tolist()]
+            clipped = add_gaussian_noise_per_client(clipped, self.uplink_noise_std, gens)
+        k = int(info.clients.numel())
+        return Uploads(info.clients, clipped, local.num_samples, local.train_loss, {
+            "noise_std": torch.full((k,), self.uplink_noise_std, dtype=torch.float64),
+            "param_norm": norms.detach().to(torch.float64).cpu(),
+        })
+
+    def declared_plan(self, info: RoundInfo, client: int) -> dict[str, float]:
+        del info, client
+        return {"noise_std": self.uplink_noise_std}
+
+    def aggregate(self, global_params: torch.Tensor, uploads: Uploads, info: RoundInfo) -> RoundOutput:
+        """Alg. 1 lines 14–15: Σ p_i w̃_i over the uploads that arrived, plus N(0, σ_D² I)."""
+        aggregate = self._aggregator(uploads.num_samples)(uploads.params)
+        if self.downlink_noise_std > 0:
+            gen = info.seeds.generator(info.round_idx, SERVER, "server_noise")
+            aggregate = add_gaussian_noise(aggregate.unsqueeze(0), self.downlink_noise_std, gen)[0]
+        norms = uploads.declared.get("param_norm", torch.zeros(1, dtype=torch.float64))
+        return RoundOutput(aggregate.to(global_params.device), {
+            "param_norm_mean": float(norms.mean()),
+            "param_norm_max": float(norms.max()),
+            "clipped_fraction": float((norms > self.options.clip_norm).float().mean()),
+            "uplink_noise_std": self.uplink_noise_std,
+            "downlink_noise_std": self.downlink_noise_std,
+            "local_steps": self._local_steps(uploads.num_samples),
+            "min_samples": self.min_samples,
+        })
+
     def server_step(self, global_params: torch.Tensor, local: LocalResult, info: RoundInfo) -> RoundOutput:
-        o = self.options
-        # diagnostics for dpfl.theory.nbafl.estimate_constants (β, B): clean local updates
+        # diagnostics for dpfl.theory.nbafl.estimate_constants (β, B): clean local updates, which
+        # only a simulation can see
         updates = local.params - global_params.to(local.params.device)
         update_sq_norm_mean = float(updates.pow(2).sum(1).mean())
         mean_update_sq_norm = float(updates.mean(0).pow(2).sum())
         del updates
-        clipped, norms = clip_by_l2_norm(local.params, o.clip_norm)
-        if self.uplink_noise_std > 0:
-            gens = [info.seeds.generator(info.round_idx, int(c), "noise") for c in info.clients.tolist()]
-            clipped = add_gaussian_noise_per_client(clipped, self.uplink_noise_std, gens)
-        aggregate = self._aggregator(local.num_samples)(clipped)
-        if self.downlink_noise_std > 0:
-            gen = info.seeds.generator(info.round_idx, SERVER, "server_noise")
-            aggregate = add_gaussian_noise(aggregate.unsqueeze(0), self.downlink_noise_std, gen)[0]
-        return RoundOutput(aggregate.to(global_params.device), {
-            "param_norm_mean": float(norms.mean()),
-            "param_norm_max": float(norms.max()),
-            "clipped_fraction": float((norms > o.clip_norm).float().mean()),
-            "uplink_noise_std": self.uplink_noise_std,
-            "downlink_noise_std": self.downlink_noise_std,
-            "update_sq_norm_mean": update_sq_norm_mean,
-            "mean_update_sq_norm": mean_update_sq_norm,
-            "local_steps": self._local_steps(local.num_samples),
-            "min_samples": self.min_samples,
-        })
+        out = super().server_step(global_params, local, info)
+        out.metrics.update({"update_sq_norm_mean": update_sq_norm_mean, "mean_update_sq_norm": mean_update_sq_norm})
+        return out
 
     # ------------------------------------------------------------------ the paper's claim
 

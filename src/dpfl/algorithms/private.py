@@ -40,6 +40,18 @@ class PrivateAlgorithm(Algorithm):
     def releases(self, info: RoundInfo, num_samples: torch.Tensor, secure_aggregation: bool) -> list[Release]:
         """The releases round ``info.round_idx`` will make for this cohort (before training)."""
 
+    def releases_for_arrivals(self, info: RoundInfo, arrived: torch.Tensor, num_samples: torch.Tensor,
+                              secure_aggregation: bool) -> list[Release]:
+        """The releases a round really made when only ``arrived`` of the cohort reached the
+        server (dropouts, stragglers, rejected uploads); ``num_samples`` are theirs.
+
+        Default: the releases of a round whose rows are the arrived clients, each noised as
+        planned for the whole cohort (:meth:`releases` must use ``info.cohort`` for anything
+        calibrated to the cohort and ``info.clients`` for the rows). An algorithm that restores
+        the planned guarantee (e.g. by topping up noise) overrides this.
+        """
+        return self.releases(info.for_clients(arrived), num_samples, secure_aggregation)
+
     @abc.abstractmethod
     def claimed_epsilon(self, rounds_done: int) -> float | dict[int, float] | None:
         """The paper's own ε after ``rounds_done`` rounds, in the paper's notion."""

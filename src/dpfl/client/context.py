@@ -95,9 +95,24 @@ class LocalResult:
 
 @dataclass(frozen=True)
 class RoundInfo:
-    """What the parts of a round may know about it."""
+    """What the parts of a round may know about it.
+
+    ``clients`` are the ids of the rows being processed: the whole cohort on the server and in
+    simulation; on a real client (Flower) only its own id, with ``cohort_size`` telling it how
+    many clients the round's noise is split over (it is not told who the others are).
+    """
 
     round_idx: int
     num_clients: int
-    clients: torch.Tensor  # ids of the cohort, sorted
+    clients: torch.Tensor  # ids of the rows, sorted
     seeds: SeedSequence
+    cohort_size: int | None = None  # None: the rows are the whole cohort
+
+    @property
+    def cohort(self) -> int:
+        """The number of clients scheduled this round."""
+        return int(self.clients.numel()) if self.cohort_size is None else int(self.cohort_size)
+
+    def for_clients(self, clients: torch.Tensor) -> RoundInfo:
+        """The same round seen for a subset of its rows (the cohort size is kept)."""
+        return RoundInfo(self.round_idx, self.num_clients, clients, self.seeds, self.cohort)

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch.func import functional_call
 
-from dpfl.algorithms.base import Algorithm
+from dpfl.algorithms.base import Algorithm, Uploads
 from dpfl.algorithms.private import PrivateAlgorithm
 from dpfl.algorithms.registry import BuildContext, build_algorithm, build_sampler
 from dpfl.client.context import RoundInfo
@@ -226,6 +226,10 @@ def params_digest(params: torch.Tensor) -> str:
 
 ProgressFn = Callable[[int, int, dict[str, Any], float], None]
 NoticeFn = Callable[[str], None]
+EmitFn = Callable[[str, str, "int | None"], None]
+RemoteCohort = Callable[[torch.Tensor, RoundInfo, Algorithm, EmitFn], Uploads]
+"""Trains a round's cohort somewhere else (e.g. on Flower SuperNodes) and returns the valid
+uploads that arrived: (global params, round info, algorithm, emit(kind, message, round)) → rows."""
 
 
 def _make_ledger(exp: Experiment) -> PrivacyLedger | None:
@@ -257,6 +261,7 @@ def run_experiment(
     progress: ProgressFn | None = None,
     notice: NoticeFn | None = None,
     restart: bool = False,
+    remote: RemoteCohort | None = None,
 ) -> RunResult:
     """Run (or resume, or return the stored result of) the run a config defines.
 
@@ -265,9 +270,18 @@ def run_experiment(
     above ``privacy.target_epsilon``, and in ``privacy.strict`` mode refuses a round whose
     certified ε would exceed the paper's claimed ε. Notices (a formula used outside its proven
     range, a certified ε above the claimed one) are stored with the run and passed to ``notice``.
+
+    With ``remote`` (the Flower adapter), clients train and run the algorithm's client step
+    elsewhere; the server aggregates the uploads that arrived and the ledger records what the
+    round really released for them (:meth:`PrivateAlgorithm.releases_for_arrivals`).
     """
     exp = build_experiment(config)
-    rid = exp.run_id
+    if remote is not None and not exp.algorithm.splits_rounds:
+        raise ConfigError(
+            f"algorithm {config.algorithm.name!r} does not split its round into a client step and a "
+            "server step yet, so it cannot run on real clients; run it in simulation.")
+    # a run on real clients is another run than the simulation of the same config
+    rid = exp.run_id if remote is None else f"{exp.run_id}-{getattr(remote, 'tag', 'remote')}"
     ckpt_path = Path(checkpoint_dir or store.path.parent / "checkpoints") / f"{rid}.pt"
     existing = store.find(rid)
     if existing is not None and existing.status in ("finished", "stopped") and not restart:
@@ -341,16 +355,30 @@ def run_experiment(
                     if not exceeded_noted:
                         emit("claim-exceeded", msg + "; continuing (set privacy.strict to refuse).", t)
                         exceeded_noted = True
-            if clients.numel() > 0:
+            participants = clients
+            if clients.numel() > 0 and remote is None:
                 local = exp.engine.train(params, clients.tolist(), t)
                 metrics["train_loss"] = float(local.train_loss.mean())
                 out = algo.server_step(params, local, info)
                 params = out.global_params
                 metrics.update(out.metrics)
+            elif clients.numel() > 0:
+                uploads = remote(params, info, algo, emit)
+                participants = uploads.clients
+                if uploads.num_rows:
+                    metrics["train_loss"] = float(uploads.train_loss.mean())
+                metrics["arrived"] = uploads.num_rows
+                out = algo.aggregate(params, uploads, info)
+                params = out.global_params
+                metrics.update(out.metrics)
+                if releases is not None and uploads.num_rows < clients.numel():
+                    assert isinstance(algo, PrivateAlgorithm)
+                    releases = algo.releases_for_arrivals(info, uploads.clients, uploads.num_samples,
+                                                          config.privacy.secure_aggregation)
             if ledger is not None and releases is not None:
                 assert isinstance(algo, PrivateAlgorithm)
                 entry = ledger.record_round(t, releases, sampling=algo.sampler.describe(),
-                                            participants=clients.tolist(), claimed_epsilon=claimed_after)
+                                            participants=participants.tolist(), claimed_epsilon=claimed_after)
                 metrics["epsilon_claimed"] = _claim_value(claimed_after)
                 rdp = entry["certified_rdp"]
                 metrics["epsilon_certified_rdp"] = {k: float(v) for k, v in rdp.items()}

@@ -1,0 +1,20 @@
+"""Flower adapter: every split dpfl algorithm as a Flower ServerApp + ClientApp.
+
+* :mod:`.server_app` — the ServerApp: runs :func:`dpfl.experiments.runner.run_experiment` with a
+  :class:`.cohort.FlowerCohort` that sends each round's global model to the SuperNodes of the
+  sampled clients, validates what comes back and hands the valid rows to ``aggregate``.
+* :mod:`.client_app` — the ClientApp: trains its own client with the run's engine and runs the
+  algorithm's ``client_step`` (clip, noise, randomize) before anything leaves the node.
+* :mod:`.validate` — rejection of bad uploads (shape, NaN/Inf, declared noise that does not
+  match the plan), independent of Flower.
+* :mod:`.local` — start a SuperLink and N SuperNodes on 127.0.0.1 as separate processes and run
+  a config on them (``dpfl federate``); on real machines use Flower's own commands (README).
+
+Flower is an optional dependency: ``pip install 'dpfl[flower]'``.
+"""
+
+from pathlib import Path
+
+APP_DIR = Path(__file__).resolve().parent / "app"
+"""The Flower App directory (``flwr run APP_DIR <superlink>``): a pyproject.toml that points
+Flower at :mod:`.server_app` and :mod:`.client_app` (dpfl itself is installed on every machine)."""

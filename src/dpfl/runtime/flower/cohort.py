@@ -1,0 +1,144 @@
+"""The server side of a round on Flower: send, wait, validate, hand over the valid rows.
+
+:class:`FlowerCohort` is the ``remote`` of :func:`dpfl.experiments.runner.run_experiment`. It
+knows which SuperNode holds which dpfl client (asked once with a ``query`` message), sends the
+global model to the nodes of the sampled clients, and collects replies until all arrived or the
+round timeout passed. A client that does not reply in time (crashed, killed, straggling) or
+replies with an error is a dropout; a reply that fails :func:`dpfl.runtime.validate.check_upload`
+is rejected. Both are logged with the client's id and the round goes on with the rest; the
+runner then records what the round really released (``releases_for_arrivals``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.serverapp import Grid
+
+from dpfl.algorithms.base import Algorithm, Uploads
+from dpfl.client.context import RoundInfo
+from dpfl.errors import ConfigError
+from dpfl.runtime.flower.codec import decode_upload, encode_train
+from dpfl.runtime.validate import check_upload
+
+POLL_SECONDS = 0.2
+
+
+def _exchange(grid: Grid, messages: list[Message], timeout: float) -> list[Message]:
+    """Push ``messages`` and pull replies until all came back or ``timeout`` seconds passed."""
+    pending = set(grid.push_messages(messages))
+    replies: list[Message] = []
+    end = time.monotonic() + timeout
+    while pending and time.monotonic() < end:
+        got = list(grid.pull_messages(pending))
+        replies.extend(got)
+        pending.difference_update(m.metadata.reply_to_message_id for m in got)
+        if pending:
+            time.sleep(POLL_SECONDS)
+    return replies
+
+
+def discover_nodes(grid: Grid, num_clients: int, timeout: float, log: Callable[[str], None] = print) -> dict[int, int]:
+    """dpfl client id → node id, asking every connected SuperNode which client it holds.
+
+    Waits up to ``timeout`` seconds for all ``num_clients`` clients to be present.
+    """
+    end = time.monotonic() + timeout
+    mapping: dict[int, int] = {}
+    asked: set[int] = set()
+    while time.monotonic() < end:
+        nodes = [n for n in grid.get_node_ids() if n not in asked]
+        if nodes:
+            msgs = [Message(RecordDict({"q": ConfigRecord({"ask": "client"})}), n, "query") for n in nodes]
+            for rep in _exchange(grid, msgs, max(5.0, min(30.0, end - time.monotonic()))):
+                if rep.has_error():
+                    continue
+                cid = int(rep.content["meta"]["client"])
+                node = int(rep.metadata.src_node_id)
+                if cid in mapping and mapping[cid] != node:
+                    raise ConfigError(f"two SuperNodes ({mapping[cid]} and {node}) hold client {cid}")
+                if not 0 <= cid < num_clients:
+                    raise ConfigError(f"SuperNode {node} holds client {cid}, but the run has clients 0..{num_clients - 1}")
+                mapping[cid] = node
+                asked.add(node)
+        if len(mapping) == num_clients:
+            log(f"all {num_clients} clients connected")
+            return mapping
+        time.sleep(0.5)
+    missing = sorted(set(range(num_clients)) - set(mapping))
+    raise ConfigError(
+        f"{len(mapping)} of {num_clients} clients connected within {timeout:g} s; missing client ids "
+        f"{missing[:20]} (start a SuperNode with --node-config 'partition-id=<id>' for each)")
+
+
+class FlowerCohort:
+    """See the module docstring."""
+
+    tag = "flower"
+
+    def __init__(self, grid: Grid, nodes: dict[int, int], config_json: str, client_sizes: torch.Tensor,
+                 num_params: int, round_timeout: float) -> None:
+        self.grid = grid
+        self.nodes = nodes
+        self.config_json = config_json
+        self.client_sizes = client_sizes
+        self.num_params = num_params
+        self.round_timeout = float(round_timeout)
+
+    def __call__(self, params: torch.Tensor, info: RoundInfo, algo: Algorithm,
+                 emit: Callable[[str, str, Any], None]) -> Uploads:
+        t = info.round_idx
+        cohort = [int(c) for c in info.clients.tolist()]
+        state = algo.client_state()
+        msgs = []
+        for c in cohort:
+            content = encode_train(params, round_idx=t, client=c, cohort_size=len(cohort), num_clients=info.num_clients,
+                                   config_json=self.config_json, state=state)
+            msgs.append(Message(content, self.nodes[c], "train", group_id=str(t)))
+        node_client = {self.nodes[c]: c for c in cohort}
+        rows: dict[int, tuple[torch.Tensor, int, float, dict[str, float]]] = {}
+        for rep in _exchange(self.grid, msgs, self.round_timeout):
+            node = int(rep.metadata.src_node_id)
+            c = node_client.get(node)
+            if c is None:
+                emit("rejected-upload", f"round {t + 1}: a reply from node {node}, which holds no client of this cohort", t)
+                continue
+            if rep.has_error():
+                emit("dropout", f"round {t + 1}: client {c} (node {node}) failed: {rep.error.reason[:300]}", t)
+                continue
+            try:
+                cid, vector, n, loss, declared = decode_upload(rep.content)
+            except Exception as err:  # malformed records
+                emit("rejected-upload", f"round {t + 1}: rejected the upload of client {c}: malformed message ({err})", t)
+                continue
+            if cid != c or c in rows:
+                emit("rejected-upload", f"round {t + 1}: rejected the upload of client {c}: it claims to be client {cid}"
+                     if cid != c else f"round {t + 1}: rejected a second upload of client {c}", t)
+                continue
+            bad = check_upload(c, vector, n, declared, num_params=self.num_params,
+                               expected_samples=int(self.client_sizes[c]), plan=algo.declared_plan(info, c))
+            if bad is not None:
+                emit("rejected-upload", bad.message(t), t)
+                continue
+            rows[c] = (vector, n, loss, declared)
+        missing = [c for c in cohort if c not in rows]
+        if missing:
+            emit("round-partial", f"round {t + 1}: {len(rows)} of {len(cohort)} uploads accepted; without clients "
+                 f"{missing} (timeout {self.round_timeout:g} s, errors or rejections logged above)", t)
+        ids = sorted(rows)
+        if not ids:
+            return Uploads(torch.zeros(0, dtype=torch.long), torch.zeros(0, self.num_params), torch.zeros(0, dtype=torch.long),
+                           torch.zeros(0))
+        dtype = params.dtype
+        keys = set().union(*(rows[c][3].keys() for c in ids))
+        return Uploads(
+            torch.tensor(ids, dtype=torch.long),
+            torch.stack([rows[c][0].to(dtype) for c in ids]).to(params.device),
+            torch.tensor([rows[c][1] for c in ids], dtype=torch.long),
+            torch.tensor([rows[c][2] for c in ids], dtype=torch.float32),
+            {k: torch.tensor([rows[c][3].get(k, float("nan")) for c in ids], dtype=torch.float64) for k in keys},
+        )

@@ -1,0 +1,181 @@
+"""A Flower federation on this machine: one SuperLink and N SuperNodes as separate processes.
+
+Used by ``dpfl federate`` and the integration tests; on real machines start the same Flower
+commands yourself (README, "Running a federation on real machines"). Nothing here does any
+networking of its own: the processes are Flower's ``flower-superlink`` and
+``flower-supernode``, and the run is submitted with ``flwr run``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from dpfl.errors import ConfigError
+from dpfl.runtime.flower import APP_DIR
+
+__all__ = ["LocalFederation"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _tool(name: str) -> str:
+    here = Path(sys.executable).parent / name
+    if here.exists():
+        return str(here)
+    found = shutil.which(name)
+    if found is None:
+        raise ConfigError(f"`{name}` not found: install Flower with `pip install 'dpfl[flower]'`")
+    return found
+
+
+def _wait_port(port: int, timeout: float, proc: subprocess.Popen[bytes], log: Path) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise ConfigError(f"process exited with {proc.returncode} while starting; log {log}:\n{log.read_text()[-2000:]}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise ConfigError(f"nothing listens on 127.0.0.1:{port} after {timeout:g} s; log {log}")
+
+
+class LocalFederation:
+    """``with LocalFederation(3, data_dir=...) as fed: fed.run("cfg.yaml")``.
+
+    Args:
+        num_nodes: SuperNodes to start; node i holds dpfl client i (``partition-id=i``).
+        data_dir: the data directory every node reads (``data-dir`` of its node config).
+        node_config: extra node config per node index, e.g. ``{2: {"fault": "nan"}}``.
+        workdir: where logs and Flower's home go (default: a temporary directory).
+    """
+
+    def __init__(self, num_nodes: int, *, data_dir: str | Path | None = None,
+                 node_config: dict[int, dict[str, Any]] | None = None, workdir: str | Path | None = None) -> None:
+        if num_nodes < 1:
+            raise ConfigError(f"a federation needs at least one SuperNode; got num_nodes = {num_nodes}")
+        self.num_nodes = num_nodes
+        self.data_dir = None if data_dir is None else str(Path(data_dir).resolve())
+        self.node_config = node_config or {}
+        self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="dpfl-flower-")
+        self.workdir = Path(workdir or self._tmp.name).resolve()  # type: ignore[union-attr]
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.home = self.workdir / "flwr-home"
+        self.home.mkdir(exist_ok=True)
+        self.port = _free_port()
+        self.superlink: subprocess.Popen[bytes] | None = None
+        self.nodes: list[subprocess.Popen[bytes] | None] = []
+        # Flower's processes start their helpers (flower-superexec, flwr-serverapp, flwr-clientapp)
+        # by name: this interpreter's scripts come first on PATH
+        path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+        self.env = {**os.environ, "FLWR_HOME": str(self.home), "PATH": path}
+        (self.home / "config.toml").write_text(
+            f'[superlink]\ndefault = "dpfl-local"\n\n[superlink.dpfl-local]\naddress = "127.0.0.1:{self.port}"\ninsecure = true\n')
+
+    # ------------------------------------------------------------------ processes
+
+    def _spawn(self, args: Sequence[str], log_name: str) -> subprocess.Popen[bytes]:
+        log = open(self.workdir / log_name, "wb")  # noqa: SIM115 (closed with the process)
+        return subprocess.Popen(list(args), stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=self.workdir,
+                                start_new_session=True)
+
+    def start(self) -> LocalFederation:
+        self.superlink = self._spawn([_tool("flower-superlink"), "--insecure", "--port", str(self.port),
+                                      "--disable-runtime-dependency-installation",
+                                      "--database", str(self.workdir / "superlink.db")], "superlink.log")
+        _wait_port(self.port, 60, self.superlink, self.workdir / "superlink.log")
+        for i in range(self.num_nodes):
+            self.nodes.append(self._start_node(i))
+        return self
+
+    def _start_node(self, i: int) -> subprocess.Popen[bytes]:
+        cfg: dict[str, Any] = {"partition-id": i, **self.node_config.get(i, {})}
+        if self.data_dir is not None:
+            cfg.setdefault("data-dir", self.data_dir)
+        parts = " ".join(f"{k}={json.dumps(v)}" for k, v in cfg.items())
+        return self._spawn([_tool("flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{self.port}",
+                            "--port", str(_free_port()), "--node-config", parts], f"supernode-{i}.log")
+
+    def kill_node(self, i: int) -> None:
+        """SIGKILL SuperNode ``i`` and everything it started (its ClientApp process)."""
+        proc = self.nodes[i]
+        if proc is not None and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+    def stop(self) -> None:
+        for proc in [*self.nodes, self.superlink]:
+            if proc is not None and proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                    proc.wait(10)
+                except (subprocess.TimeoutExpired, ProcessLookupError):
+                    try:
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+    def __enter__(self) -> LocalFederation:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ runs
+
+    def submit(self, config: str | Path, *, store: str | Path, overrides: Sequence[str] = (),
+               round_timeout: float = 120.0, connect_timeout: float = 120.0) -> subprocess.Popen[str]:
+        """Start ``flwr run`` for a dpfl config (returns at once; see :meth:`run`)."""
+        run_config = " ".join([
+            f"config={json.dumps(str(Path(config).resolve()))}",
+            f"store={json.dumps(str(Path(store).resolve()))}",
+            f"overrides={json.dumps(';'.join(overrides))}",
+            f"round-timeout={float(round_timeout)}",
+            f"connect-timeout={float(connect_timeout)}",
+        ])
+        return subprocess.Popen([_tool("flwr"), "run", str(APP_DIR), "dpfl-local", "--stream", "--run-config", run_config],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env, cwd=self.workdir)
+
+    def run(self, config: str | Path, *, store: str | Path, overrides: Sequence[str] = (), round_timeout: float = 120.0,
+            connect_timeout: float = 120.0, timeout: float = 1800.0, echo: bool = False) -> dict[str, Any]:
+        """Run a dpfl config on the federation; returns the ``dpfl-result`` line and the log."""
+        proc = self.submit(config, store=store, overrides=overrides, round_timeout=round_timeout,
+                           connect_timeout=connect_timeout)
+        lines: list[str] = []
+        result: dict[str, Any] | None = None
+        end = time.monotonic() + timeout
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if echo:
+                print(line, end="", flush=True)
+            if "dpfl-result " in line:
+                result = json.loads(line.split("dpfl-result ", 1)[1])
+                break
+            if time.monotonic() > end:
+                break
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        if result is None:
+            raise ConfigError("the Flower run ended without a result; its log:\n" + "".join(lines[-60:]))
+        return {**result, "log": "".join(lines)}

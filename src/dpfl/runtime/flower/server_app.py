@@ -1,0 +1,62 @@
+"""The dpfl ServerApp: the simulator's run loop with the cohort trained on SuperNodes.
+
+Run config (``[tool.flwr.app.config]`` of :data:`dpfl.runtime.flower.APP_DIR`, overridable with
+``flwr run ... --run-config``): ``config`` (path of the dpfl run config on the SuperLink
+machine), ``overrides`` (``key=value;key=value``), ``store`` (run store path), ``round-timeout``
+and ``connect-timeout`` (seconds).
+
+The server samples, calibrates, aggregates, evaluates, checkpoints and keeps the privacy ledger
+exactly as :func:`dpfl.experiments.runner.run_experiment` does in simulation (it *is* that
+function, with a :class:`dpfl.runtime.flower.cohort.FlowerCohort`); the run is stored under the
+simulation's run id with the suffix ``-flower``.
+"""
+
+from __future__ import annotations
+
+import json
+
+from flwr.app import Context
+from flwr.serverapp import Grid, ServerApp
+
+from dpfl.errors import ConfigError
+
+app = ServerApp()
+
+
+def _overrides(text: str) -> list[str]:
+    return [part.strip() for part in text.split(";") if part.strip()]
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    from dpfl.experiments.config import load_config
+    from dpfl.experiments.runner import build_experiment, run_experiment
+    from dpfl.experiments.store import RunStore
+    from dpfl.runtime.flower.cohort import FlowerCohort, discover_nodes
+
+    rc = context.run_config
+    path = str(rc.get("config", ""))
+    if not path:
+        raise ConfigError("set the run config path: flwr run ... --run-config 'config=\"/path/run.yaml\"'")
+    config = load_config(path, _overrides(str(rc.get("overrides", ""))))
+    store = RunStore(str(rc.get("store", "runs/flower.sqlite")))
+    exp = build_experiment(config)  # the server's view: public client sizes, model layout, test data
+    nodes = discover_nodes(grid, exp.data.num_clients, float(rc.get("connect-timeout", 120.0)))
+    cohort = FlowerCohort(grid, nodes, json.dumps(config.model_dump(mode="json")), exp.data.sizes(),
+                          exp.problem.layout.numel, float(rc.get("round-timeout", 120.0)))
+    del exp
+
+    def progress(done: int, total: int, metrics: dict, seconds: float) -> None:
+        acc = metrics.get("test_accuracy")
+        eps = metrics.get("epsilon_certified")
+        print(f"round {done}/{total}: {metrics.get('arrived', '?')} uploads"
+              + (f", test accuracy {acc:.4f}" if acc is not None else "")
+              + (f", certified epsilon {eps:.4g}" if eps is not None else "")
+              + f" ({seconds:.1f} s)", flush=True)
+
+    result = run_experiment(config, store, remote=cohort, progress=progress,
+                            notice=lambda m: print(f"notice: {m}", flush=True))
+    print("dpfl-result " + json.dumps({"run_id": result.run_id, "status": result.status, "rounds": result.rounds_done,
+                                       "store": str(store.path), **{k: v for k, v in result.final.items()
+                                                                    if k in ("test_accuracy", "test_loss", "params_sha256")}}),
+          flush=True)
