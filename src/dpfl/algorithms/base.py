@@ -36,6 +36,10 @@ class Uploads:
         train_loss: mean local objective of each row [K].
         declared: per-row values the client states about what it did, e.g. ``noise_std`` [K];
             the server checks them against its own plan and rejects a row that disagrees.
+        shuffled: split & shuffle (001 §4): when an anonymizing shuffler process already mixed
+            the rows, the per-id multisets it produced (:class:`dpfl.server.shuffle.IdMultisets`,
+            no client ids, no order) and ``params`` is empty [0, P]; else None (in simulation
+            the algorithm's own trusted shuffler mixes ``params``).
     """
 
     clients: torch.Tensor
@@ -43,6 +47,7 @@ class Uploads:
     num_samples: torch.Tensor
     train_loss: torch.Tensor
     declared: dict[str, torch.Tensor] = field(default_factory=dict)
+    shuffled: Any = None
 
     @property
     def num_rows(self) -> int:
