@@ -29,6 +29,10 @@ PAPER = "002_2503fd7671e29121.txt"
 EPSILONS = (5.0, 10.0, 20.0)
 N_VALUES_FULL = tuple(range(20, 201, 20))
 C_VALUES_FULL = (2.5, 5.0, 7.5, 10.0, 12.5, 15.0, 17.5, 20.0)
+#: reduced scale (CPU budget): every other N of the paper's grid, C doubling from 2.5 to 20 (ends kept)
+N_VALUES_REDUCED = (20, 60, 100, 140, 200)
+C_VALUES_REDUCED = (2.5, 5.0, 10.0, 20.0)
+ROUNDS_FIG5_6_REDUCED = 10
 GRID_SIGMA = (0.0, 5.0, 10.0, 15.0)  # Fig. 7 / 10: μ_ε = 20
 GRID_MU = (5.0, 10.0, 20.0)  # Fig. 8 / 9: σ_ε = 10
 
@@ -88,8 +92,8 @@ def _build_cifar(scale: str) -> list[RecipeRun]:
 
 
 def _build_fig5(scale: str) -> list[RecipeRun]:
-    values = (20, 60, 100, 140, 200) if scale == "smoke" else N_VALUES_FULL
-    s = _scale_settings(scale, rounds_reduced=10)
+    values = N_VALUES_FULL if scale == "full" else N_VALUES_REDUCED
+    s = _scale_settings(scale, rounds_reduced=ROUNDS_FIG5_6_REDUCED)
     spc = 20 if scale == "smoke" else 300
     runs = []
     for side in ("client", "server"):
@@ -101,8 +105,8 @@ def _build_fig5(scale: str) -> list[RecipeRun]:
 
 
 def _build_fig6(scale: str) -> list[RecipeRun]:
-    values = (2.5, 5.0, 10.0, 20.0) if scale == "smoke" else C_VALUES_FULL
-    s = _scale_settings(scale, rounds_reduced=10)
+    values = C_VALUES_FULL if scale == "full" else C_VALUES_REDUCED
+    s = _scale_settings(scale, rounds_reduced=ROUNDS_FIG5_6_REDUCED)
     runs = []
     for side in ("client", "server"):
         for c in values:
@@ -378,6 +382,14 @@ def _report_sweep(ctx: ReportContext, xname: str, fig_no: int, expect: str) -> s
     if ctx.scale == "smoke":
         lines += ["", "Scale **smoke**: 2 rounds, 1 local epoch, 20–30 samples per client — a pipeline check, "
                   "not evidence for or against the paper's trend; run `--scale full` for the figure."]
+    elif ctx.scale == "reduced":
+        rounds = sorted({int(r.config.rounds) for r, _, _ in ctx.runs})
+        xs = sorted({r.coords["x"] for r, _, _ in ctx.runs})
+        lines += ["", f"Scale **reduced**: T = {', '.join(map(str, rounds))} rounds instead of the paper's 100 "
+                  f"(CPU budget; 002 Figs. 3–4 were cut the same way), {xname} ∈ {{{', '.join(f'{x:g}' for x in xs)}}} "
+                  "instead of the paper's full grid, one seed per point: the verdicts judge the first rounds "
+                  "only, and differences of a few points between neighbouring values are within one run's "
+                  "round-to-round noise."]
     return "\n".join(lines)
 
 
@@ -513,7 +525,8 @@ RECIPES = [
         report=_report_fig5,
         notes=("ε = 10 nats, C = 10 (the paper does not state ε for this figure). 300 samples per client, so "
                "the global data grows with N and N = 200 uses all of MNIST. Smoke: N ∈ {20, 60, 100, 140, 200}, "
-               "20 samples per client, 2 rounds, 1 epoch. Full: "
+               "20 samples per client, 2 rounds, 1 epoch. Reduced: N ∈ {20, 60, 100, 140, 200}, T = 10 rounds instead "
+               f"of 100, 5 epochs: `{_CMD.format(key='002/fig5', scale='reduced')}`. Full: "
                f"`{_CMD.format(key='002/fig5', scale='full')}` (10 values of N, T = 100, 5 epochs)."),
     ),
     Recipe(
@@ -525,8 +538,9 @@ RECIPES = [
         build=_build_fig6,
         report=_report_fig6,
         notes=("ε = 10 nats, N = 100 (the paper does not state ε). Smoke: C ∈ {2.5, 5, 10, 20}, 10 clients × "
-               f"30 samples, 2 rounds, 1 epoch. Full: `{_CMD.format(key='002/fig6', scale='full')}` "
-               "(8 values of C, T = 100)."),
+               f"30 samples, 2 rounds, 1 epoch. Reduced: C ∈ {2.5, 5, 10, 20}, all 600 samples per client, T = 10 "
+               f"rounds instead of 100, 5 epochs: `{_CMD.format(key='002/fig6', scale='reduced')}`. Full: "
+               f"`{_CMD.format(key='002/fig6', scale='full')}` (8 values of C, T = 100)."),
     ),
     Recipe(
         key="002/fig7-10",

@@ -1,0 +1,95 @@
+"""001 / 002 reduced grids, shared runs across 001 recipes, the noise arithmetic and computed verdicts."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from dpfl.experiments.config import run_id
+from dpfl.experiments.recipes import get_recipe
+from dpfl.experiments.recipes.base import ReportContext
+from dpfl.experiments.recipes.p001 import REDUCED, _round_noise_std, _trend, _trend_verdict
+from dpfl.experiments.recipes.p002 import C_VALUES_REDUCED, N_VALUES_REDUCED
+
+
+def test_table1_reduced_has_ten_repetitions_at_the_headline_epsilons() -> None:
+    runs = get_recipe("001/table1").build("reduced")
+    reps = Counter((r.coords["dataset"], r.coords["epsilon"]) for r in runs)
+    for dataset, st in REDUCED.items():
+        assert reps[(dataset, st["headline"])] == 10
+        assert all(v >= 2 for (d, _), v in reps.items() if d == dataset)
+    for r in runs:
+        st = REDUCED[r.coords["dataset"]]
+        assert r.config.sampling.clients_per_round == st["k"]
+        assert r.config.rounds == st["rounds"] and r.config.partition.num_clients == st["n"]
+    # repetition outermost: every cell appears before any cell's second repetition
+    cells = len(reps)
+    assert {r.coords["rep"] for r in runs[:cells]} == {0}
+
+
+def test_fig3_fig4_reduced_reuse_table1_runs() -> None:
+    table = {run_id(r.config) for r in get_recipe("001/table1").build("reduced")}
+    fig3 = get_recipe("001/fig3").build("reduced")
+    fig4 = get_recipe("001/fig4").build("reduced")
+    shared3 = [r for r in fig3 if run_id(r.config) in table]
+    shared4 = [r for r in fig4 if run_id(r.config) in table]
+    assert len(shared3) == 2 and all(r.coords["curve"] for r in shared3)  # the per-round curves of Fig. 3(a)
+    assert len(shared4) == 2 + 8  # n = paper's n (two data sets) and every Table 1 ε
+    assert len({run_id(r.config) for r in fig3 + fig4} - table) == 4 + 6
+
+
+def test_round_noise_std_matches_the_two_point_values() -> None:
+    # ε = 1, r = 0.075: a = 0.075 · coth(0.5) = 0.16230; k = 20
+    lo, hi = _round_noise_std(1.0, 0.075, 20)
+    a = 0.075 * (math.e + 1) / (math.e - 1)
+    assert hi == pytest.approx(a / math.sqrt(20), rel=1e-12) == pytest.approx(0.036291, abs=1e-6)
+    assert lo == pytest.approx(math.sqrt(a * a - 0.075**2) / math.sqrt(20), rel=1e-12)
+    # large ε: a → r, so a weight at the edge of the range is sent exactly (no noise)
+    assert _round_noise_std(40.0, 0.075, 20)[0] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_trend_verdicts_are_computed() -> None:
+    rho, up = _trend([(1, 10.0), (2, 20.0), (3, 30.0)])
+    assert rho == pytest.approx(1.0) and up
+    assert _trend_verdict("reduced", rho, up) == "**reproduced**"
+    rho, up = _trend([(1, 30.0), (2, 10.0), (3, 31.0)])
+    assert up and rho < 0.8 and _trend_verdict("reduced", rho, up) == "**not reproduced**"
+    assert _trend_verdict("smoke", 1.0, True).startswith("inconclusive")
+
+
+def _fig4_ctx(tmp_path: Path, accs: dict[tuple[str, float], float]) -> ReportContext:
+    runs = []
+    for (panel, x), acc in accs.items():
+        coords: dict[str, Any] = {"dataset": "mnist", "panel": panel, "epsilon": x if panel == "eps" else 1.0}
+        if panel == "n":
+            coords["n"] = x
+        cfg = SimpleNamespace(sampling=SimpleNamespace(clients_per_round=None),
+                              partition=SimpleNamespace(num_clients=int(x) if panel == "n" else 100))
+        runs.append((SimpleNamespace(coords=coords, config=cfg), SimpleNamespace(result={"test_accuracy": acc}), []))
+    return ReportContext(get_recipe("001/fig4"), "reduced", None, runs, tmp_path)  # type: ignore[arg-type]
+
+
+def test_fig4_verdicts_follow_the_numbers(tmp_path: Path) -> None:
+    rising = {("n", 50.0): 0.2, ("n", 100.0): 0.3, ("n", 200.0): 0.4,
+              ("eps", 0.1): 0.1, ("eps", 0.5): 0.6, ("eps", 1.0): 0.7}
+    text = get_recipe("001/fig4").report(_fig4_ctx(tmp_path, rising))
+    assert "**not reproduced**" not in text and text.count("**reproduced**") == 3
+    flat = {("n", 50.0): 0.3, ("n", 100.0): 0.2, ("n", 200.0): 0.25,
+            ("eps", 0.1): 0.1, ("eps", 0.5): 0.12, ("eps", 1.0): 0.13}
+    text = get_recipe("001/fig4").report(_fig4_ctx(tmp_path, flat))
+    assert text.count("**not reproduced**") == 2  # n not rising; no ≥ 5-point step at ε = 0.3
+
+
+def test_002_reduced_grids_and_rounds() -> None:
+    fig5 = get_recipe("002/fig5").build("reduced")
+    fig6 = get_recipe("002/fig6").build("reduced")
+    assert sorted({r.coords["x"] for r in fig5}) == list(N_VALUES_REDUCED) == [20, 60, 100, 140, 200]
+    assert sorted({r.coords["x"] for r in fig6}) == list(C_VALUES_REDUCED) == [2.5, 5.0, 10.0, 20.0]
+    for r in fig5 + fig6:
+        assert r.config.rounds == 10 and r.config.local.epochs == 5
+    assert {r.coords["side"] for r in fig5 + fig6} == {"client", "server"}
