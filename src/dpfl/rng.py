@@ -25,7 +25,8 @@ from dpfl.errors import ConfigError
 
 # Purposes are short fixed names so that two call sites never collide by accident.
 PURPOSES = frozenset(
-    {"sample", "batch", "noise", "server_noise", "init", "partition", "shuffle", "randomizer", "misc"}
+    {"sample", "batch", "noise", "server_noise", "topup", "topup_count", "init", "partition", "shuffle",
+     "randomizer", "misc"}
 )
 
 

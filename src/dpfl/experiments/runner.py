@@ -262,6 +262,7 @@ def run_experiment(
     notice: NoticeFn | None = None,
     restart: bool = False,
     remote: RemoteCohort | None = None,
+    secure_rng: bool = False,
 ) -> RunResult:
     """Run (or resume, or return the stored result of) the run a config defines.
 
@@ -274,6 +275,10 @@ def run_experiment(
     With ``remote`` (the Flower adapter), clients train and run the algorithm's client step
     elsewhere; the server aggregates the uploads that arrived and the ledger records what the
     round really released for them (:meth:`PrivateAlgorithm.releases_for_arrivals`).
+
+    ``secure_rng`` seeds every server-side draw (cohort sample, server noise) from the OS CSPRNG
+    instead of the config's seed: what a deployment needs, since anyone who knows the seed can
+    recompute the noise. Runs are then not reproducible.
     """
     exp = build_experiment(config)
     if remote is not None and not exp.algorithm.splits_rounds:
@@ -282,6 +287,10 @@ def run_experiment(
             "server step yet, so it cannot run on real clients; run it in simulation.")
     # a run on real clients is another run than the simulation of the same config
     rid = exp.run_id if remote is None else f"{exp.run_id}-{getattr(remote, 'tag', 'remote')}"
+    if secure_rng:
+        rid += "-secure"
+        exp.seeds = SeedSequence.secure_mode()
+        exp.engine.seeds = exp.seeds
     ckpt_path = Path(checkpoint_dir or store.path.parent / "checkpoints") / f"{rid}.pt"
     existing = store.find(rid)
     if existing is not None and existing.status in ("finished", "stopped") and not restart:

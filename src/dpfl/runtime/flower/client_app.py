@@ -4,19 +4,23 @@ Node config (``flower-supernode --node-config '...'``):
     ``partition-id`` — the dpfl client id this node holds (0 .. N−1 of the run's partition);
     ``data-dir`` — where this machine keeps the data set (default: the run config's ``data.dir``);
     ``fault`` — for testing a deployment only: ``nan`` (send NaN), ``shape`` (send a truncated
-    vector), ``noise`` (declare a noise std off the plan), ``crash`` (raise during training).
+    vector), ``noise`` (declare a noise std off the plan), ``crash`` (raise during training),
+    ``delay:S`` (straggle: sleep S seconds before training).
 
 On a ``train`` message the node rebuilds the run from the config the server sent (the data set
 from its own disk; the partition, model and algorithm are deterministic functions of the
 config), trains its own client from the received global model with the run's engine, and runs
 the algorithm's ``client_step`` — clipping and noise happen here, before anything leaves the
-node, from the client's own random stream (round, client, purpose), exactly as in simulation.
+node. The noise comes from the OS CSPRNG; with the run config ``reproducible = true`` (testing
+only) from the client's stream (round, client, purpose) of the run's seed, exactly as in
+simulation.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import time
 from typing import Any
 
 import torch
@@ -25,6 +29,7 @@ from flwr.clientapp import ClientApp
 
 from dpfl.client.context import RoundInfo
 from dpfl.errors import ConfigError
+from dpfl.rng import SeedSequence
 from dpfl.runtime.flower.codec import decode_train, encode_upload
 
 app = ClientApp()
@@ -76,9 +81,13 @@ def train(msg: Message, context: Context) -> Message:
     t = int(rc["round"])
     if fault == "crash":
         raise RuntimeError(f"client {cid}: injected crash (node config fault=crash)")
+    if fault.startswith("delay:"):
+        time.sleep(float(fault.split(":", 1)[1]))
     params = params.to(exp.init_params.device, exp.init_params.dtype)
     local = exp.engine.train(params, [cid], t)
-    info = RoundInfo(t, exp.data.num_clients, torch.tensor([cid]), exp.seeds, cohort_size=int(rc["cohort-size"]))
+    # the client's noise: from the OS CSPRNG unless the run asks for reproducible noise (testing)
+    noise_seeds = exp.seeds if bool(rc.get("reproducible", False)) else SeedSequence.secure_mode()
+    info = RoundInfo(t, exp.data.num_clients, torch.tensor([cid]), noise_seeds, cohort_size=int(rc["cohort-size"]))
     up = algo.client_step(params, local, info)
     vector = up.params[0]
     declared = {k: float(v[0]) for k, v in up.declared.items()}

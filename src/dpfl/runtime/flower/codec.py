@@ -3,7 +3,8 @@
 Server → client (message type ``train``):
     ``global``: ArrayRecord ``{"params": [P]}``; ``round``: ConfigRecord with ``round``,
     ``client`` (the dpfl client id the node must act as), ``cohort-size``, ``num-clients``,
-    ``config`` (the run config as JSON) and ``state`` (the algorithm's client state as JSON).
+    ``config`` (the run config as JSON), ``state`` (the algorithm's client state as JSON) and
+    ``reproducible`` (draw the client's noise from the run's seed instead of the OS CSPRNG).
 Client → server:
     ``upload``: ArrayRecord ``{"params": [P]}``; ``meta``: MetricRecord with ``client``,
     ``num-samples``, ``train-loss``; ``declared``: MetricRecord of the declared values.
@@ -32,12 +33,13 @@ def _tensor(record: ArrayRecord) -> torch.Tensor:
 
 
 def encode_train(params: torch.Tensor, *, round_idx: int, client: int, cohort_size: int, num_clients: int,
-                 config_json: str, state: dict[str, Any]) -> RecordDict:
+                 config_json: str, state: dict[str, Any], reproducible: bool = False) -> RecordDict:
     return RecordDict({
         "global": _array(params),
         "round": ConfigRecord({
             "round": int(round_idx), "client": int(client), "cohort-size": int(cohort_size),
             "num-clients": int(num_clients), "config": config_json, "state": json.dumps(state),
+            "reproducible": bool(reproducible),
         }),
     })
 

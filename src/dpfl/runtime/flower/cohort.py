@@ -81,13 +81,14 @@ class FlowerCohort:
     tag = "flower"
 
     def __init__(self, grid: Grid, nodes: dict[int, int], config_json: str, client_sizes: torch.Tensor,
-                 num_params: int, round_timeout: float) -> None:
+                 num_params: int, round_timeout: float, *, reproducible: bool = False) -> None:
         self.grid = grid
         self.nodes = nodes
         self.config_json = config_json
         self.client_sizes = client_sizes
         self.num_params = num_params
         self.round_timeout = float(round_timeout)
+        self.reproducible = bool(reproducible)
 
     def __call__(self, params: torch.Tensor, info: RoundInfo, algo: Algorithm,
                  emit: Callable[[str, str, Any], None]) -> Uploads:
@@ -97,7 +98,7 @@ class FlowerCohort:
         msgs = []
         for c in cohort:
             content = encode_train(params, round_idx=t, client=c, cohort_size=len(cohort), num_clients=info.num_clients,
-                                   config_json=self.config_json, state=state)
+                                   config_json=self.config_json, state=state, reproducible=self.reproducible)
             msgs.append(Message(content, self.nodes[c], "train", group_id=str(t)))
         node_client = {self.nodes[c]: c for c in cohort}
         rows: dict[int, tuple[torch.Tensor, int, float, dict[str, float]]] = {}

@@ -141,7 +141,8 @@ class LocalFederation:
     # ------------------------------------------------------------------ runs
 
     def submit(self, config: str | Path, *, store: str | Path, overrides: Sequence[str] = (),
-               round_timeout: float = 120.0, connect_timeout: float = 120.0) -> subprocess.Popen[str]:
+               round_timeout: float = 120.0, connect_timeout: float = 120.0,
+               reproducible: bool = False) -> subprocess.Popen[str]:
         """Start ``flwr run`` for a dpfl config (returns at once; see :meth:`run`)."""
         run_config = " ".join([
             f"config={json.dumps(str(Path(config).resolve()))}",
@@ -149,15 +150,17 @@ class LocalFederation:
             f"overrides={json.dumps(';'.join(overrides))}",
             f"round-timeout={float(round_timeout)}",
             f"connect-timeout={float(connect_timeout)}",
+            f"reproducible={'true' if reproducible else 'false'}",
         ])
         return subprocess.Popen([_tool("flwr"), "run", str(APP_DIR), "dpfl-local", "--stream", "--run-config", run_config],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env, cwd=self.workdir)
 
     def run(self, config: str | Path, *, store: str | Path, overrides: Sequence[str] = (), round_timeout: float = 120.0,
-            connect_timeout: float = 120.0, timeout: float = 1800.0, echo: bool = False) -> dict[str, Any]:
+            connect_timeout: float = 120.0, timeout: float = 1800.0, echo: bool = False,
+            reproducible: bool = False) -> dict[str, Any]:
         """Run a dpfl config on the federation; returns the ``dpfl-result`` line and the log."""
         proc = self.submit(config, store=store, overrides=overrides, round_timeout=round_timeout,
-                           connect_timeout=connect_timeout)
+                           connect_timeout=connect_timeout, reproducible=reproducible)
         lines: list[str] = []
         result: dict[str, Any] | None = None
         end = time.monotonic() + timeout

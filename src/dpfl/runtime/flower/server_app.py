@@ -3,7 +3,8 @@
 Run config (``[tool.flwr.app.config]`` of :data:`dpfl.runtime.flower.APP_DIR`, overridable with
 ``flwr run ... --run-config``): ``config`` (path of the dpfl run config on the SuperLink
 machine), ``overrides`` (``key=value;key=value``), ``store`` (run store path), ``round-timeout``
-and ``connect-timeout`` (seconds).
+and ``connect-timeout`` (seconds), ``reproducible`` (draw all noise from the run's seed, for testing:
+default false, i.e. the OS CSPRNG on the server and on every client).
 
 The server samples, calibrates, aggregates, evaluates, checkpoints and keeps the privacy ledger
 exactly as :func:`dpfl.experiments.runner.run_experiment` does in simulation (it *is* that
@@ -42,8 +43,9 @@ def main(grid: Grid, context: Context) -> None:
     store = RunStore(str(rc.get("store", "runs/flower.sqlite")))
     exp = build_experiment(config)  # the server's view: public client sizes, model layout, test data
     nodes = discover_nodes(grid, exp.data.num_clients, float(rc.get("connect-timeout", 120.0)))
+    reproducible = bool(rc.get("reproducible", False))
     cohort = FlowerCohort(grid, nodes, json.dumps(config.model_dump(mode="json")), exp.data.sizes(),
-                          exp.problem.layout.numel, float(rc.get("round-timeout", 120.0)))
+                          exp.problem.layout.numel, float(rc.get("round-timeout", 120.0)), reproducible=reproducible)
     del exp
 
     def progress(done: int, total: int, metrics: dict, seconds: float) -> None:
@@ -54,7 +56,11 @@ def main(grid: Grid, context: Context) -> None:
               + (f", certified epsilon {eps:.4g}" if eps is not None else "")
               + f" ({seconds:.1f} s)", flush=True)
 
-    result = run_experiment(config, store, remote=cohort, progress=progress,
+    if reproducible:
+        print("notice: reproducible = true: all noise is drawn from the run's seed, so anyone who knows it (this "
+              "server included) can recompute it; the certified epsilon holds only against observers who do not "
+              "know the seed. Use it to test a deployment, not to protect data.", flush=True)
+    result = run_experiment(config, store, remote=cohort, progress=progress, secure_rng=not reproducible,
                             notice=lambda m: print(f"notice: {m}", flush=True))
     print("dpfl-result " + json.dumps({"run_id": result.run_id, "status": result.status, "rounds": result.rounds_done,
                                        "store": str(store.path), **{k: v for k, v in result.final.items()

@@ -1,0 +1,147 @@
+"""dpfl on Flower's deployment engine: a real SuperLink and SuperNodes as separate processes on
+127.0.0.1 (started with Flower's own commands by :class:`dpfl.runtime.flower.LocalFederation`).
+
+What is checked:
+* NbAFL and DP-FedAvg, 3 rounds on 3 SuperNodes with ``reproducible = true``, end with
+  *bit-identical* global parameters and the same certified ε as the simulator for the same seed.
+  Randomness is drawn in the same
+  places: every noise draw comes from the stream (round, client, purpose) — on the SuperNode for
+  the client's noise, in the ServerApp for the server's — and both sides use the sequential
+  engine, whose per-client arithmetic is the same in a one-client process as in a cohort. (With
+  the vectorized engine a cohort is one batched matmul, so a one-client process sums in another
+  order: equal within float32 rounding, see test_engines.)
+* The other tests run as a deployment does (noise from the OS CSPRNG).
+* A SuperNode SIGKILLed mid-round: the round goes on without it; DP-FedAvg tops the noise up so
+  the public guarantee is the planned one, and the ledger charges the server-observer release
+  only to clients whose upload arrived.
+* Bad uploads (NaN, wrong shape, a declared noise std off the plan) are rejected and logged
+  with the client's id; the round goes on with the valid ones.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytest.importorskip("flwr")
+
+from dpfl.experiments.config import load_config  # noqa: E402
+from dpfl.experiments.runner import run_experiment  # noqa: E402
+from dpfl.experiments.store import RunStore  # noqa: E402
+from dpfl.runtime.flower.local import LocalFederation  # noqa: E402
+
+
+def _config(tmp: Path, data: Path, name: str, algorithm: dict, num_clients: int = 3, rounds: int = 3,
+            sampling: dict | None = None) -> Path:
+    cfg = {
+        "name": name, "seed": 5, "rounds": rounds,
+        "data": {"name": "mnist", "dir": str(data)},
+        "partition": {"kind": "iid", "num_clients": num_clients, "samples_per_client": 100},
+        "model": {"name": "mlp"},
+        "algorithm": algorithm,
+        "sampling": sampling or {"kind": "all"},
+        "local": {"lr": 0.1, "epochs": 1, "batch_size": 50},
+        "engine": "sequential",
+        "threads": 1,
+        "privacy": {"delta": 0.01},
+    }
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+NBAFL = {"name": "nbafl", "options": {"epsilon": 60.0, "clip_norm": 10.0, "prox_mu": 0.1}}
+DPFEDAVG = {"name": "dp-fedavg", "options": {"noise_multiplier": 1.0, "clip_norm": 0.5}}
+
+
+def _simulate(path: Path, store: Path) -> dict:
+    return run_experiment(load_config(path), RunStore(store)).final
+
+
+def _certified(final: dict, observer: str) -> float:
+    return float(final["privacy"]["certified"]["observers"][observer]["epsilon"])
+
+
+def _notices(store: Path, kind: str) -> list[str]:
+    with sqlite3.connect(store) as con:
+        return [m for (m,) in con.execute("SELECT message FROM notices WHERE kind = ?", (kind,))]
+
+
+def test_nbafl_and_dp_fedavg_on_flower_equal_the_simulator(tmp_path: Path, shared_data: Path) -> None:
+    nb = _config(tmp_path, shared_data, "nbafl", NBAFL)
+    dp = _config(tmp_path, shared_data, "dpfedavg", DPFEDAVG)
+    flower_store = tmp_path / "flower.sqlite"
+    with LocalFederation(3, data_dir=shared_data, workdir=tmp_path / "fed") as fed:
+        got_nb = fed.run(nb, store=flower_store, round_timeout=300, connect_timeout=120, timeout=900, reproducible=True)
+        got_dp = fed.run(dp, store=flower_store, round_timeout=300, connect_timeout=120, timeout=900, reproducible=True)
+    for path, got in ((nb, got_nb), (dp, got_dp)):
+        want = _simulate(path, tmp_path / "sim.sqlite")
+        assert got["status"] == "finished" and got["rounds"] == 3
+        assert got["params_sha256"] == want["params_sha256"], path.name
+        final = RunStore(flower_store).get(got["run_id"]).result
+        for observer in ("server", "public"):
+            assert _certified(final, observer) == pytest.approx(_certified(want, observer), rel=1e-12)
+        assert final["privacy"]["claimed_epsilon"] == pytest.approx(want["privacy"]["claimed_epsilon"], rel=1e-12)
+    assert "all 3 clients connected" in got_nb["log"]
+
+
+def test_client_killed_mid_round_is_dropped_and_the_ledger_stays_true(tmp_path: Path, shared_data: Path) -> None:
+    dp = _config(tmp_path, shared_data, "dpfedavg-drop", DPFEDAVG)
+    store = tmp_path / "flower.sqlite"
+    # client 2 straggles 4 s in every round, so killing it just after round 1 is logged lands
+    # while it is training round 2
+    with LocalFederation(3, data_dir=shared_data, workdir=tmp_path / "fed", node_config={2: {"fault": "delay:4"}}) as fed:
+        proc = fed.submit(dp, store=store, round_timeout=25, connect_timeout=120)
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            if store.exists():
+                try:
+                    with sqlite3.connect(store) as con:
+                        if con.execute("SELECT COUNT(*) FROM rounds").fetchone()[0] >= 1:
+                            break
+                except sqlite3.OperationalError:  # the schema is being created
+                    pass
+            time.sleep(0.1)
+        else:
+            pytest.fail("round 1 never finished")
+        fed.kill_node(2)
+        out, _ = proc.communicate(timeout=600)
+    assert "dpfl-result" in out, out[-3000:]
+    rec = RunStore(store).list()[0]
+    assert rec.status == "finished"
+    rounds = RunStore(store).rounds(rec.run_id)
+    assert [r["arrived"] for r in rounds] == [3, 2, 2]
+    assert [r.get("topped_up_clients", 0) for r in rounds] == [0, 1, 1]
+    partial = _notices(store, "round-partial")
+    assert len(partial) == 2 and all("without clients [2]" in m for m in partial)
+    # the public sees the planned noise every round (topped up): its ε equals the simulator's
+    sim = _simulate(dp, tmp_path / "sim.sqlite")
+    final = rec.result
+    assert _certified(final, "public") == pytest.approx(_certified(sim, "public"), rel=1e-9)
+    # against the server, client 2 released one upload instead of three
+    per_client = final["privacy"]["client_epsilons_rdp"]["server"]
+    assert per_client["2"] < per_client["0"] == pytest.approx(per_client["1"])
+    assert per_client["0"] == pytest.approx(sim["privacy"]["client_epsilons_rdp"]["server"]["0"], rel=1e-9)
+
+
+def test_bad_uploads_are_rejected_with_the_client_id(tmp_path: Path, shared_data: Path) -> None:
+    nb = _config(tmp_path, shared_data, "nbafl-bad", NBAFL, num_clients=4, rounds=1)
+    store = tmp_path / "flower.sqlite"
+    faults = {1: {"fault": "nan"}, 2: {"fault": "shape"}, 3: {"fault": "noise"}}
+    with LocalFederation(4, data_dir=shared_data, workdir=tmp_path / "fed", node_config=faults) as fed:
+        got = fed.run(nb, store=store, round_timeout=300, connect_timeout=120, timeout=900)
+    assert got["status"] == "finished"
+    rejected = sorted(_notices(store, "rejected-upload"))
+    assert len(rejected) == 3, rejected
+    assert "client 1: 1 non-finite entries" in rejected[0]
+    assert "client 2: vector of shape" in rejected[1]
+    assert "client 3: declares noise_std" in rejected[2]
+    rec = RunStore(store).get(got["run_id"])
+    assert [r["arrived"] for r in RunStore(store).rounds(rec.run_id)] == [1]
+    # only client 0's upload was recorded against the server
+    eps = rec.result["privacy"]["client_epsilons_rdp"]["server"]
+    assert list(eps) == ["0"] and eps["0"] > 0
