@@ -30,6 +30,16 @@ Ranges (option ``range``):
 In both adaptive modes r is raised to max|w| when (max − min) would not cover the layer around
 c = 0 (only possible when a layer's weights share a sign) and floored at ``min_radius``.
 
+Split at the wire (:class:`dpfl.algorithms.base.Algorithm`): ``client_step`` is step 1 on each
+client; ``aggregate`` is steps 2–3 — it averages a shuffler process's :class:`IdMultisets`
+(``Uploads.shuffled``) as is, or mixes the arrived rows with the in-process trusted shuffler
+first; only :meth:`LdpFl.aggregate_by_id` (the server) touches the result. ``fixed`` and
+``global-model`` ranges are computable on each client. ``client-minmax`` is not splittable: it
+needs every cohort member's trained model at once (001's encrypted min–max), for which there is
+no protocol between real clients, and taking the bounds of an earlier round instead would be
+another algorithm. Such a run has ``splits_rounds = False`` (the Flower runner refuses it) and
+``client_step`` raises for a partial cohort; in simulation it runs as before.
+
 Privacy. Each weight is ε-LDP (Theorem 1). The ledger records, per round, each participant's
 upload as d two-point reports (``Release.two_point``, d = number of weights) against both
 observers — the server and the public (which sees only the per-id averages, a post-processing) —
@@ -56,7 +66,7 @@ from typing import Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from dpfl.algorithms.base import RoundOutput
+from dpfl.algorithms.base import RoundOutput, Uploads
 from dpfl.algorithms.private import PrivateAlgorithm
 from dpfl.client.context import LocalProblem, LocalResult, RoundInfo
 from dpfl.client.layout import ParamLayout
@@ -221,7 +231,10 @@ class LdpFl(PrivateAlgorithm):
         self.delta = float(delta)
         self.layout = layout
         self.shuffler = Shuffler()
-        self.aggregate = mean_by_id  # the server side: sees IdMultisets only
+        self.aggregate_by_id = mean_by_id  # the server side: sees IdMultisets only
+        self._agreed: tuple[int, torch.Tensor, torch.Tensor, list[float]] | None = None
+        # client-minmax needs a cross-client agreement no real client can run alone
+        self.splits_rounds = options.range != "client-minmax"  # type: ignore[misc]
         self._privacy_cache: dict[tuple[int, int], LdpFlPrivacy] = {}
 
     # ------------------------------------------------------------------ wiring
@@ -274,36 +287,108 @@ class LdpFl(PrivateAlgorithm):
 
     # ------------------------------------------------------------------ the round
 
-    def server_step(self, global_params: torch.Tensor, local: LocalResult, info: RoundInfo) -> RoundOutput:
-        eps = self.options.epsilon
-        center, radius, radii = self.ranges(global_params, local.params)
+    splits_rounds = True
+
+    def _round_ranges(self, global_params: torch.Tensor, info: RoundInfo,
+                      local_params: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, list[float]]:
+        """The round's agreed (center, radius, per-layer radii).
+
+        ``fixed`` and ``global-model`` are computed by anyone holding the broadcast model.
+        ``client-minmax`` needs every cohort member's trained model (001's encrypted min–max):
+        computed from the stacked cohort when ``local_params`` is the whole cohort, and then kept
+        for this round (the agreed bounds are known to every client and the server after the
+        agreement, so the server may use them to mix the reports).
+        """
+        if self.options.range != "client-minmax":
+            return self.ranges(global_params, global_params.unsqueeze(0))
+        if local_params is not None:
+            if int(info.clients.numel()) != info.cohort:
+                raise ConfigError(
+                    "ldp-fl: `range: client-minmax` agrees on each layer's range from the min and max over "
+                    "the whole cohort's trained models (001 §3.3, an encrypted min-max across clients); a "
+                    f"client that holds {int(info.clients.numel())} of the cohort's {info.cohort} models "
+                    "cannot compute it, and dpfl has no agreement protocol between real clients. Use "
+                    "`range: global-model` (public, costs no privacy) or `fixed` on real clients.")
+            center, radius, radii = self.ranges(global_params, local_params)
+            self._agreed = (info.round_idx, center, radius, radii)
+            return center, radius, radii
+        if self._agreed is None or self._agreed[0] != info.round_idx:
+            raise ConfigError(f"ldp-fl: no agreed client-minmax range for round {info.round_idx + 1} "
+                              "(the clients' step of this round did not run here)")
+        _, center, radius, radii = self._agreed
+        return center, radius, radii
+
+    def client_step(self, global_params: torch.Tensor, local: LocalResult, info: RoundInfo) -> Uploads:
+        """001 Algorithm 2 on each client: its own trained model, clipped into the round's range
+        and two-point randomized (eq. 2) with its own generator (round, client, "randomizer").
+
+        Splitting by mode: ``fixed`` and ``global-model`` ranges are computed on the client from
+        the options and the broadcast model; ``client-minmax`` needs all the cohort's local
+        models at once (a cross-client agreement) and so runs only where the whole cohort is
+        stacked, i.e. in simulation — such a run has ``splits_rounds = False`` and the Flower
+        runner refuses it with a clear error (and this method raises one for a partial cohort).
+        Declares the number of its weights that fell outside the range (``clipped``)."""
+        center, radius, _ = self._round_ranges(global_params, info, local.params)
         device = local.params.device
         center, radius = center.to(device), radius.to(device)
-        # client side: each client randomizes its own model with its own generator
         gens = [info.seeds.generator(info.round_idx, int(c), "randomizer") for c in info.clients.tolist()]
-        reports, num_clipped = two_point_randomize_per_client(local.params, center, radius, eps, gens)
-        low, high = two_point_values(center, radius, eps)
-        assert isinstance(low, torch.Tensor) and isinstance(high, torch.Tensor)
-        # trusted shuffler: identified tuples in, per-id multisets out
-        mixed: IdMultisets = self.shuffler.shuffle_two_point(reports, low.to(reports.dtype), high.to(reports.dtype))
-        del reports
+        reports, clipped = [], []
+        for k, gen in enumerate(gens):  # per row, to declare each client's own count
+            row, n = two_point_randomize_per_client(local.params[k : k + 1], center, radius, self.options.epsilon, [gen])
+            reports.append(row)
+            clipped.append(float(n))
+        params = torch.cat(reports) if reports else local.params[:0].clone()
+        return Uploads(info.clients, params, local.num_samples, local.train_loss,
+                       {"clipped": torch.tensor(clipped, dtype=torch.float64)})
+
+    def aggregate(self, global_params: torch.Tensor, uploads: Uploads, info: RoundInfo) -> RoundOutput:
+        """001 Algorithm 3 then Algorithm 1 line 8: per-id multisets → mean by id.
+
+        If ``uploads.shuffled`` holds an :class:`IdMultisets` (a shuffler process already mixed
+        the reports) it is averaged as is; otherwise the rows are mixed here by the algorithm's
+        trusted in-process shuffler first. Either way the server side (:meth:`aggregate_by_id`)
+        sees only per-id multisets — no client ids, no order. The shuffled-ε metrics use the
+        number of reports actually mixed per id (the arrivals)."""
+        eps = self.options.epsilon
+        known = self.options.range != "client-minmax" or (self._agreed is not None and self._agreed[0] == info.round_idx)
+        radii: list[float] | None = None
+        if uploads.shuffled is not None:
+            if not isinstance(uploads.shuffled, IdMultisets):
+                raise ConfigError(f"ldp-fl: `uploads.shuffled` must be the shuffler's IdMultisets. Found "
+                                  f"{type(uploads.shuffled).__name__}.")
+            mixed: IdMultisets = uploads.shuffled
+            if known:
+                radii = self._round_ranges(global_params, info, None)[2]
+        elif uploads.num_rows == 0:
+            return RoundOutput(global_params.clone(), {"arrived": 0, "epsilon_per_weight": eps})
+        else:
+            center, radius, radii = self._round_ranges(global_params, info, None)
+            dev, dtype = uploads.params.device, uploads.params.dtype
+            low, high = two_point_values(center.to(dev), radius.to(dev), eps)
+            assert isinstance(low, torch.Tensor) and isinstance(high, torch.Tensor)
+            # trusted shuffler: identified rows in, per-id multisets out
+            mixed = self.shuffler.shuffle_two_point(uploads.params, low.to(dtype), high.to(dtype))
         # server side: per-id multisets only
-        new_global = self.aggregate(mixed).to(global_params.device, global_params.dtype)
-        k = int(info.clients.numel())
-        total = local.params.numel()
+        new_global = self.aggregate_by_id(mixed).to(global_params.device, global_params.dtype)
+        k = int(mixed.num_reports().min())
         stmt = self._privacy(info.round_idx + 1, k)
         one = self._privacy(1, k)
         metrics: dict[str, Any] = {
             "epsilon_per_weight": eps,
             "epsilon_per_weight_realized": one.epsilon_per_weight_realized,
-            "clipped_fraction": num_clipped / total if total else 0.0,
-            "range_radius": [round(x, 8) for x in radii],
+        }
+        if "clipped" in uploads.declared and uploads.num_rows:
+            total = uploads.num_rows * self.num_params
+            metrics["clipped_fraction"] = float(uploads.declared["clipped"].sum()) / total if total else 0.0
+        if radii is not None:
+            metrics["range_radius"] = [round(x, 8) for x in radii]
+        metrics.update({
             "epsilon_round_unshuffled": one.unshuffled,
             "epsilon_round_shuffled": one.shuffled,
             "epsilon_total_unshuffled": stmt.unshuffled,
             "epsilon_total_shuffled": stmt.shuffled,
             "shuffle_note": stmt.shuffled_note,
-        }
+        })
         return RoundOutput(new_global, metrics)
 
     def _privacy(self, rounds: int, num_reports: int) -> LdpFlPrivacy:

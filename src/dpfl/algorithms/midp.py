@@ -15,6 +15,18 @@ takes a weighted mean:
   σ_{k,t}; the server weighs the uploads by p_{k,t} ∝ 1/σ_{k,t} (eq. 5.33), computed from the
   *declared* stds only (it never sees ε_k or C_{k,t}).
 
+Split at the wire (:class:`dpfl.algorithms.base.Algorithm`). ``client_step``: the clip and the
+client noise, from the client's own stream; ``aggregate``: the weighted mean and any server noise.
+Declared per upload: ``noise_std`` (σ_c; 0 for ``midp-server``; σ_{k,t} for PMIDP, which also
+declares C_{k,t} and its next threshold C_{k,t+1}). σ_c and σ_s depend on the whole cohort (its
+weights and smallest ε_k): the server plans them and sends σ_c with ``client_state``; PMIDP's
+C_{k,t} is server-held client state sent the same way, and its σ_{k,t} uses N = the cohort size.
+Dropouts (K' < K arrive): the weights are renormalized over the arrivals; ``midp-server``
+calibrates σ_s to them, ``midp-client`` tops the aggregate up to that same std from the server's
+stream, so eq. 4.7 still holds for the arrivals; PMIDP weighs the arrivals by their declared σ
+(no top-up) and the ledger records that broadcast per client. ``releases_for_arrivals`` records
+exactly the noise that was added in each case.
+
 Theorem 2: with the same ε the aggregate noise of the client- and the server-side scheme has the
 same std, sqrt(Σ p_k² σ_c²) = σ_s, hence the same utility (eq. 4.16).
 
@@ -43,13 +55,14 @@ References:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from dpfl.algorithms.base import RoundOutput
+from dpfl.algorithms.base import RoundOutput, Uploads
 from dpfl.algorithms.private import PrivateAlgorithm
 from dpfl.client.context import LocalResult, RoundInfo
 from dpfl.errors import ConfigError
@@ -65,6 +78,7 @@ from dpfl.privacy.mechanisms import (
     add_gaussian_noise,
     add_gaussian_noise_per_client,
     clip_by_l2_norm,
+    per_client_l2_norms,
 )
 from dpfl.rng import SERVER, SeedSequence
 from dpfl.server.aggregators import WeightedMean
@@ -184,6 +198,17 @@ def _floats(values: Any) -> list[float]:
 # --------------------------------------------------------------------------- basic schemes
 
 
+@dataclass(frozen=True)
+class _SchemePlan:
+    """What the server fixed for one round of a basic scheme, for its whole cohort."""
+
+    round_idx: int
+    clients: tuple[int, ...]
+    epsilon: float  # the cohort's smallest ε_k
+    client_std: float  # σ_c (eq. 4.9), 0 for midp-server
+    server_std: float  # σ_s (eq. 4.7) for the planned weights, 0 for midp-client
+
+
 class MidpScheme(PrivateAlgorithm):
     """The two basic schemes of 002 §IV: noise on the server (Thm 1) or on the clients (Cor. 1)."""
 
@@ -193,7 +218,8 @@ class MidpScheme(PrivateAlgorithm):
     privacy_unit: ClassVar[str] = "client"
 
     def __init__(self, side: Literal["server", "client"], options: MidpOptions, sampler: Any,
-                 num_clients: int, dim: int, seed: int, delta: float) -> None:
+                 num_clients: int, dim: int, seed: int, delta: float,
+                 client_sizes: torch.Tensor | None = None) -> None:
         self.side = side
         self.name = f"midp-{side}"  # type: ignore[misc]
         self.options = options
@@ -202,7 +228,12 @@ class MidpScheme(PrivateAlgorithm):
         self.dim = dim
         self.delta = delta
         self.budgets = client_budgets(options, num_clients, seed)
+        # |D_k| of every client (public, fixed by the run): lets the server plan a cohort's
+        # weights before anything arrives (declared_plan); None: only from what is passed in
+        self.client_sizes = None if client_sizes is None else torch.as_tensor(client_sizes, dtype=torch.long)
         self._claimed: float | None = None
+        self._round_plans: dict[int, _SchemePlan] = {}  # the latest round's plan (server side)
+        self._received: tuple[int, float] | None = None  # (round, σ_c) sent by the server (client side)
 
     def sample(self, info_round: int, num_clients: int, seeds: SeedSequence) -> torch.Tensor:
         return self.sampler.sample(num_clients, seeds.generator(info_round, SERVER, "sample"))
@@ -220,34 +251,159 @@ class MidpScheme(PrivateAlgorithm):
             return agg, 0.0, midp_server_noise_std(eps, c, agg.max_weight, self.dim)
         return agg, midp_client_noise_std(eps, c, agg.weights.double().numpy(), self.dim), 0.0
 
+    def _round_plan(self, info: RoundInfo, num_samples: torch.Tensor | None = None) -> _SchemePlan:
+        """The plan of round ``info.round_idx`` for its whole cohort ``info.clients`` (server side).
+
+        σ_c (eq. 4.9) and σ_s (eq. 4.7) depend on the whole cohort — its weights p_k and its
+        smallest ε_k — which a real client does not know: the server sends σ_c with
+        :meth:`client_state`.
+        """
+        ids = tuple(int(c) for c in info.clients.tolist())
+        cached = self._round_plans.get(info.round_idx)
+        if num_samples is None and cached is not None and cached.clients == ids:
+            return cached
+        if num_samples is None:
+            if self.client_sizes is None:
+                raise ConfigError(f"{self.name}: the clients' sample counts are needed to plan round "
+                                  f"{info.round_idx + 1} (build the algorithm through the registry)")
+            num_samples = self.client_sizes[list(ids)]
+        agg, client_std, server_std = self._plan(info.clients, num_samples)
+        plan = _SchemePlan(info.round_idx, ids, float(self.budgets[list(ids)].min()) if ids else math.inf,
+                           client_std, server_std)
+        self._round_plans = {info.round_idx: plan}
+        return plan
+
+    def _arrivals(self, info: RoundInfo, arrived: torch.Tensor, num_samples: torch.Tensor,
+                  ) -> tuple[WeightedMean, float, float]:
+        """(weights over the arrivals, client noise std they added, noise std the server adds).
+
+        All arrived: the plan. After dropouts (K' < K) the weights p'_k are renormalized over the
+        arrivals, so the plan's noise no longer matches eq. 4.7 for them: ``midp-server``
+        calibrates its noise to max p'_k (eq. 4.7 with the cohort's smallest ε); ``midp-client``
+        tops the aggregate up from the server's stream to the same eq. 4.7 std, adding
+        N(0, max(0, σ_s'² − σ_c² Σ p'_k²) I) — the per-round ε-MI-DP of the survivors is kept,
+        and :meth:`releases_for_arrivals` records exactly that noise.
+        """
+        full = int(arrived.numel()) == info.cohort
+        plan = self._round_plan(info, num_samples if full else None)
+        agg = _weights(self.options.weighting, num_samples)
+        if full:
+            return agg, plan.client_std, plan.server_std
+        target = midp_server_noise_std(plan.epsilon, self.options.clip_norm, agg.max_weight, self.dim)
+        if self.side == "server":
+            return agg, 0.0, target
+        have_sq = float((agg.weights.double() ** 2).sum()) * plan.client_std**2
+        return agg, plan.client_std, math.sqrt(max(0.0, target**2 - have_sq))
+
     def releases(self, info: RoundInfo, num_samples: torch.Tensor, secure_aggregation: bool) -> list[Release]:
         if info.clients.numel() == 0:
             return []
-        agg, client_std, server_std = self._plan(info.clients, num_samples)
+        plan = self._round_plan(info, num_samples)
+        agg = _weights(self.options.weighting, num_samples)
+        client_std, server_std = plan.client_std, plan.server_std
         weights = agg.weights.double().tolist()
         self._claimed = float(midp_claimed_epsilon(
             [self.options.clip_norm], weights, [client_std] * len(weights), server_std, self.dim).max())
         return round_releases(info.clients.tolist(), client_std, self.options.clip_norm, weights,
                               server_noise_std=server_std, secure_aggregation=secure_aggregation)
 
-    def server_step(self, global_params: torch.Tensor, local: LocalResult, info: RoundInfo) -> RoundOutput:
-        agg, client_std, server_std = self._plan(info.clients, local.num_samples)
-        clipped, norms = clip_by_l2_norm(local.params, self.options.clip_norm)
-        if client_std > 0:
-            clipped = add_gaussian_noise_per_client(clipped, client_std, _noise_generators(info))
-        mean = agg(clipped)
+    def releases_for_arrivals(self, info: RoundInfo, arrived: torch.Tensor, num_samples: torch.Tensor,
+                              secure_aggregation: bool) -> list[Release]:
+        """The arrivals' uploads (σ_c each, planned for the whole cohort) and the broadcast with
+        the noise :meth:`aggregate` really added for them (see :meth:`_arrivals`)."""
+        if int(arrived.numel()) == 0:
+            return []
+        agg, client_std, server_std = self._arrivals(info, arrived, num_samples)
+        return round_releases(arrived.tolist(), client_std, self.options.clip_norm, agg.weights.double().tolist(),
+                              server_noise_std=server_std, secure_aggregation=secure_aggregation)
+
+    # ------------------------------------------------------------------ the round, split at the wire
+
+    splits_rounds = True
+
+    def client_step(self, global_params: torch.Tensor, local: LocalResult, info: RoundInfo) -> Uploads:
+        """Each client: clip its local parameters to C (eq. 4.6); ``midp-client`` adds
+        N(0, σ_c² I) (eq. 4.9) from the client's own stream and declares σ_c (``midp-server``
+        declares 0). σ_c depends on the whole cohort: computed here when the rows are the
+        cohort (simulation), else taken from the server's plan (:meth:`client_state`)."""
+        del global_params
+        std = 0.0
+        if self.side == "client" and info.clients.numel():
+            if int(info.clients.numel()) == info.cohort:
+                std = self._round_plan(info, local.num_samples).client_std
+            else:
+                std = self._received_std(info)
+        clipped, _ = clip_by_l2_norm(local.params, self.options.clip_norm)
+        if std > 0:
+            clipped = add_gaussian_noise_per_client(clipped, std, _noise_generators(info))
+        rows = int(info.clients.numel())
+        return Uploads(info.clients, clipped, local.num_samples, local.train_loss,
+                       {"noise_std": torch.full((rows,), std, dtype=torch.float64)})
+
+    def _received_std(self, info: RoundInfo) -> float:
+        ids = {int(c) for c in info.clients.tolist()}
+        plan = self._round_plans.get(info.round_idx)
+        if plan is not None and ids <= set(plan.clients):
+            return plan.client_std
+        if self._received is not None and self._received[0] == info.round_idx:
+            return self._received[1]
+        raise ConfigError(
+            f"midp-client: the client noise std of round {info.round_idx + 1} (002 eq. 4.9) depends on the "
+            "whole cohort's weights and smallest budget; a client learns it from the server's round state "
+            "(client_state), which did not reach this client")
+
+    def declared_plan(self, info: RoundInfo, client: int) -> dict[str, float]:
+        del client
+        if self.side == "server":
+            return {"noise_std": 0.0}
+        return {"noise_std": self._round_plan(info).client_std}
+
+    def client_state(self) -> dict[str, Any]:
+        """σ_c of the latest planned round (the only server state a client needs)."""
+        if not self._round_plans:
+            return {}
+        plan = next(iter(self._round_plans.values()))
+        return {"round_plan": {"round": plan.round_idx, "client_noise_std": plan.client_std}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        rp = state.get("round_plan")
+        if rp is not None:
+            self._received = (int(rp["round"]), float(rp["client_noise_std"]))
+
+    def aggregate(self, global_params: torch.Tensor, uploads: Uploads, info: RoundInfo) -> RoundOutput:
+        """Σ p_k x̃_k over the arrivals (eq. 3.2), plus the server's noise: σ_s (eq. 4.7) for
+        ``midp-server``; for ``midp-client`` none, or the top-up after dropouts (:meth:`_arrivals`)."""
+        if uploads.num_rows == 0:
+            return RoundOutput(global_params.clone(), {"arrived": 0})
+        agg, client_std, server_std = self._arrivals(info, uploads.clients, uploads.num_samples)
+        mean = agg(uploads.params)
         if server_std > 0:
             gen = info.seeds.generator(info.round_idx, SERVER, "server_noise")
             mean = add_gaussian_noise(mean.unsqueeze(0), server_std, gen)[0]
         aggregate_std = math.sqrt(float((agg.weights.double() ** 2).sum()) * client_std**2 + server_std**2)
-        return RoundOutput(mean.to(global_params.device), {
-            "param_norm_mean": float(norms.mean()),
-            "clipped_fraction": float((norms > self.options.clip_norm).float().mean()),
+        metrics: dict[str, Any] = {
             "client_noise_std": client_std,
             "server_noise_std": server_std,
             "aggregate_noise_std": aggregate_std,
             "max_weight": agg.max_weight,
-        })
+        }
+        missing = info.cohort - uploads.num_rows
+        if missing:
+            metrics["arrived"] = uploads.num_rows
+            if self.side == "client":
+                metrics["topped_up_clients"] = missing
+        return RoundOutput(mean.to(global_params.device), metrics)
+
+    def server_step(self, global_params: torch.Tensor, local: LocalResult, info: RoundInfo) -> RoundOutput:
+        # diagnostics only a simulation can see: the unclipped local-model norms (never uploaded)
+        norms = per_client_l2_norms(local.params)
+        out = super().server_step(global_params, local, info)
+        metrics: dict[str, Any] = {
+            "param_norm_mean": float(norms.mean()),
+            "clipped_fraction": float((norms > self.options.clip_norm).float().mean()),
+        }
+        metrics.update(out.metrics)
+        return RoundOutput(out.global_params, metrics)
 
     def claimed_epsilon(self, rounds_done: int) -> float | None:
         if rounds_done == 0:
@@ -289,32 +445,69 @@ class PmidpFl(PrivateAlgorithm):
         self.budgets = client_budgets(options, num_clients, seed)
         self.clip_norms = np.full(num_clients, float(options.clip_norm))  # C_{k,t}
         self._claimed: dict[int, float] = {}
+        # the latest round's (round, cohort, C_{k,t}, σ_{k,t}) as planned before the round, kept
+        # because aggregate() moves the thresholds on to C_{k,t+1}
+        self._round_plan: tuple[int, tuple[int, ...], np.ndarray, np.ndarray] | None = None
 
     def sample(self, info_round: int, num_clients: int, seeds: SeedSequence) -> torch.Tensor:
         return self.sampler.sample(num_clients, seeds.generator(info_round, SERVER, "sample"))
 
-    def _client_stds(self, clients: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-        """(C_{k,t}, σ_{k,t}) of the cohort: eq. 5.32 with N = the number of aggregated clients."""
+    def _client_stds(self, clients: torch.Tensor, cohort: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(C_{k,t}, σ_{k,t}) of ``clients``: eq. 5.32 with N = ``cohort``, the number of clients
+        the round aggregates (default: ``clients`` are the cohort)."""
         ids = clients.numpy()
         clips = self.clip_norms[ids]
-        k = len(ids)
+        k = len(ids) if cohort is None else int(cohort)
         stds = np.array([pmidp_client_noise_std(float(e), float(c), self.dim, k)
                          for e, c in zip(self.budgets[ids], clips, strict=True)])
         return clips, stds
+
+    def _remember(self, info: RoundInfo, clips: np.ndarray, stds: np.ndarray) -> None:
+        self._round_plan = (info.round_idx, tuple(int(c) for c in info.clients.tolist()), clips.copy(), stds.copy())
+
+    def _planned(self, info: RoundInfo, clients: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+        """(C_{k,t}, σ_{k,t}) of ``clients`` as planned for round ``info.round_idx`` (whose rows
+        are the cohort): the remembered plan, or the current thresholds if none was made."""
+        plan = self._round_plan
+        if plan is None or plan[0] != info.round_idx or plan[1] != tuple(int(c) for c in info.clients.tolist()):
+            clips, stds = self._client_stds(info.clients, info.cohort)
+            self._remember(info, clips, stds)
+            plan = self._round_plan
+            assert plan is not None
+        pos = {c: i for i, c in enumerate(plan[1])}
+        rows = [pos[int(c)] for c in clients.tolist()]
+        return plan[2][rows], plan[3][rows]
 
     def releases(self, info: RoundInfo, num_samples: torch.Tensor, secure_aggregation: bool) -> list[Release]:
         del num_samples  # eq. 5.33 weights depend on the declared noise only
         if info.clients.numel() == 0:
             return []
-        clips, stds = self._client_stds(info.clients)
+        clips, stds = self._client_stds(info.clients, info.cohort)
+        if int(info.clients.numel()) == info.cohort:
+            self._remember(info, clips, stds)
         weights = pmidp_aggregation_weights(stds)
         claimed = pmidp_claimed_epsilon(clips, stds, self.dim)
         self._claimed.update({int(c): float(e) for c, e in zip(info.clients.tolist(), claimed, strict=True)})
         return round_releases(info.clients.tolist(), stds.tolist(), clips.tolist(), weights.tolist(),
                               secure_aggregation=secure_aggregation, per_client_public=True)
 
+    def releases_for_arrivals(self, info: RoundInfo, arrived: torch.Tensor, num_samples: torch.Tensor,
+                              secure_aggregation: bool) -> list[Release]:
+        """The arrivals' uploads with the C_{k,t}, σ_{k,t} planned for the cohort (N = K: each σ is
+        what its client added), and the broadcast weighted by eq. 5.33 over the arrivals only —
+        as :meth:`aggregate` weighs them. No top-up: the recorded public release is per client,
+        p'_k·2C_k against the arrivals' total noise, whatever it became."""
+        del num_samples
+        if int(arrived.numel()) == 0:
+            return []
+        clips, stds = self._planned(info, arrived)
+        weights = pmidp_aggregation_weights(stds)
+        return round_releases(arrived.tolist(), stds.tolist(), clips.tolist(), weights.tolist(),
+                              secure_aggregation=secure_aggregation, per_client_public=True)
+
     @staticmethod
-    def aggregate(noisy_uploads: torch.Tensor, declared_noise_stds: list[float]) -> tuple[torch.Tensor, np.ndarray]:
+    def weighted_by_declared_noise(noisy_uploads: torch.Tensor,
+                                   declared_noise_stds: list[float]) -> tuple[torch.Tensor, np.ndarray]:
         """The server's whole view: noisy uploads and their declared stds → p_{k,t}, Σ p_k x̃_k.
 
         References:
@@ -323,29 +516,68 @@ class PmidpFl(PrivateAlgorithm):
         weights = pmidp_aggregation_weights(declared_noise_stds)
         return WeightedMean(torch.as_tensor(weights, dtype=torch.float32))(noisy_uploads), weights
 
-    def server_step(self, global_params: torch.Tensor, local: LocalResult, info: RoundInfo) -> RoundOutput:
-        ids = info.clients.numpy()
-        clips, stds = self._client_stds(info.clients)
-        # client side: clip to C_{k,t} (eq. 5.19), noise σ_{k,t} (eq. 5.32), declare σ_{k,t}
-        clipped, norms = clip_by_l2_norm(local.params, torch.as_tensor(clips, dtype=local.params.dtype))
-        noisy = add_gaussian_noise_per_client(
-            clipped, torch.as_tensor(stds, dtype=local.params.dtype), _noise_generators(info))
-        # server side: only (noisy uploads, declared stds)
-        mean, weights = self.aggregate(noisy, stds.tolist())
-        # client side, for the next round: eq. 5.17–5.18 on the unclipped local-model norm
+    # ------------------------------------------------------------------ the round, split at the wire
+
+    splits_rounds = True
+
+    def client_step(self, global_params: torch.Tensor, local: LocalResult, info: RoundInfo) -> Uploads:
+        """Client k (Algorithm 2): clip to its C_{k,t} (eq. 5.19), add N(0, σ_{k,t}² I) with
+        σ_{k,t} from its own ε_k and C_{k,t} and N = the cohort size (eq. 5.32), from its own
+        stream; declare σ_{k,t}, C_{k,t} and its next threshold C_{k,t+1} (eq. 5.17–5.18 on its
+        unclipped norm), which the server needs to plan σ_{k,t+1}.
+
+        C_{k,t} is the client's state, held by the server between rounds (a client may sit out
+        rounds, a node may restart) and sent with :meth:`client_state`; ε_k is fixed by the run.
+        """
+        del global_params
+        clips, stds = self._client_stds(info.clients, info.cohort)
+        if int(info.clients.numel()) == info.cohort:
+            self._remember(info, clips, stds)
+        dtype = local.params.dtype
+        clipped, norms = clip_by_l2_norm(local.params, torch.as_tensor(clips, dtype=dtype))
+        noisy = add_gaussian_noise_per_client(clipped, torch.as_tensor(stds, dtype=dtype), _noise_generators(info))
         eta = self.options.clip_lr
-        if eta > 0:
-            norm_np = norms.double().cpu().numpy()
-            self.clip_norms[ids] = clips - eta * (clips - norm_np)
+        nxt = clips - eta * (clips - norms.double().cpu().numpy()) if eta > 0 else clips
+        return Uploads(info.clients, noisy, local.num_samples, local.train_loss, {
+            "noise_std": torch.as_tensor(stds, dtype=torch.float64),
+            "clip_norm": torch.as_tensor(clips, dtype=torch.float64),
+            "next_clip_norm": torch.as_tensor(nxt, dtype=torch.float64),
+        })
+
+    def declared_plan(self, info: RoundInfo, client: int) -> dict[str, float]:
+        _, stds = self._planned(info, torch.tensor([int(client)]))
+        return {"noise_std": float(stds[0])}
+
+    def aggregate(self, global_params: torch.Tensor, uploads: Uploads, info: RoundInfo) -> RoundOutput:
+        """The server (eq. 5.33): p_{k,t} ∝ 1/σ_{k,t} from the *declared* (validated) stds of the
+        uploads that arrived, Σ p_k x̃_k; then it records each arrival's next threshold."""
+        del info
+        if uploads.num_rows == 0:
+            return RoundOutput(global_params.clone(), {"arrived": 0})
+        stds = uploads.declared["noise_std"].to(torch.float64).cpu().numpy()
+        mean, weights = self.weighted_by_declared_noise(uploads.params, stds.tolist())
+        if "next_clip_norm" in uploads.declared:
+            self.clip_norms[uploads.clients.numpy()] = uploads.declared["next_clip_norm"].to(torch.float64).cpu().numpy()
+        clips = uploads.declared.get("clip_norm")
         return RoundOutput(mean.to(global_params.device), {
-            "param_norm_mean": float(norms.mean()),
-            "clipped_fraction": float((norms > torch.as_tensor(clips, dtype=norms.dtype)).float().mean()),
             "noise_stds": _floats(stds),
-            "clip_norms": _floats(clips),
+            "clip_norms": _floats(clips.tolist()) if clips is not None else [],
             "weights": _floats(weights),
             "max_weight": float(weights.max()),
             "aggregate_noise_std": float(math.sqrt(float(np.sum((weights * stds) ** 2)))),
         })
+
+    def server_step(self, global_params: torch.Tensor, local: LocalResult, info: RoundInfo) -> RoundOutput:
+        # diagnostics only a simulation can see: the unclipped local-model norms (never uploaded)
+        clips = self.clip_norms[info.clients.numpy()]
+        norms = per_client_l2_norms(local.params)
+        out = super().server_step(global_params, local, info)
+        metrics: dict[str, Any] = {
+            "param_norm_mean": float(norms.mean()),
+            "clipped_fraction": float((norms > torch.as_tensor(clips, dtype=norms.dtype)).float().mean()),
+        }
+        metrics.update(out.metrics)
+        return RoundOutput(out.global_params, metrics)
 
     def claimed_epsilon(self, rounds_done: int) -> dict[int, float] | float | None:
         if rounds_done == 0:
@@ -366,12 +598,18 @@ class PmidpFl(PrivateAlgorithm):
                 "norms, i.e. from private data; the declared sigma_{k,t} (proportional to C_{k,t}) "
                 "reveals them to the server and the weights p_{k,t} reveal them to the public. The "
                 "certified epsilon covers the Gaussian releases at the enforced sensitivity "
-                "2 C_{k,t}, not this release of the norms")
+                "2 C_{k,t}, not this release of the norms. On real clients each upload also declares "
+                "C_{k,t+1}, from which the server recovers the unclipped norm exactly, and the server "
+                "sends every client's C_{k,t} to each cohort member with the round's state")
         return out
 
     def state_dict(self) -> dict[str, Any]:
         return {"clip_norms": self.clip_norms.tolist(),
                 "claimed": {str(k): v for k, v in self._claimed.items()}}
+
+    def client_state(self) -> dict[str, Any]:
+        """The thresholds C_{k,t} (a client needs its own; see :meth:`not_covered`)."""
+        return {"clip_norms": self.clip_norms.tolist()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if "clip_norms" in state:
@@ -392,7 +630,7 @@ def _build_scheme(side: Literal["server", "client"]) -> Any:
 
         opts = parse_options(MidpOptions, options, f"midp-{side}")
         return MidpScheme(side, opts, sampler, ctx.num_clients, ctx.num_params, ctx.config.seed,
-                          ctx.privacy.delta)
+                          ctx.privacy.delta, client_sizes=ctx.client_sizes)
 
     return build
 

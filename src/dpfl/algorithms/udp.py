@@ -38,6 +38,16 @@ the bound needs |1 − ηκ| <= 1, i.e. ηκ <= 2 (checked).
   exponential, step, polynomial) with its own accountant; 000 describes only "reduced linearly",
   hence this one.
 
+**Split at the wire.** ``client_step``: the noise N(0, σ_i² I) on each client's parameters from
+its own stream, declaring σ_i (``declared_plan`` is the server's σ_i of the round).
+``aggregate``: the weighted mean over the uploads that arrived, then CRD's test on the server's
+data. σ_i is the server's schedule: a client receives it with ``client_state`` (the checkpoint
+state: the committed stds of every round so far and, for CRD, the current T and whether eq. 25
+must be recomputed), so CRD's and Lei's changing noise reaches real clients. After dropouts the
+weights are renormalized over the arrivals and nothing needs topping up (each upload carries
+its own σ_i): the default ``releases_for_arrivals`` records exactly that round. The clean
+local-step norm is a simulation-only diagnostic (``local_step_norm_mean``), never uploaded.
+
 **Claimed vs certified.** The claimed ε_i is 000's own formula for the noise actually added
 (sum over every round run; q amortizes the rounds a client sat out). The ledger certifies per
 observer: the server sees each upload unamplified (sensitivity Δℓ_k, noise σ_k), the public sees
@@ -60,7 +70,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from torch.func import functional_call
 
-from dpfl.algorithms.base import RoundOutput
+from dpfl.algorithms.base import RoundOutput, Uploads
 from dpfl.algorithms.private import PrivateAlgorithm
 from dpfl.client.context import LocalProblem, LocalResult, RoundInfo
 from dpfl.errors import ConfigError
@@ -272,23 +282,53 @@ class Udp(PrivateAlgorithm):
             secure_aggregation=secure_aggregation,
         )
 
-    def server_step(self, global_params: torch.Tensor, local: LocalResult, info: RoundInfo) -> RoundOutput:
+    # ------------------------------------------------------------------ the round, split at the wire
+
+    splits_rounds = True
+
+    def client_step(self, global_params: torch.Tensor, local: LocalResult, info: RoundInfo) -> Uploads:
+        """000 Alg. 1 line 10 on each client: w̃_i = w_i + N(0, σ_i² I) from the client's own stream
+        (round, i, "noise"); declares σ_i.
+
+        σ_i of round t is the server's schedule (:meth:`_commit`): fixed by Thm 1 for ``udp`` and
+        ``udp-lei``, and for ``udp-crd`` recomputed by eq. 25 after T changed — server state that
+        a real client receives with :meth:`client_state` (the committed stds and CRD's T).
+        """
         stds_all = self._commit(info.round_idx)
         ids = [int(c) for c in info.clients.tolist()]
         stds = torch.tensor([stds_all[c] for c in ids], dtype=torch.float64)
-        uploads = local.params
-        step_norms = (uploads - global_params.to(uploads.device)).norm(dim=1)
         gens = [info.seeds.generator(info.round_idx, c, "noise") for c in ids]
-        noisy = add_gaussian_noise_per_client(uploads, stds.to(uploads.dtype), gens)
-        new_global = WeightedMean.by_samples(local.num_samples)(noisy).to(global_params.device)
+        noisy = add_gaussian_noise_per_client(local.params, stds.to(local.params.dtype), gens)
+        return Uploads(info.clients, noisy, local.num_samples, local.train_loss, {"noise_std": stds})
+
+    def declared_plan(self, info: RoundInfo, client: int) -> dict[str, float]:
+        return {"noise_std": float(self._commit(info.round_idx)[int(client)])}
+
+    def aggregate(self, global_params: torch.Tensor, uploads: Uploads, info: RoundInfo) -> RoundOutput:
+        """000 eq. 2 over the uploads that arrived: w = Σ_k p_k w̃_k, p_k = |D_k| / Σ_j |D_j| (the
+        weights renormalized over the arrivals; every upload carries its own σ_k, so nothing
+        needs topping up and :meth:`releases_for_arrivals` is the default). CRD then tests the
+        new model on the server's data (Alg. 2 lines 17–19)."""
+        if uploads.num_rows == 0:
+            return RoundOutput(global_params.clone(), {"arrived": 0, "rounds_planned": self.total_rounds})
+        stds = uploads.declared["noise_std"].to(torch.float64)
+        new_global = WeightedMean.by_samples(uploads.num_samples)(uploads.params).to(global_params.device)
         metrics: dict[str, Any] = {
             "noise_std_mean": float(stds.mean()),
             "noise_std_max": float(stds.max()),
-            "local_step_norm_mean": float(step_norms.mean()),
             "rounds_planned": self.total_rounds,
         }
         metrics.update(self._after_round(global_params, new_global, info))
         return RoundOutput(new_global, metrics)
+
+    def server_step(self, global_params: torch.Tensor, local: LocalResult, info: RoundInfo) -> RoundOutput:
+        # a diagnostic only a simulation can see: the clean local step ‖w_k − w‖ (never uploaded)
+        step_norms = (local.params - global_params.to(local.params.device)).norm(dim=1)
+        out = super().server_step(global_params, local, info)
+        metrics = {k: v for k, v in out.metrics.items() if k in ("noise_std_mean", "noise_std_max")}
+        metrics["local_step_norm_mean"] = float(step_norms.mean())
+        metrics.update(out.metrics)
+        return RoundOutput(out.global_params, metrics)
 
     def _after_round(self, old: torch.Tensor, new: torch.Tensor, info: RoundInfo) -> dict[str, Any]:
         del old, new, info

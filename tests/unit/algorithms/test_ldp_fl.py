@@ -69,13 +69,13 @@ def test_weights_outside_the_range_are_clipped_and_counted() -> None:
 def test_the_server_side_receives_only_per_id_multisets() -> None:
     algo = _algo(30, epsilon=1.0, range="fixed", radius=0.1)
     seen: list[Any] = []
-    inner = algo.aggregate
+    inner = algo.aggregate_by_id
 
     def spy(arg: IdMultisets) -> torch.Tensor:
         seen.append(arg)
         return inner(arg)
 
-    algo.aggregate = spy  # type: ignore[method-assign]
+    algo.aggregate_by_id = spy  # type: ignore[method-assign]
     _step(algo, torch.zeros(8, 30), torch.zeros(30))
     assert len(seen) == 1 and type(seen[0]) is IdMultisets
     assert seen[0].num_reports().tolist() == [8] * 30

@@ -148,7 +148,7 @@ def test_pmidp_sigma_and_inverse_noise_weights() -> None:
 
 def test_server_weights_use_only_the_declared_stds() -> None:
     uploads = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
-    mean, w = PmidpFl.aggregate(uploads, [1.0, 3.0])
+    mean, w = PmidpFl.weighted_by_declared_noise(uploads, [1.0, 3.0])
     np.testing.assert_allclose(w, pmidp_aggregation_weights([1.0, 3.0]))
     torch.testing.assert_close(mean, torch.tensor([0.75, 0.25]))
 
