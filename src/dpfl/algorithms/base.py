@@ -92,6 +92,9 @@ class Algorithm(abc.ABC):
 
     # Whether the algorithm is split into client_step / aggregate (needed by the Flower adapter).
     splits_rounds: ClassVar[bool] = False
+    # Whether uploads go through an anonymizing shuffler (001 split & shuffle): on Flower they
+    # are then sealed for a shuffler SuperNode and ``aggregate`` receives ``Uploads.shuffled``.
+    shuffles_uploads: ClassVar[bool] = False
 
     def server_step(self, global_params: torch.Tensor, local: LocalResult, info: RoundInfo) -> RoundOutput:
         """Client transforms on the cohort's updates, then aggregation into the new global model."""

@@ -3,6 +3,8 @@
 Node config (``flower-supernode --node-config '...'``):
     ``partition-id`` — the dpfl client id this node holds (0 .. N−1 of the run's partition);
     ``data-dir`` — where this machine keeps the data set (default: the run config's ``data.dir``);
+    ``role`` — ``client`` (default) or ``shuffler``: the anonymizing shuffler of split & shuffle
+    (001), which holds no data, opens the sealed reports of a round and returns per-id multisets;
     ``fault`` — for testing a deployment only: ``nan`` (send NaN), ``shape`` (send a truncated
     vector), ``noise`` (declare a noise std off the plan), ``crash`` (raise during training),
     ``delay:S`` (straggle: sleep S seconds before training).
@@ -24,13 +26,14 @@ import time
 from typing import Any
 
 import torch
-from flwr.app import Context, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from dpfl.client.context import RoundInfo
 from dpfl.errors import ConfigError
 from dpfl.rng import SeedSequence
 from dpfl.runtime.flower.codec import decode_train, encode_upload
+from dpfl.runtime.sealed import ShufflerKey, open_and_mix, seal
 
 app = ClientApp()
 
@@ -58,10 +61,40 @@ def _client_id(context: Context) -> int:
     return int(context.node_config["partition-id"])
 
 
+def _is_shuffler(context: Context) -> bool:
+    return str(context.node_config.get("role", "client")) == "shuffler"
+
+
+def _shuffler_key(context: Context) -> ShufflerKey:
+    """This shuffler node's key pair for the run (kept in the node's context state)."""
+    if "shuffler" not in context.state:
+        context.state["shuffler"] = ConfigRecord({"key": ShufflerKey.generate().to_bytes()})
+    return ShufflerKey.from_bytes(bytes(context.state["shuffler"]["key"]))  # type: ignore[arg-type]
+
+
 @app.query()
 def query(msg: Message, context: Context) -> Message:
-    """Which dpfl client this node holds (sent once by the server before the first round)."""
+    """Which dpfl client this node holds, or, for the shuffler, its public key (asked once by
+    the server before the first round)."""
+    if _is_shuffler(context):
+        return Message(RecordDict({"shuffler": ConfigRecord({"public": _shuffler_key(context).public})}), reply_to=msg)
     return Message(RecordDict({"meta": MetricRecord({"client": _client_id(context)})}), reply_to=msg)
+
+
+@app.query("shuffle")
+def shuffle(msg: Message, context: Context) -> Message:
+    """The shuffler's round: open the sealed reports the server relayed, drop the bad ones, and
+    return per parameter id the sorted multiset of values — no client ids, no order."""
+    if not _is_shuffler(context):
+        raise ConfigError("a `shuffle` request reached a node that is not the shuffler (node config role=shuffler)")
+    rc = msg.content["sealed"]
+    blobs = [bytes(b) for b in rc["blobs"]]  # type: ignore[union-attr]
+    mixed, rejected = open_and_mix(blobs, _shuffler_key(context), int(rc["round"]), int(rc["num-params"]))
+    content = RecordDict({"result": MetricRecord({"rejected": [int(i) for i in rejected] or [-1],
+                                                  "accepted": len(blobs) - len(rejected)})})
+    if mixed is not None:
+        content["mixed"] = ArrayRecord({"support": Array(mixed.support.numpy()), "counts": Array(mixed.counts.numpy())})
+    return Message(content, reply_to=msg)
 
 
 @app.train()
@@ -98,4 +131,10 @@ def train(msg: Message, context: Context) -> Message:
         vector = vector[:-1]
     elif fault == "noise":
         declared["noise_std"] = declared.get("noise_std", 0.0) * 0.5 + 1e-3
+    shuffler_key = rc.get("shuffler-key")
+    if shuffler_key:  # split & shuffle: only the shuffler can read the report
+        content = encode_upload(cid, torch.zeros(0), int(up.num_samples[0]), float(up.train_loss[0]), declared)
+        del content["upload"]
+        content["sealed"] = ConfigRecord({"report": seal(vector, bytes(shuffler_key), t)})
+        return Message(content, reply_to=msg)
     return Message(encode_upload(cid, vector, int(up.num_samples[0]), float(up.train_loss[0]), declared), reply_to=msg)

@@ -13,17 +13,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
-from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
 from dpfl.algorithms.base import Algorithm, Uploads
 from dpfl.client.context import RoundInfo
 from dpfl.errors import ConfigError
 from dpfl.runtime.flower.codec import decode_upload, encode_train
-from dpfl.runtime.validate import check_upload
+from dpfl.runtime.sealed import sealed_length
+from dpfl.runtime.validate import RejectedUpload, check_upload
+from dpfl.server.shuffle import IdMultisets
 
 POLL_SECONDS = 0.2
 
@@ -42,10 +46,20 @@ def _exchange(grid: Grid, messages: list[Message], timeout: float) -> list[Messa
     return replies
 
 
-def discover_nodes(grid: Grid, num_clients: int, timeout: float, log: Callable[[str], None] = print) -> dict[int, int]:
+@dataclass
+class Shuffler:
+    """The shuffler SuperNode of a federation (node config ``role=shuffler``)."""
+
+    node: int
+    public_key: bytes
+
+
+def discover_nodes(grid: Grid, num_clients: int, timeout: float, log: Callable[[str], None] = print,
+                   shuffler: list[Shuffler] | None = None) -> dict[int, int]:
     """dpfl client id → node id, asking every connected SuperNode which client it holds.
 
-    Waits up to ``timeout`` seconds for all ``num_clients`` clients to be present.
+    Waits up to ``timeout`` seconds for all ``num_clients`` clients to be present. A shuffler
+    node, if one answers, is appended to ``shuffler``.
     """
     end = time.monotonic() + timeout
     mapping: dict[int, int] = {}
@@ -57,8 +71,14 @@ def discover_nodes(grid: Grid, num_clients: int, timeout: float, log: Callable[[
             for rep in _exchange(grid, msgs, max(5.0, min(30.0, end - time.monotonic()))):
                 if rep.has_error():
                     continue
-                cid = int(rep.content["meta"]["client"])
                 node = int(rep.metadata.src_node_id)
+                if "shuffler" in rep.content:
+                    if shuffler is not None and not shuffler:
+                        shuffler.append(Shuffler(node, bytes(rep.content["shuffler"]["public"])))  # type: ignore[arg-type]
+                        log(f"shuffler: node {node}")
+                    asked.add(node)
+                    continue
+                cid = int(rep.content["meta"]["client"])
                 if cid in mapping and mapping[cid] != node:
                     raise ConfigError(f"two SuperNodes ({mapping[cid]} and {node}) hold client {cid}")
                 if not 0 <= cid < num_clients:
@@ -81,7 +101,8 @@ class FlowerCohort:
     tag = "flower"
 
     def __init__(self, grid: Grid, nodes: dict[int, int], config_json: str, client_sizes: torch.Tensor,
-                 num_params: int, round_timeout: float, *, reproducible: bool = False) -> None:
+                 num_params: int, round_timeout: float, *, reproducible: bool = False,
+                 shuffler: Shuffler | None = None) -> None:
         self.grid = grid
         self.nodes = nodes
         self.config_json = config_json
@@ -89,16 +110,29 @@ class FlowerCohort:
         self.num_params = num_params
         self.round_timeout = float(round_timeout)
         self.reproducible = bool(reproducible)
+        self.shuffler = shuffler
+        self._warned_no_shuffler = False
 
     def __call__(self, params: torch.Tensor, info: RoundInfo, algo: Algorithm,
                  emit: Callable[[str, str, Any], None]) -> Uploads:
         t = info.round_idx
         cohort = [int(c) for c in info.clients.tolist()]
         state = algo.client_state()
+        shuffled = bool(getattr(algo, "shuffles_uploads", False))
+        if shuffled and self.shuffler is None and not self._warned_no_shuffler:
+            emit("no-shuffler", f"{algo.name} splits and shuffles its reports, but the federation has no shuffler "
+                 "SuperNode (--node-config role=\"shuffler\"): the server receives each client's report and mixes "
+                 "them itself, i.e. it is trusted as the shuffler (the certified server-observer epsilon assumes "
+                 "no shuffler either way)", t)
+            self._warned_no_shuffler = True
+        shuffled = shuffled and self.shuffler is not None
         msgs = []
         for c in cohort:
             content = encode_train(params, round_idx=t, client=c, cohort_size=len(cohort), num_clients=info.num_clients,
                                    config_json=self.config_json, state=state, reproducible=self.reproducible)
+            if shuffled:
+                assert self.shuffler is not None
+                content["round"]["shuffler-key"] = self.shuffler.public_key
             msgs.append(Message(content, self.nodes[c], "train", group_id=str(t)))
         node_client = {self.nodes[c]: c for c in cohort}
         rows: dict[int, tuple[torch.Tensor, int, float, dict[str, float]]] = {}
@@ -112,7 +146,11 @@ class FlowerCohort:
                 emit("dropout", f"round {t + 1}: client {c} (node {node}) failed: {rep.error.reason[:300]}", t)
                 continue
             try:
-                cid, vector, n, loss, declared = decode_upload(rep.content)
+                if shuffled:
+                    cid, _, n, loss, declared = decode_upload(_without_upload(rep.content))
+                    vector = bytes(rep.content["sealed"]["report"])  # type: ignore[assignment]
+                else:
+                    cid, vector, n, loss, declared = decode_upload(rep.content)
             except Exception as err:  # malformed records
                 emit("rejected-upload", f"round {t + 1}: rejected the upload of client {c}: malformed message ({err})", t)
                 continue
@@ -120,8 +158,15 @@ class FlowerCohort:
                 emit("rejected-upload", f"round {t + 1}: rejected the upload of client {c}: it claims to be client {cid}"
                      if cid != c else f"round {t + 1}: rejected a second upload of client {c}", t)
                 continue
-            bad = check_upload(c, vector, n, declared, num_params=self.num_params,
-                               expected_samples=int(self.client_sizes[c]), plan=algo.declared_plan(info, c))
+            if shuffled:  # sealed: the server checks length and declarations; the shuffler the values
+                ok = len(vector) == sealed_length(self.num_params)  # type: ignore[arg-type]
+                bad = None if ok else RejectedUpload(c, f"sealed report of {len(vector)} bytes, expected "  # type: ignore[arg-type]
+                                                        f"{sealed_length(self.num_params)}")
+                bad = bad or check_upload(c, torch.zeros(self.num_params), n, declared, num_params=self.num_params,
+                                          expected_samples=int(self.client_sizes[c]), plan=algo.declared_plan(info, c))
+            else:
+                bad = check_upload(c, vector, n, declared, num_params=self.num_params,
+                                   expected_samples=int(self.client_sizes[c]), plan=algo.declared_plan(info, c))
             if bad is not None:
                 emit("rejected-upload", bad.message(t), t)
                 continue
@@ -131,9 +176,10 @@ class FlowerCohort:
             emit("round-partial", f"round {t + 1}: {len(rows)} of {len(cohort)} uploads accepted; without clients "
                  f"{missing} (timeout {self.round_timeout:g} s, errors or rejections logged above)", t)
         ids = sorted(rows)
+        if shuffled and ids:
+            return self._mix(info, rows, ids, params, emit)
         if not ids:
-            return Uploads(torch.zeros(0, dtype=torch.long), torch.zeros(0, self.num_params), torch.zeros(0, dtype=torch.long),
-                           torch.zeros(0))
+            return _empty(self.num_params)
         dtype = params.dtype
         keys = set().union(*(rows[c][3].keys() for c in ids))
         return Uploads(
@@ -143,3 +189,49 @@ class FlowerCohort:
             torch.tensor([rows[c][2] for c in ids], dtype=torch.float32),
             {k: torch.tensor([rows[c][3].get(k, float("nan")) for c in ids], dtype=torch.float64) for k in keys},
         )
+
+    def _mix(self, info: RoundInfo, rows: dict[int, Any], ids: list[int], params: torch.Tensor,
+             emit: Callable[[str, str, Any], None]) -> Uploads:
+        """Relay the sealed reports to the shuffler; the server gets back per-id multisets only
+        (and which relayed reports the shuffler rejected, so those clients can be named)."""
+        assert self.shuffler is not None
+        t = info.round_idx
+        content = RecordDict({"sealed": ConfigRecord({"blobs": [rows[c][0] for c in ids], "round": t,
+                                                      "num-params": self.num_params})})
+        replies = _exchange(self.grid, [Message(content, self.shuffler.node, "query.shuffle", group_id=str(t))],
+                            self.round_timeout)
+        if not replies or replies[0].has_error():
+            why = replies[0].error.reason[:300] if replies else f"no reply within {self.round_timeout:g} s"
+            emit("dropout", f"round {t + 1}: the shuffler failed ({why}); the round aggregates nothing", t)
+            return _empty(self.num_params)
+        rep = replies[0].content
+        rejected = {int(i) for i in rep["result"]["rejected"] if int(i) >= 0}  # type: ignore[union-attr]
+        for i in sorted(rejected):
+            emit("rejected-upload", f"round {t + 1}: the shuffler rejected the sealed report of client {ids[i]} "
+                 "(unreadable, wrong length or non-finite values)", t)
+        kept = [c for i, c in enumerate(ids) if i not in rejected]
+        if not kept:
+            return _empty(self.num_params)
+        mixed = IdMultisets(torch.from_numpy(rep["mixed"]["support"].numpy().copy()).to(params.dtype),
+                            torch.from_numpy(rep["mixed"]["counts"].numpy().copy()).to(torch.int64))
+        keys = set().union(*(rows[c][3].keys() for c in kept))
+        return Uploads(
+            torch.tensor(kept, dtype=torch.long),
+            torch.zeros(0, self.num_params, dtype=params.dtype),
+            torch.tensor([rows[c][1] for c in kept], dtype=torch.long),
+            torch.tensor([rows[c][2] for c in kept], dtype=torch.float32),
+            {k: torch.tensor([rows[c][3].get(k, float("nan")) for c in kept], dtype=torch.float64) for k in keys},
+            shuffled=mixed,
+        )
+
+
+def _empty(num_params: int) -> Uploads:
+    return Uploads(torch.zeros(0, dtype=torch.long), torch.zeros(0, num_params), torch.zeros(0, dtype=torch.long),
+                   torch.zeros(0))
+
+
+def _without_upload(content: RecordDict) -> RecordDict:
+    """A sealed reply with an empty placeholder vector, so the common decoder reads the rest."""
+    out = RecordDict({k: v for k, v in content.items() if k != "sealed"})
+    out["upload"] = ArrayRecord({"params": Array(np.zeros(0, dtype=np.float32))})
+    return out

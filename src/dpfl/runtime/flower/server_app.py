@@ -33,7 +33,7 @@ def main(grid: Grid, context: Context) -> None:
     from dpfl.experiments.config import load_config
     from dpfl.experiments.runner import build_experiment, run_experiment
     from dpfl.experiments.store import RunStore
-    from dpfl.runtime.flower.cohort import FlowerCohort, discover_nodes
+    from dpfl.runtime.flower.cohort import FlowerCohort, Shuffler, discover_nodes
 
     rc = context.run_config
     path = str(rc.get("config", ""))
@@ -42,10 +42,12 @@ def main(grid: Grid, context: Context) -> None:
     config = load_config(path, _overrides(str(rc.get("overrides", ""))))
     store = RunStore(str(rc.get("store", "runs/flower.sqlite")))
     exp = build_experiment(config)  # the server's view: public client sizes, model layout, test data
-    nodes = discover_nodes(grid, exp.data.num_clients, float(rc.get("connect-timeout", 120.0)))
+    found: list[Shuffler] = []
+    nodes = discover_nodes(grid, exp.data.num_clients, float(rc.get("connect-timeout", 120.0)), shuffler=found)
     reproducible = bool(rc.get("reproducible", False))
     cohort = FlowerCohort(grid, nodes, json.dumps(config.model_dump(mode="json")), exp.data.sizes(),
-                          exp.problem.layout.numel, float(rc.get("round-timeout", 120.0)), reproducible=reproducible)
+                          exp.problem.layout.numel, float(rc.get("round-timeout", 120.0)), reproducible=reproducible,
+                          shuffler=found[0] if found else None)
     del exp
 
     def progress(done: int, total: int, metrics: dict, seconds: float) -> None:
