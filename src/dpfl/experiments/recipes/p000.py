@@ -777,7 +777,11 @@ RECIPES: list[Recipe] = [
            _compare_build(0.6, model="cnn-000"), _compare_report("test_loss", _init_T),
            notes="Smoke scale runs the one-conv CNN on a few MNIST images (CIFAR-10 is not available offline); "
                  "it proves the pipeline only. Full scale (needs the CIFAR-10 python batches under "
-                 "<data>/cifar10/cifar-10-batches-py): `dpfl reproduce 000/fig11 --scale full --data-dir <data>`."),
+                 "<data>/cifar10/cifar-10-batches-py; `dpfl data fetch cifar10 --dir <data>` downloads them, or `--from` "
+                 "a folder holding cifar-10-python.tar.gz): "
+                 "`flock /tmp/dpfl-cpu.lock dpfl reproduce 000/fig11 --scale full --data-dir <data>` (ε ∈ {4..20}, "
+                 "grid T ∈ {25..500}, K = 30 of 50, |D_i| = 800, CRD β = 0.9 from T = 200, Lei). "
+                 "`--scale reduced` runs the same on CIFAR-10 with ε ∈ {2, 4} and grid T ∈ {50, 100, 200, 300}."),
     Recipe("000/fig12", "Non-IID (4 digits per client): test accuracy of the four methods", PAPER,
            "UDP + CRD greatly improves the test accuracy over original UDP and Lei's approach (non-IID).",
            _compare_build(1.0, partition=_noniid, eps=_FIG12_13_EPS, grid=_FIG12_13_GRID),
