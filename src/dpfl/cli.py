@@ -1,4 +1,4 @@
-"""The ``dpfl`` command line: run | runs | plot | report | data | account | reproduce | bound | audit.
+"""The ``dpfl`` command line: run | runs | plot | report | data | account | reproduce | bound | audit | federate.
 
 Errors a user causes (:class:`dpfl.errors.DpflError`) print one line and exit with status 2.
 """
@@ -18,6 +18,7 @@ _COMMANDS = (
     "dpfl.commands.bound",
     "dpfl.commands.report",
     "dpfl.commands.audit",
+    "dpfl.commands.federate",
 )
 
 

@@ -63,15 +63,18 @@ class LocalFederation:
         data_dir: the data directory every node reads (``data-dir`` of its node config).
         node_config: extra node config per node index, e.g. ``{2: {"fault": "nan"}}``.
         workdir: where logs and Flower's home go (default: a temporary directory).
+        shuffler: also start a shuffler SuperNode (``role=shuffler``) for split & shuffle.
     """
 
     def __init__(self, num_nodes: int, *, data_dir: str | Path | None = None,
-                 node_config: dict[int, dict[str, Any]] | None = None, workdir: str | Path | None = None) -> None:
+                 node_config: dict[int, dict[str, Any]] | None = None, workdir: str | Path | None = None,
+                 shuffler: bool = False) -> None:
         if num_nodes < 1:
             raise ConfigError(f"a federation needs at least one SuperNode; got num_nodes = {num_nodes}")
         self.num_nodes = num_nodes
         self.data_dir = None if data_dir is None else str(Path(data_dir).resolve())
         self.node_config = node_config or {}
+        self.shuffler = shuffler
         self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="dpfl-flower-")
         self.workdir = Path(workdir or self._tmp.name).resolve()  # type: ignore[union-attr]
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -101,11 +104,13 @@ class LocalFederation:
         _wait_port(self.port, 60, self.superlink, self.workdir / "superlink.log")
         for i in range(self.num_nodes):
             self.nodes.append(self._start_node(i))
+        if self.shuffler:
+            self.nodes.append(self._start_node(self.num_nodes, {"role": "shuffler"}))
         return self
 
-    def _start_node(self, i: int) -> subprocess.Popen[bytes]:
-        cfg: dict[str, Any] = {"partition-id": i, **self.node_config.get(i, {})}
-        if self.data_dir is not None:
+    def _start_node(self, i: int, config: dict[str, Any] | None = None) -> subprocess.Popen[bytes]:
+        cfg: dict[str, Any] = config or {"partition-id": i, **self.node_config.get(i, {})}
+        if self.data_dir is not None and config is None:
             cfg.setdefault("data-dir", self.data_dir)
         parts = " ".join(f"{k}={json.dumps(v)}" for k, v in cfg.items())
         return self._spawn([_tool("flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{self.port}",

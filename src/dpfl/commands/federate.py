@@ -1,0 +1,85 @@
+"""``dpfl federate``: run a config on Flower's deployment engine.
+
+* ``dpfl federate local CONFIG --nodes N`` starts a SuperLink and N SuperNodes (node i holds
+  client i; ``--shuffler`` adds the shuffler node of split & shuffle) as separate processes on
+  127.0.0.1 with Flower's own commands, submits the run with ``flwr run``, streams its log and
+  stops the processes. The run is stored like a simulated one (run id suffix ``-flower``).
+* ``dpfl federate app`` prints the Flower App directory for ``flwr run`` on real machines
+  (README, "Running a federation on real machines").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from dpfl.errors import ConfigError
+from dpfl.experiments.store import DEFAULT_STORE
+
+
+def _config_path(name: str) -> Path:
+    from dpfl.experiments.config import builtin_configs
+
+    path = Path(name)
+    if path.exists():
+        return path
+    builtin = builtin_configs()
+    if name in builtin:
+        return builtin[name]
+    raise ConfigError(f"no config file {name!r} and no built-in config of that name; built-in: {sorted(builtin)}")
+
+
+def _local(args: argparse.Namespace) -> int:
+    from dpfl.experiments.config import load_config
+
+    try:
+        from dpfl.runtime.flower.local import LocalFederation
+    except ModuleNotFoundError as err:
+        raise ConfigError("Flower is not installed: pip install 'dpfl[flower]'") from err
+    path = _config_path(args.config)
+    overrides = list(args.set or [])
+    config = load_config(path, overrides)
+    nodes = args.nodes if args.nodes is not None else config.partition.num_clients
+    if nodes != config.partition.num_clients:
+        raise ConfigError(f"--nodes {nodes}: each SuperNode holds one client, and the config has "
+                          f"partition.num_clients = {config.partition.num_clients}")
+    data_dir = args.data_dir or config.data.dir
+    print(f"starting a SuperLink and {nodes} SuperNodes{' + a shuffler' if args.shuffler else ''} on 127.0.0.1",
+          flush=True)
+    with LocalFederation(nodes, data_dir=data_dir, shuffler=args.shuffler, workdir=args.workdir) as fed:
+        result = fed.run(path, store=args.store, overrides=overrides, round_timeout=args.round_timeout,
+                         connect_timeout=args.connect_timeout, reproducible=args.reproducible, echo=True,
+                         timeout=args.timeout)
+    summary = {k: v for k, v in result.items() if k != "log"}
+    print(json.dumps(summary, indent=2))
+    return 0 if summary.get("status") in ("finished", "stopped") else 1
+
+
+def _app(args: argparse.Namespace) -> int:
+    from dpfl.runtime.flower import APP_DIR
+
+    print(APP_DIR)
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("federate", help="run a config on Flower's deployment engine (SuperLink + SuperNodes)")
+    sub = p.add_subparsers(dest="federate_command", metavar="WHAT")
+    q = sub.add_parser("local", help="start a SuperLink and SuperNodes on 127.0.0.1 and run CONFIG on them")
+    q.add_argument("config", help="a YAML config file or a built-in config name")
+    q.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config value")
+    q.add_argument("--nodes", type=int, default=None, help="SuperNodes (one per client; default partition.num_clients)")
+    q.add_argument("--shuffler", action="store_true", help="add a shuffler SuperNode (split & shuffle, 001)")
+    q.add_argument("--data-dir", default=None, help="data directory the SuperNodes read (default: data.dir)")
+    q.add_argument("--store", default=str(DEFAULT_STORE), help="run store (SQLite file)")
+    q.add_argument("--round-timeout", type=float, default=120.0, help="seconds to wait for a round's uploads")
+    q.add_argument("--connect-timeout", type=float, default=120.0, help="seconds to wait for every client to connect")
+    q.add_argument("--reproducible", action="store_true",
+                   help="draw all noise from the run's seed (bit-identical to simulation; testing only)")
+    q.add_argument("--workdir", default=None, help="keep the Flower logs here (default: a temporary directory)")
+    q.add_argument("--timeout", type=float, default=24 * 3600.0, help="give up after this many seconds")
+    q.set_defaults(func=_local)
+    a = sub.add_parser("app", help="print the Flower App directory (for `flwr run` on real machines)")
+    a.set_defaults(func=_app)
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
