@@ -661,6 +661,9 @@ def _init_report(ctx: ReportContext) -> str:
                      f"{_f(g['udp'][opt_t]['public'])} |")
         best = min(range(len(vals)), key=lambda i: vals[i])
         closest_ok.append(dist[best] == min(dist))
+        near = min(range(len(vals)), key=lambda i: (dist[i], vals[i]))
+        stars[-1] += (f"; lowest loss from T0 = {inits[best]} ({_f(vals[best])}), from the closest T0 = "
+                      f"{inits[near]}: {_f(vals[near])} ({vals[near] - vals[best]:+.4f})")
         trend.append((eps, *_concordance(dist, vals)))
     ax.set_xlabel("initial T (dotted: optimal fixed T on the grid)")
     ax.set_ylabel("final test loss")
