@@ -64,17 +64,23 @@ class LocalFederation:
         node_config: extra node config per node index, e.g. ``{2: {"fault": "nan"}}``.
         workdir: where logs and Flower's home go (default: a temporary directory).
         shuffler: also start a shuffler SuperNode (``role=shuffler``) for split & shuffle.
+        simulation: run on Flower's Simulation Engine instead (a SuperLink in simulation mode;
+            ``num_nodes`` virtual SuperNodes as Ray actors, node i = partition i; no real
+            SuperNode processes, so no ``node_config`` and no shuffler).
     """
 
     def __init__(self, num_nodes: int, *, data_dir: str | Path | None = None,
                  node_config: dict[int, dict[str, Any]] | None = None, workdir: str | Path | None = None,
-                 shuffler: bool = False) -> None:
+                 shuffler: bool = False, simulation: bool = False) -> None:
         if num_nodes < 1:
             raise ConfigError(f"a federation needs at least one SuperNode; got num_nodes = {num_nodes}")
         self.num_nodes = num_nodes
         self.data_dir = None if data_dir is None else str(Path(data_dir).resolve())
         self.node_config = node_config or {}
         self.shuffler = shuffler
+        self.simulation = simulation
+        if simulation and (shuffler or node_config):
+            raise ConfigError("Flower's Simulation Engine has no real SuperNodes: no shuffler or node config")
         self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="dpfl-flower-")
         self.workdir = Path(workdir or self._tmp.name).resolve()  # type: ignore[union-attr]
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -87,8 +93,10 @@ class LocalFederation:
         # by name: this interpreter's scripts come first on PATH
         path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
         self.env = {**os.environ, "FLWR_HOME": str(self.home), "PATH": path}
-        (self.home / "config.toml").write_text(
-            f'[superlink]\ndefault = "dpfl-local"\n\n[superlink.dpfl-local]\naddress = "127.0.0.1:{self.port}"\ninsecure = true\n')
+        conf = f'[superlink]\ndefault = "dpfl-local"\n\n[superlink.dpfl-local]\naddress = "127.0.0.1:{self.port}"\ninsecure = true\n'
+        if simulation:
+            conf += f"options.num-supernodes = {num_nodes}\noptions.backend.client-resources.num-cpus = 1\n"
+        (self.home / "config.toml").write_text(conf)
 
     # ------------------------------------------------------------------ processes
 
@@ -100,8 +108,11 @@ class LocalFederation:
     def start(self) -> LocalFederation:
         self.superlink = self._spawn([_tool("flower-superlink"), "--insecure", "--port", str(self.port),
                                       "--disable-runtime-dependency-installation",
+                                      *(["--simulation"] if self.simulation else []),
                                       "--database", str(self.workdir / "superlink.db")], "superlink.log")
         _wait_port(self.port, 60, self.superlink, self.workdir / "superlink.log")
+        if self.simulation:
+            return self
         for i in range(self.num_nodes):
             self.nodes.append(self._start_node(i))
         if self.shuffler:

@@ -62,8 +62,15 @@ def main(grid: Grid, context: Context) -> None:
         print("notice: reproducible = true: all noise is drawn from the run's seed, so anyone who knows it (this "
               "server included) can recompute it; the certified epsilon holds only against observers who do not "
               "know the seed. Use it to test a deployment, not to protect data.", flush=True)
+    seen: set[str] = set()
+
+    def notice(message: str) -> None:  # each distinct notice once on the console (all are stored)
+        if message not in seen:
+            seen.add(message)
+            print(f"notice: {message}", flush=True)
+
     result = run_experiment(config, store, remote=cohort, progress=progress, secure_rng=not reproducible,
-                            notice=lambda m: print(f"notice: {m}", flush=True))
+                            notice=notice)
     print("dpfl-result " + json.dumps({"run_id": result.run_id, "status": result.status, "rounds": result.rounds_done,
                                        "store": str(store.path), **{k: v for k, v in result.final.items()
                                                                     if k in ("test_accuracy", "test_loss", "params_sha256")}}),
