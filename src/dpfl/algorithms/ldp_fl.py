@@ -288,6 +288,7 @@ class LdpFl(PrivateAlgorithm):
     # ------------------------------------------------------------------ the round
 
     splits_rounds = True
+    shuffles_uploads = True  # split & shuffle (001 §3.3): on Flower, reports go sealed to a shuffler node
 
     def _round_ranges(self, global_params: torch.Tensor, info: RoundInfo,
                       local_params: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, list[float]]:
