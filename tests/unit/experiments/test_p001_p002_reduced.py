@@ -93,3 +93,22 @@ def test_002_reduced_grids_and_rounds() -> None:
     for r in fig5 + fig6:
         assert r.config.rounds == 10 and r.config.local.epochs == 5
     assert {r.coords["side"] for r in fig5 + fig6} == {"client", "server"}
+
+
+def test_002_reduced_server_points_and_shared_c10_run(tmp_path: Path) -> None:
+    fig5 = get_recipe("002/fig5").build("reduced")
+    fig6 = get_recipe("002/fig6").build("reduced")
+    assert sorted(r.coords["x"] for r in fig5 if r.coords["side"] == "server") == [20, 100]
+    assert [r.coords["x"] for r in fig6 if r.coords["side"] == "server"] == [10.0]
+    ids5 = {run_id(r.config) for r in fig5}
+    assert {r.label for r in fig6 if run_id(r.config) in ids5} == {"client C=10", "server C=10"}
+    # Theorem 2's comparison matches points by N, not by position
+    runs = []
+    for side, n, acc in (("client", 20, 0.50), ("client", 60, 0.60), ("client", 100, 0.70),
+                         ("server", 20, 0.51), ("server", 100, 0.60)):
+        rec = SimpleNamespace(result={"test_accuracy": acc, "test_loss": 1.0, "rounds": 10, "privacy": None})
+        runs.append((SimpleNamespace(label=f"{side} N={n}", coords={"side": side, "x": n},
+                                     config=SimpleNamespace(rounds=10)), rec, []))
+    text = get_recipe("002/fig5").report(
+        ReportContext(get_recipe("002/fig5"), "reduced", None, runs, tmp_path))  # type: ignore[arg-type]
+    assert "N = 20: 0.0100, 100: 0.1000" in text and "**does not hold**" in text
