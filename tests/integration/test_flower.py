@@ -145,3 +145,29 @@ def test_bad_uploads_are_rejected_with_the_client_id(tmp_path: Path, shared_data
     # only client 0's upload was recorded against the server
     eps = rec.result["privacy"]["client_epsilons_rdp"]["server"]
     assert list(eps) == ["0"] and eps["0"] > 0
+
+
+def test_ldp_fl_reports_go_sealed_through_a_shuffler_node(tmp_path: Path, shared_data: Path) -> None:
+    """Split & shuffle across processes: 3 clients seal their two-point reports for a shuffler
+    SuperNode; the ServerApp relays ciphertext and aggregates the per-id multisets it gets back.
+    Same model as the simulator (whose trusted shuffler runs in process) up to the summation order
+    of the per-id means (float32 rounding)."""
+    import torch
+
+    from dpfl.sim.checkpoint import load_checkpoint
+
+    ldp = {"name": "ldp-fl", "options": {"epsilon": 5.0, "range": "fixed", "center": 0.0, "radius": 0.075}}
+    cfg = _config(tmp_path, shared_data, "ldpfl", ldp, rounds=2)
+    store = tmp_path / "flower.sqlite"
+    with LocalFederation(3, data_dir=shared_data, workdir=tmp_path / "fed", shuffler=True) as fed:
+        got = fed.run(cfg, store=store, round_timeout=300, connect_timeout=120, timeout=900, reproducible=True)
+    assert got["status"] == "finished" and got["rounds"] == 2
+    assert "shuffler: node" in got["log"]
+    assert not _notices(store, "no-shuffler") and not _notices(store, "rejected-upload")
+    rec = RunStore(store).get(got["run_id"])
+    assert [r["arrived"] for r in RunStore(store).rounds(rec.run_id)] == [3, 3]
+    want = run_experiment(load_config(cfg), RunStore(tmp_path / "sim.sqlite"))
+    flower_model = load_checkpoint(Path(rec.result["model_path"]))["global_params"]
+    sim_model = load_checkpoint(Path(want.final["model_path"]))["global_params"]
+    torch.testing.assert_close(flower_model, sim_model, rtol=0, atol=1e-6)
+    assert _certified(rec.result, "server") == pytest.approx(_certified(want.final, "server"), rel=1e-12)
