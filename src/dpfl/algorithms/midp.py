@@ -556,10 +556,16 @@ class PmidpFl(PrivateAlgorithm):
             return RoundOutput(global_params.clone(), {"arrived": 0})
         stds = uploads.declared["noise_std"].to(torch.float64).cpu().numpy()
         mean, weights = self.weighted_by_declared_noise(uploads.params, stds.tolist())
+        rejected = 0
         if "next_clip_norm" in uploads.declared:
-            self.clip_norms[uploads.clients.numpy()] = uploads.declared["next_clip_norm"].to(torch.float64).cpu().numpy()
+            nxt = uploads.declared["next_clip_norm"].to(torch.float64).cpu().numpy()
+            ok = np.isfinite(nxt) & (nxt > 0)  # eq. 5.18 keeps C > 0; anything else keeps C_{k,t}
+            rejected = int((~ok).sum())
+            self.clip_norms[uploads.clients.numpy()[ok]] = nxt[ok]
         clips = uploads.declared.get("clip_norm")
+        extra = {"rejected_next_clip_norms": rejected} if rejected else {}
         return RoundOutput(mean.to(global_params.device), {
+            **extra,
             "noise_stds": _floats(stds),
             "clip_norms": _floats(clips.tolist()) if clips is not None else [],
             "weights": _floats(weights),

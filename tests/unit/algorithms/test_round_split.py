@@ -37,6 +37,7 @@ import pytest
 import torch
 
 from dpfl.algorithms.base import Algorithm, Uploads
+from dpfl.algorithms.midp import PmidpFl, PmidpOptions
 from dpfl.algorithms.private import PrivateAlgorithm
 from dpfl.algorithms.registry import algorithms
 from dpfl.client.context import LocalResult, RoundInfo
@@ -51,8 +52,9 @@ from dpfl.privacy.calibration import (
     pmidp_client_noise_std,
 )
 from dpfl.privacy.mechanisms import clip_by_l2_norm, two_point_randomize
-from dpfl.rng import SERVER
+from dpfl.rng import SERVER, SeedSequence
 from dpfl.runtime.validate import check_upload
+from dpfl.sampling import AllClients
 from dpfl.server.shuffle import Shuffler
 
 SIZES = [20, 35, 12, 50, 28, 40]
@@ -383,3 +385,15 @@ def test_dropouts_aggregate_the_arrivals_and_the_ledger_records_their_noise(case
         np.testing.assert_allclose(w, pmidp_aggregation_weights(list(declared.values())), rtol=1e-12)
         k_planned = _std_of(planned, "server")
         assert {c: k_planned[c] for c in ids} == {c: [pytest.approx(declared[c], rel=1e-12)] for c in ids}
+
+
+def test_pmidp_keeps_a_threshold_whose_declared_successor_is_invalid() -> None:
+    pm = PmidpFl(PmidpOptions(epsilon=5.0, clip_norm=2.0, clip_lr=0.5), AllClients(), 3, 10, seed=0, delta=1e-5)
+    info = RoundInfo(0, 3, torch.arange(3), SeedSequence(0))
+    f64 = torch.float64
+    up = Uploads(torch.arange(3), torch.zeros(3, 10), torch.ones(3, dtype=torch.long), torch.zeros(3), {
+        "noise_std": torch.ones(3, dtype=f64), "clip_norm": torch.full((3,), 2.0, dtype=f64),
+        "next_clip_norm": torch.tensor([1.5, -1.0, float("nan")], dtype=f64)})
+    out = pm.aggregate(torch.zeros(10), up, info)
+    assert pm.clip_norms.tolist() == [1.5, 2.0, 2.0]
+    assert out.metrics["rejected_next_clip_norms"] == 2
