@@ -39,6 +39,7 @@ Imports Ray lazily: dpfl works without it (``pip install 'dpfl[ray]'``). Trainin
 from __future__ import annotations
 
 import os
+import time
 import warnings
 import weakref
 from collections.abc import Sequence
@@ -122,19 +123,39 @@ class ShardWorker:
             warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
             data = ClientData(torch.from_numpy(x), torch.from_numpy(y), [torch.from_numpy(i) for i in indices])
         self.engine = VectorizedEngine(problem, data, seeds, **engine_options)
+        self.train_seconds: list[float] = []
 
     def info(self) -> dict[str, Any]:
-        """Process id, torch threads and peak resident memory (MB) of this actor."""
+        """Process id, torch threads, peak resident memory (MB) and seconds of each train call."""
         import resource
 
         return {
             "pid": os.getpid(),
             "threads": torch.get_num_threads(),
             "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "train_seconds": list(self.train_seconds),
         }
 
-    def train(self, global_params: torch.Tensor, clients: list[int], round_idx: int) -> LocalResult:
-        return self.engine.train(global_params, clients, round_idx)
+    def train(self, global_params: torch.Tensor, clients: list[int], round_idx: int) -> tuple[Any, ...]:
+        """The shard's LocalResult as numpy arrays: Ray ships those through its object store
+        without pickling a copy (a torch tensor would be serialized into bytes and back)."""
+        t0 = time.perf_counter()
+        res = self.engine.train(global_params, clients, round_idx)
+        self.train_seconds.append(time.perf_counter() - t0)
+        grads = None if res.final_grads is None else res.final_grads.numpy()
+        return res.params.numpy(), res.train_loss.numpy(), res.num_samples.numpy(), grads
+
+
+def _tensor(array: Any) -> torch.Tensor:
+    with warnings.catch_warnings():
+        # a read-only view of Ray's object store; concat_results copies it
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.from_numpy(array)
+
+
+def _from_arrays(params: Any, train_loss: Any, num_samples: Any, final_grads: Any) -> LocalResult:
+    grads = None if final_grads is None else _tensor(final_grads)
+    return LocalResult(_tensor(params), _tensor(train_loss), _tensor(num_samples), grads)
 
 
 def _release(actors: list[Any], shutdown: bool) -> None:
@@ -242,7 +263,7 @@ class RayEngine(Engine):
             actor.train.remote(params_ref, ids[start:stop], round_idx)
             for actor, (start, stop) in zip(self._actors, shard_bounds(len(ids), len(self._actors)), strict=False)
         ]
-        return concat_results(ray.get(futures))
+        return concat_results([_from_arrays(*arrays) for arrays in ray.get(futures)])
 
     def actor_stats(self) -> list[dict[str, Any]]:
         """Process id, torch threads and peak resident memory of every actor (diagnostics)."""
