@@ -62,7 +62,7 @@ def worker(rounds: int, data_dir: str | None) -> None:
     torch.set_num_threads(2)
     seeds, data, problem, algo, samples = _engine_bench()._workload("W", data_dir)
     t0 = time.perf_counter()
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
     t_ray = time.perf_counter() - t0
     engines, start_s = {}, {}
     engines["in-process"] = VectorizedEngine(problem, data, seeds)

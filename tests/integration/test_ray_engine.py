@@ -21,6 +21,7 @@ sizes, Poisson-sampled cohorts, 3 rounds of 4 full-batch local steps) through ``
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,13 +29,14 @@ from typing import Any
 import pytest
 import torch
 
+from dpfl.errors import ConfigError
 from dpfl.experiments import runner
 from dpfl.experiments.config import parse_config
 from dpfl.experiments.runner import run_experiment
 from dpfl.experiments.store import RunStore
 from dpfl.sim.base import LocalResult
 from dpfl.sim.checkpoint import load_checkpoint
-from dpfl.sim.ray_engine import concat_results, shard_bounds
+from dpfl.sim.ray_engine import RayEngine, concat_results, shard_bounds
 from dpfl.sim.vectorized import VectorizedEngine
 
 SIZES = [30, 55, 12, 80, 41, 64, 9, 100, 23, 70, 18, 47, 5, 36]
@@ -44,7 +46,7 @@ ACTORS = 2
 @pytest.fixture(scope="module")
 def ray_2cpu() -> Iterator[Any]:
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=ACTORS, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=ACTORS, include_dashboard=False, log_to_driver=False)
     try:
         yield ray
     finally:
@@ -134,3 +136,9 @@ def test_actors_use_one_thread_each_and_close_releases_them(ray_2cpu: Any, share
     with pytest.raises(RuntimeError, match="closed"):
         engine.train(exp.init_params, [0, 1], 0)
     assert ray_2cpu.is_initialized()
+
+
+def test_without_ray_the_engine_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now raises ImportError
+    with pytest.raises(ConfigError, match=r"pip install 'dpfl\[ray\]'"):
+        RayEngine(None, None, None)  # type: ignore[arg-type]

@@ -19,8 +19,9 @@ GEMM across threads. An in-process run with the same shards and thread count giv
 bits (tests/integration/test_ray_engine.py).
 
 Where Ray runs: an already initialized Ray (``ray.init`` called by the user) is used as is; else
-the engine connects to ``address`` or ``$RAY_ADDRESS`` when given, else starts a local instance
-with ``num_cpus`` CPUs (``$DPFL_RAY_NUM_CPUS``, default ``os.cpu_count()``). What the engine
+the engine connects to ``address`` or ``$RAY_ADDRESS`` when given, else starts a new local
+instance with ``num_cpus`` CPUs (``$DPFL_RAY_NUM_CPUS``, default ``os.cpu_count()``) — it never
+attaches to a ``ray start`` instance it was not pointed at. What the engine
 started (actors; the connection or the local instance) it releases in :meth:`RayEngine.close`,
 which also runs when the engine is garbage collected or the interpreter exits.
 
@@ -223,7 +224,9 @@ class RayEngine(Engine):
                     )
                 ray.init(address=address, log_to_driver=False)
             else:
-                ray.init(num_cpus=num_cpus or os.cpu_count() or 1, include_dashboard=False, log_to_driver=False)
+                # "local": a new instance, never one found on the machine that nobody asked for
+                ray.init(address="local", num_cpus=num_cpus or os.cpu_count() or 1,
+                         include_dashboard=False, log_to_driver=False)
             started = True
         self._actors: list[Any] = []
         self._finalizer = weakref.finalize(self, _release, self._actors, started)
