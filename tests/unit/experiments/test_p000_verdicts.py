@@ -46,7 +46,7 @@ def test_fig14_15_verdicts_follow_the_numbers(tmp_path: Path) -> None:
     finals = {("udp-crd", 2.0, 200, b): (loss, rounds)
               for b, loss, rounds in ((0.5, 0.60, 40), (0.7, 0.50, 60), (0.8, 0.45, 80), (0.9, 0.47, 95))}
     text = get_recipe("000/fig14").report(_ctx("000/fig14", tmp_path, finals))
-    assert "best β per ε: 0.8 | **agrees** |" in text
+    assert "best β per ε: 0.8 (ε=2: loss at β = 0.8 minus the lowest +0.0000) | **agrees** |" in text
     assert "ε=2: 1 concordant / 5 discordant" in text  # loss mostly falls as β grows
     text = get_recipe("000/fig15").report(_ctx("000/fig15", tmp_path, finals))
     assert "monotone in 1/1 ε" in text and "**agrees**" in text

@@ -583,6 +583,7 @@ def _beta_report(which: str) -> Callable[[ReportContext], str]:
         best_betas: list[list[float]] = []  # per ε, every β reaching the lowest value (ties kept)
         trend: list[tuple[float, int, int]] = []  # (ε, concordant, discordant) of (β, value)
         mono: list[bool] = []
+        gaps08: list[str] = []
         for eps in sorted(groups):
             items = sorted(groups[eps]["crd"].items(), key=lambda kv: kv[0][1])
             betas = [b for (_, b), _ in items]
@@ -596,6 +597,9 @@ def _beta_report(which: str) -> Callable[[ReportContext], str]:
             trend.append((eps, *_concordance(betas, vals)))
             mono.append(all(a <= b for a, b in zip(vals, vals[1:], strict=False)))
             best_betas.append([b for b, v in zip(betas, vals, strict=True) if v == min(vals)])
+            at08 = [v for b, v in zip(betas, vals, strict=True) if abs(b - 0.8) < 1e-9]
+            if at08:
+                gaps08.append(f"ε={eps:g}: loss at β = 0.8 minus the lowest {at08[0] - min(vals):+.4f}")
         ax.set_xlabel("β")
         ax.set_ylabel("final test loss" if which == "loss" else "rounds run")
         ax.legend()
@@ -613,7 +617,7 @@ def _beta_report(which: str) -> Callable[[ReportContext], str]:
                 f"| a larger β (more careful adjustment of T) gives a lower loss | {counts} | "
                 f"{_verdict(all(d > c for _, c, d in trend) if trend else None)} |",
                 f"| β = 0.8 gives the lowest loss | best β per ε: "
-                f"{', '.join(' = '.join(f'{b:g}' for b in bs) for bs in best_betas)} | "
+                f"{', '.join(' = '.join(f'{b:g}' for b in bs) for bs in best_betas)} ({'; '.join(gaps08)}) | "
                 f"{_verdict(all(bs == [0.8] for bs in best_betas) if best_betas else None)} |",
             ]
         return "\n".join(_scale_note(ctx) + [f"![beta](beta_{which}.png)", "", "| claim | ours | verdict |",
