@@ -227,6 +227,10 @@ def _accuracy_table(ctx: ReportContext, dataset: str, model: str, extra_key: str
         items = groups[key]
         eps = key[1]
         accs = [a for a in (_acc(rec) for _, rec, _ in items) if a is not None]
+        if not accs:
+            lines.append(f"| {'noise-free' if eps is None else f'{eps:g}'} | — | no finished run (of {len(items)}) "
+                         "| 0 | — | — | — | — | — | — |")
+            continue
         mean, std = _mean_std(accs)
         if eps is None:
             mode = "fedavg"
@@ -413,6 +417,35 @@ def _mechanism_section(ctx: ReportContext, dataset: str) -> list[str]:
     return out
 
 
+def _unfinished_lines(ctx: ReportContext, dataset: str | None = None) -> list[str]:
+    """Runs of this report (and, for Table 1, stored runs at its settings) that never finished.
+
+    A run stops unfinished when its process ends in an error — for LDP-FL, typically local training
+    on a very noisy global model returning non-finite weights, which the randomizer refuses. Such a run
+    has no accuracy and is left out of every table and plot; it is listed here instead.
+    """
+    def line(rec: Any, total: int) -> str:
+        rows = ctx.store.rounds(rec.run_id) if ctx.store is not None else []
+        losses = ", ".join(f"{r['train_loss']:.3g}" for r in rows if "train_loss" in r)
+        return (f"- `{rec.name}` (run {rec.run_id}): status `{rec.status}`, {len(rows)} of {total} rounds stored "
+                f"(train loss per round: {losses or '—'}); no accuracy, left out.")
+
+    out = [line(rec, int(r.config.rounds)) for r, rec, _ in ctx.runs
+           if getattr(rec, "status", "finished") != "finished" and (dataset is None or r.coords.get("dataset") == dataset)]
+    if dataset is not None and ctx.store is not None:
+        cfg = next(r.config for r, _, _ in ctx.runs if r.coords["dataset"] == dataset)
+        k = cfg.sampling.clients_per_round
+        tag = f" n={cfg.partition.num_clients}" + (f" k={k}" if k else "") + \
+            f" spc={cfg.partition.samples_per_client or 'all'} T={cfg.rounds} "
+        listed = {rec.run_id for _, rec, _ in ctx.runs}
+        out += [line(rec, int(cfg.rounds)) for rec in ctx.store.list()
+                if rec.name.startswith(f"001 {dataset} ") and tag in rec.name and rec.status != "finished"
+                and rec.run_id not in listed]
+    if out:
+        out = ["Runs that did not finish" + (f" ({dataset})" if dataset else "") + ":", "", *out, ""]
+    return out
+
+
 def _table1_report(ctx: ReportContext) -> str:
     parts: list[str] = []
     series = {}
@@ -429,7 +462,8 @@ def _table1_report(ctx: ReportContext) -> str:
                   f"Paper: n = {st['n']} clients, all of them every round, all samples split evenly, "
                   f"(c, r) = (0, {st['radius']}), {st['rounds']} rounds. Here: n = {cfg.partition.num_clients}, "
                   f"k = {k} per round, {spc or 'all'} samples per client, {cfg.rounds} rounds.", "",
-                  *lines, "", *_verdicts(dataset, means), "", *_mechanism_section(ctx, dataset), ""]
+                  *lines, "", *_verdicts(dataset, means), "", *_unfinished_lines(ctx, dataset),
+                  *_mechanism_section(ctx, dataset), ""]
     png = _plot_accuracy_vs_eps(ctx, series, "table1.png", PAPER_TABLE1)
     parts += [_privacy_note(), "", f"![accuracy vs ε]({png})"]
     return "\n".join(parts)
@@ -574,7 +608,7 @@ def _fig3_report(ctx: ReportContext) -> str:
     fig.tight_layout()
     fig.savefig(ctx.out_dir / "fig3.png", dpi=110)
     plt.close(fig)
-    return "\n".join([*lines, "", *verdicts, "", "![Fig. 3](fig3.png)"])
+    return "\n".join([*lines, "", *verdicts, "", *_unfinished_lines(ctx), "![Fig. 3](fig3.png)"])
 
 
 def _fmt_rho(rho: float) -> str:
@@ -689,7 +723,7 @@ def _fig4_report(ctx: ReportContext) -> str:
     fig.tight_layout()
     fig.savefig(ctx.out_dir / "fig4.png", dpi=110)
     plt.close(fig)
-    return "\n".join([*lines, "", *verdicts, "", "![Fig. 4](fig4.png)"])
+    return "\n".join([*lines, "", *verdicts, "", *_unfinished_lines(ctx), "![Fig. 4](fig4.png)"])
 
 
 FIG4 = Recipe(
