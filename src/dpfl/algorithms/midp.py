@@ -280,7 +280,7 @@ class MidpScheme(PrivateAlgorithm):
         All arrived: the plan. After dropouts (K' < K) the weights p'_k are renormalized over the
         arrivals, so the plan's noise no longer matches eq. 4.7 for them: ``midp-server``
         calibrates its noise to max p'_k (eq. 4.7 with the cohort's smallest ε); ``midp-client``
-        tops the aggregate up from the server's stream to the same eq. 4.7 std, adding
+        tops the aggregate up from the server stream (t, SERVER, "topup") to the same eq. 4.7 std, adding
         N(0, max(0, σ_s'² − σ_c² Σ p'_k²) I) — the per-round ε-MI-DP of the survivors is kept,
         and :meth:`releases_for_arrivals` records exactly that noise.
         """
@@ -377,8 +377,9 @@ class MidpScheme(PrivateAlgorithm):
             return RoundOutput(global_params.clone(), {"arrived": 0})
         agg, client_std, server_std = self._arrivals(info, uploads.clients, uploads.num_samples)
         mean = agg(uploads.params)
-        if server_std > 0:
-            gen = info.seeds.generator(info.round_idx, SERVER, "server_noise")
+        if server_std > 0:  # midp-server's σ_s, or midp-client's top-up after dropouts
+            purpose = "server_noise" if self.side == "server" else "topup"
+            gen = info.seeds.generator(info.round_idx, SERVER, purpose)
             mean = add_gaussian_noise(mean.unsqueeze(0), server_std, gen)[0]
         aggregate_std = math.sqrt(float((agg.weights.double() ** 2).sum()) * client_std**2 + server_std**2)
         metrics: dict[str, Any] = {
