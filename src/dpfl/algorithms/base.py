@@ -36,6 +36,8 @@ class Uploads:
         train_loss: mean local objective of each row [K].
         declared: per-row values the client states about what it did, e.g. ``noise_std`` [K];
             the server checks them against its own plan and rejects a row that disagrees.
+        diagnostics: per-row values for the simulation's metrics only (e.g. exact update norms):
+            never sent over the wire, so empty on Flower; ``aggregate`` must not need them.
         shuffled: split & shuffle (001 §4): when an anonymizing shuffler process already mixed
             the rows, the per-id multisets it produced (:class:`dpfl.server.shuffle.IdMultisets`,
             no client ids, no order) and ``params`` is empty [0, P]; else None (in simulation
@@ -48,6 +50,7 @@ class Uploads:
     train_loss: torch.Tensor
     declared: dict[str, torch.Tensor] = field(default_factory=dict)
     shuffled: Any = None
+    diagnostics: dict[str, torch.Tensor] = field(default_factory=dict)
 
     @property
     def num_rows(self) -> int:
@@ -56,7 +59,8 @@ class Uploads:
     def select(self, rows: torch.Tensor) -> Uploads:
         """The rows at positions ``rows`` (a LongTensor or a boolean mask)."""
         return Uploads(self.clients[rows], self.params[rows], self.num_samples[rows], self.train_loss[rows],
-                       {k: v[rows] for k, v in self.declared.items()})
+                       {k: v[rows] for k, v in self.declared.items()}, None,
+                       {k: v[rows] for k, v in self.diagnostics.items()})
 
     @staticmethod
     def cat(parts: list[Uploads]) -> Uploads:
@@ -64,12 +68,15 @@ class Uploads:
         clients = torch.cat([p.clients for p in parts])
         order = torch.argsort(clients)
         keys = set().union(*(p.declared for p in parts)) if parts else set()
+        diag = set.intersection(*(set(p.diagnostics) for p in parts)) if parts else set()
         return Uploads(
             clients[order],
             torch.cat([p.params for p in parts])[order],
             torch.cat([p.num_samples for p in parts])[order],
             torch.cat([p.train_loss for p in parts])[order],
             {k: torch.cat([p.declared[k] for p in parts])[order] for k in keys},
+            None,
+            {k: torch.cat([p.diagnostics[k] for p in parts])[order] for k in diag},
         )
 
 

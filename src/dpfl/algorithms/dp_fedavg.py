@@ -137,6 +137,7 @@ class DpFedAvg(PrivateAlgorithm):
             self.noise_multiplier = dpfedavg_noise_multiplier(
                 options.target_epsilon, self._sample_rate(), rounds, delta)
         self.clip_norm = float(options.clip_norm)  # S_t: changes only with adaptive clipping
+        self._round_clip: tuple[int, float] | None = None  # (round, S_t) of the last aggregate
         self._layer_sizes: list[int] | None = None
         self._rule: QuantileClipRule | None = None
         self.count_noise_std = 0.0
@@ -225,13 +226,20 @@ class DpFedAvg(PrivateAlgorithm):
         """After dropouts: :meth:`aggregate` tops the noise of the broadcast up to the plan, so
         the public release is the planned one; the server saw only the uploads that arrived (or,
         with secure aggregation, their sum *without* the top-up it adds itself)."""
-        if int(arrived.numel()) == info.cohort:
-            return self.releases(info, num_samples, secure_aggregation)
-        planned = self.releases(info, num_samples, secure_aggregation)
-        if not int(arrived.numel()):
-            return []
-        actual = self.releases(info.for_clients(arrived), num_samples, secure_aggregation)
-        return [r for r in actual if r.observer == "server"] + [r for r in planned if r.observer == "public"]
+        # aggregate() may already have moved S_t (adaptive clipping): account with the round's own
+        current = self.clip_norm
+        if self._round_clip is not None and self._round_clip[0] == info.round_idx:
+            self.clip_norm = self._round_clip[1]
+        try:
+            if int(arrived.numel()) == info.cohort:
+                return self.releases(info, num_samples, secure_aggregation)
+            planned = self.releases(info, num_samples, secure_aggregation)
+            if not int(arrived.numel()):
+                return []
+            actual = self.releases(info.for_clients(arrived), num_samples, secure_aggregation)
+            return [r for r in actual if r.observer == "server"] + [r for r in planned if r.observer == "public"]
+        finally:
+            self.clip_norm = current
 
     # ------------------------------------------------------------------ the round
 
@@ -247,11 +255,12 @@ class DpFedAvg(PrivateAlgorithm):
         updates = local.params.sub_(global_params.to(local.params.device))
         rows = int(info.clients.numel())
         declared: dict[str, torch.Tensor] = {}
+        diagnostics: dict[str, torch.Tensor] = {}  # simulation-only metrics, never sent
         if o.lus_sparsity > 0:
             if local.final_grads is None or self._layer_sizes is None:
                 raise ConfigError("LUS needs the final-weights gradient: build DP-FedAvg through the runner "
                                   "(configure_local sets `local.final_gradient`).")
-            declared["dense_update_norm"] = updates.norm(dim=1).detach().to(torch.float64).cpu()
+            diagnostics["dense_update_norm"] = updates.norm(dim=1).detach().to(torch.float64).cpu()
             updates = sparsify_updates(updates, local.final_grads.to(updates.device), self._layer_sizes, o.lus_sparsity)
         clipped, norms = clip_by_l2_norm(updates, clip)
         client_std = self._client_noise_std(k)
@@ -260,7 +269,7 @@ class DpFedAvg(PrivateAlgorithm):
         if client_std > 0:
             clipped = add_gaussian_noise_per_client(clipped, client_std, gens)
         declared["noise_std"] = torch.full((rows,), client_std, dtype=torch.float64)
-        declared["update_norm"] = norms.detach().to(torch.float64).cpu()
+        diagnostics["update_norm"] = norms.detach().to(torch.float64).cpu()
         if self._rule is not None:
             # the count noise is drawn after the update noise from the same per-client streams
             counts = QuantileClipRule.centered_bits(norms.detach().cpu(), clip).to(torch.float64)
@@ -270,7 +279,7 @@ class DpFedAvg(PrivateAlgorithm):
                 counts = counts + client_cs * z
             declared["count"] = counts
             declared["count_noise_std"] = torch.full((rows,), client_cs, dtype=torch.float64)
-        return Uploads(info.clients, clipped, local.num_samples, local.train_loss, declared)
+        return Uploads(info.clients, clipped, local.num_samples, local.train_loss, declared, diagnostics=diagnostics)
 
     def declared_plan(self, info: RoundInfo, client: int) -> dict[str, float]:
         del client
@@ -313,10 +322,11 @@ class DpFedAvg(PrivateAlgorithm):
         if server_std > 0:
             mean = add_gaussian_noise(mean.unsqueeze(0), server_std, server_gen)[0]
         new_global = global_params + o.server_lr * mean.to(global_params.device)
-        norms = uploads.declared["update_norm"]
+        self._round_clip = (info.round_idx, clip)  # releases_for_arrivals runs after the update below
+        norms = uploads.diagnostics.get("update_norm")  # simulation only: a client never sends its norm
         metrics: dict[str, Any] = {"clip_norm": clip}
-        if "dense_update_norm" in uploads.declared:
-            metrics["dense_update_norm_mean"] = float(uploads.declared["dense_update_norm"].mean())
+        if "dense_update_norm" in uploads.diagnostics:
+            metrics["dense_update_norm_mean"] = float(uploads.diagnostics["dense_update_norm"].mean())
         if self._rule is not None:
             total_count = float(uploads.declared["count"].sum())
             if missing and client_cs > 0:
@@ -327,10 +337,13 @@ class DpFedAvg(PrivateAlgorithm):
             frac = self._rule.unclipped_fraction(total_count)
             self.clip_norm = self._rule.next_clip(clip, frac)
             metrics["unclipped_fraction_noised"] = frac
+        if norms is not None:
+            metrics.update({
+                "update_norm_mean": float(norms.mean()),
+                "update_norms": [round(float(x), 6) for x in norms.tolist()],
+                "clipped_fraction": float((norms > clip).float().mean()),
+            })
         metrics.update({
-            "update_norm_mean": float(norms.mean()),
-            "update_norms": [round(float(x), 6) for x in norms.tolist()],
-            "clipped_fraction": float((norms > clip).float().mean()),
             "client_noise_std": client_std,
             "noise_multiplier": self.noise_multiplier,
         })

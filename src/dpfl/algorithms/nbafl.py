@@ -220,10 +220,9 @@ class NbAfl(PrivateAlgorithm):
             gens = [info.seeds.generator(info.round_idx, int(c), "noise") for c in info.clients.tolist()]
             clipped = add_gaussian_noise_per_client(clipped, self.uplink_noise_std, gens)
         k = int(info.clients.numel())
-        return Uploads(info.clients, clipped, local.num_samples, local.train_loss, {
-            "noise_std": torch.full((k,), self.uplink_noise_std, dtype=torch.float64),
-            "param_norm": norms.detach().to(torch.float64).cpu(),
-        })
+        return Uploads(info.clients, clipped, local.num_samples, local.train_loss,
+                       {"noise_std": torch.full((k,), self.uplink_noise_std, dtype=torch.float64)},
+                       diagnostics={"param_norm": norms.detach().to(torch.float64).cpu()})
 
     def declared_plan(self, info: RoundInfo, client: int) -> dict[str, float]:
         del info, client
@@ -235,11 +234,13 @@ class NbAfl(PrivateAlgorithm):
         if self.downlink_noise_std > 0:
             gen = info.seeds.generator(info.round_idx, SERVER, "server_noise")
             aggregate = add_gaussian_noise(aggregate.unsqueeze(0), self.downlink_noise_std, gen)[0]
-        norms = uploads.declared.get("param_norm", torch.zeros(1, dtype=torch.float64))
+        metrics: dict[str, Any] = {}
+        norms = uploads.diagnostics.get("param_norm")  # simulation only: never sent by a client
+        if norms is not None and norms.numel():
+            metrics = {"param_norm_mean": float(norms.mean()), "param_norm_max": float(norms.max()),
+                       "clipped_fraction": float((norms > self.options.clip_norm).float().mean())}
         return RoundOutput(aggregate.to(global_params.device), {
-            "param_norm_mean": float(norms.mean()),
-            "param_norm_max": float(norms.max()),
-            "clipped_fraction": float((norms > self.options.clip_norm).float().mean()),
+            **metrics,
             "uplink_noise_std": self.uplink_noise_std,
             "downlink_noise_std": self.downlink_noise_std,
             "local_steps": self._local_steps(uploads.num_samples),
