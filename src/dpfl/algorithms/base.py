@@ -120,8 +120,10 @@ class Algorithm(abc.ABC):
         del info, client
         return {}
 
-    def client_state(self) -> dict[str, Any]:
-        """Server-held state a client needs to run :meth:`client_step` (default: all of it)."""
+    def client_state(self, client: int | None = None) -> dict[str, Any]:
+        """Server-held state ``client`` needs to run :meth:`client_step` (default: all of it;
+        override to send a client only its own part). ``None``: what every client needs."""
+        del client
         return self.state_dict()
 
     def should_stop(self, round_idx: int) -> str | None:

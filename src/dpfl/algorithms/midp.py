@@ -358,8 +358,9 @@ class MidpScheme(PrivateAlgorithm):
             return {"noise_std": 0.0}
         return {"noise_std": self._round_plan(info).client_std}
 
-    def client_state(self) -> dict[str, Any]:
+    def client_state(self, client: int | None = None) -> dict[str, Any]:
         """σ_c of the latest planned round (the only server state a client needs)."""
+        del client
         if not self._round_plans:
             return {}
         plan = next(iter(self._round_plans.values()))
@@ -606,17 +607,19 @@ class PmidpFl(PrivateAlgorithm):
                 "reveals them to the server and the weights p_{k,t} reveal them to the public. The "
                 "certified epsilon covers the Gaussian releases at the enforced sensitivity "
                 "2 C_{k,t}, not this release of the norms. On real clients each upload also declares "
-                "C_{k,t+1}, from which the server recovers the unclipped norm exactly, and the server "
-                "sends every client's C_{k,t} to each cohort member with the round's state")
+                "C_{k,t+1}, from which the server recovers the unclipped norm exactly (each client "
+                "receives only its own C_{k,t})")
         return out
 
     def state_dict(self) -> dict[str, Any]:
         return {"clip_norms": self.clip_norms.tolist(),
                 "claimed": {str(k): v for k, v in self._claimed.items()}}
 
-    def client_state(self) -> dict[str, Any]:
-        """The thresholds C_{k,t} (a client needs its own; see :meth:`not_covered`)."""
-        return {"clip_norms": self.clip_norms.tolist()}
+    def client_state(self, client: int | None = None) -> dict[str, Any]:
+        """A client's own threshold C_{k,t} (all of them only for ``client=None``, in simulation)."""
+        if client is None:
+            return {"clip_norms": self.clip_norms.tolist()}
+        return {"own_clip_norm": [int(client), float(self.clip_norms[int(client)])]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if "clip_norms" in state:
@@ -625,6 +628,9 @@ class PmidpFl(PrivateAlgorithm):
                 raise ConfigError(
                     f"checkpoint holds {clips.shape[0]} clip norms for {self.num_clients} clients.")
             self.clip_norms = clips
+        if "own_clip_norm" in state:  # on a SuperNode: only this client's threshold
+            k, c = state["own_clip_norm"]
+            self.clip_norms[int(k)] = float(c)
         self._claimed = {int(k): float(v) for k, v in state.get("claimed", {}).items()}
 
 

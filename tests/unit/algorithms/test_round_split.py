@@ -142,11 +142,10 @@ def _start_round(s: Setup, params: torch.Tensor, t: int) -> tuple[RoundInfo, Loc
 
 def _client_node_uploads(s: Setup, params: torch.Tensor, local: LocalResult, info: RoundInfo) -> Uploads:
     """Each cohort member alone, as on a SuperNode: the server's state (through JSON), one row."""
-    state = json.loads(json.dumps(s.server.client_state()))
     parts = []
     for i, c in enumerate(info.clients.tolist()):
         node = s.fresh
-        node.load_state_dict(state)
+        node.load_state_dict(json.loads(json.dumps(s.server.client_state(c))))  # its own part only
         one = LocalResult(local.params[i : i + 1].clone(), local.train_loss[i : i + 1].clone(),
                           local.num_samples[i : i + 1].clone(),
                           None if local.final_grads is None else local.final_grads[i : i + 1].clone())

@@ -117,7 +117,6 @@ class FlowerCohort:
                  emit: Callable[[str, str, Any], None]) -> Uploads:
         t = info.round_idx
         cohort = [int(c) for c in info.clients.tolist()]
-        state = algo.client_state()
         shuffled = bool(getattr(algo, "shuffles_uploads", False))
         if shuffled and self.shuffler is None and not self._warned_no_shuffler:
             emit("no-shuffler", f"{algo.name} splits and shuffles its reports, but the federation has no shuffler "
@@ -129,7 +128,8 @@ class FlowerCohort:
         msgs = []
         for c in cohort:
             content = encode_train(params, round_idx=t, client=c, cohort_size=len(cohort), num_clients=info.num_clients,
-                                   config_json=self.config_json, state=state, reproducible=self.reproducible)
+                                   config_json=self.config_json, state=algo.client_state(c),
+                                   reproducible=self.reproducible)
             if shuffled:
                 assert self.shuffler is not None
                 content["round"]["shuffler-key"] = self.shuffler.public_key
