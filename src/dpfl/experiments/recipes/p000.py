@@ -793,7 +793,11 @@ RECIPES: list[Recipe] = [
            "UDP + CRD greatly improves the test accuracy over original UDP and Lei's approach (non-IID).",
            _compare_build(1.0, partition=_noniid, eps=_FIG12_13_EPS, grid=_FIG12_13_GRID),
            _compare_report("test_accuracy", _init_T), notes=_FIG12_13_NOTE + " Non-IID: each client holds 4 digit "
-           "classes in equal amounts (`partition: classes`, 4 per client)."),
+           "classes in equal amounts (`partition: classes`, 4 per client). With one full-batch local step and K = U "
+           "(000's setting), the |D_i|-weighted mean of the local models is exactly one clipped full-batch GD step on "
+           "the union of the clients' data, so the split into 4 digits per client cannot change the aggregate update "
+           "(only which 40,000 records are used); the noise is the same too (equal |D_i|). Non-IID data matter "
+           "here only with local iterations > 1 or K < U."),
     Recipe("000/fig13", "Unbalanced (400..1200 samples per client): test accuracy of the four methods", PAPER,
            "UDP + CRD greatly improves the test accuracy over original UDP and Lei's approach (unbalanced).",
            _compare_build(1.0, partition=_unbalanced, eps=_FIG12_13_EPS, grid=_FIG12_13_GRID),
