@@ -370,7 +370,9 @@ def _mechanism_section(ctx: ReportContext, dataset: str) -> list[str]:
            "of a round is unbiased with per-weight std between √((a² − r²)/k) (weight at the range edge) and a/√k "
            "(weight at c), a = r(e^ε+1)/(e^ε−1) (001 eq. 2, Lemma 4). The next round starts from that noisy "
            "mean (the model, not an update, is randomized), so where the loss does not pull a weight back the "
-           "noise adds up over the rounds like a random walk: × √T after T rounds.", "",
+           "noise adds up over the rounds like a random walk (up to × √T after T rounds), capped by each round's "
+           "clipping into [c − r, c + r] (a weight uniform over the range has RMS r/√3 "
+           f"= {radius / math.sqrt(3):.3g}).", "",
            f"| ε | a = r(e^ε+1)/(e^ε−1) | one round, k = {k} (here) | one round, k = {n_paper} (paper) | "
            f"after T = {rounds} rounds, k = {k} (× √T) |", "|---|---|---|---|---|"]
     for e in eps_list:
