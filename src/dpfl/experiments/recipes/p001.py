@@ -136,21 +136,24 @@ def _shared_run(dataset: str, eps: float | None, *, n: int, k: int | None, spc: 
 
 def _table1_build(scale: str) -> list[RecipeRun]:
     s = _TABLE_SCALE[scale]
-    runs = []
-    max_reps = max(s["reps"].values())
-    for rep in range(max_reps):  # repetition outermost: a cut-short sweep still covers every cell
+    # Order: repetition 0 of every cell, then the further repetitions of the headline ε and noise-free
+    # cells, then those of the other ε — a sweep cut short covers every cell, the headline cells first.
+    cells = []
+    for rep in range(max(s["reps"].values())):
         for dataset in ("mnist", "fashion-mnist"):
-            n, k, spc, rounds = s["n"][dataset], s["k"][dataset], s["spc"][dataset], s["rounds"][dataset]
             headline = REDUCED[dataset]["headline"]
             for eps in (None, *s["eps"][dataset]):
                 kind = "noise-free" if eps is None else ("headline" if eps == headline else "other")
-                if rep >= s["reps"][kind]:
-                    continue
-                ev = rounds if s["eval_last"] else 1
-                if scale == "reduced" and kind == "headline" and rep == 0:
-                    ev = REDUCED[dataset]["curve_every"]  # the accuracy-per-round curve of Fig. 3(a)
-                runs.append(_shared_run(dataset, eps, n=n, k=k, spc=spc, rounds=rounds, seed=rep, eval_every=ev,
-                                        coords={}))
+                if rep < s["reps"][kind]:
+                    phase = 0 if rep == 0 else (1 if kind != "other" else 2)
+                    cells.append((phase, rep, dataset, eps, kind))
+    runs = []
+    for _, rep, dataset, eps, kind in sorted(cells, key=lambda c: c[:2]):
+        n, k, spc, rounds = s["n"][dataset], s["k"][dataset], s["spc"][dataset], s["rounds"][dataset]
+        ev = rounds if s["eval_last"] else 1
+        if scale == "reduced" and kind == "headline" and rep == 0:
+            ev = REDUCED[dataset]["curve_every"]  # the accuracy-per-round curve of Fig. 3(a)
+        runs.append(_shared_run(dataset, eps, n=n, k=k, spc=spc, rounds=rounds, seed=rep, eval_every=ev, coords={}))
     return runs
 
 
