@@ -130,3 +130,53 @@ def test_dpfl_run_attaches_the_audit(shared_data: Path, tmp_path: Path, capsys: 
     audit = rec.result["privacy"]["audit"]
     assert audit["canaries"] == 10 and audit["flag"] is False
     assert audit["empirical_epsilon"] <= audit["empirical_epsilon_interval"][1]
+
+
+def test_killed_audit_resumes_to_the_uninterrupted_result(shared_data: Path, tmp_path: Path) -> None:
+    """An audit is a stored, checkpointed run: killed after round 3 (checkpoint at 2) and run again,
+    it ends with exactly the model, canary participations and estimate of one uninterrupted run."""
+    udp = {"name": "udp", "options": {"epsilon": 4.0, "clip_norm": 1.0}}
+    cfg = _cfg(shared_data, udp, rounds=6, checkpoint_every=2, local={"lr": 0.05, "batch_size": None, "steps": None},
+               sampling={"kind": "poisson", "sample_rate": 0.5})
+    kw: dict[str, Any] = {"num_unseen": 200, "bootstrap": 100}
+    whole = run_audited(cfg, 20, store=RunStore(tmp_path / "whole.sqlite"), **kw)
+
+    store = RunStore(tmp_path / "killed.sqlite")
+    seen: list[int] = []
+
+    def kill_after_round_3(done: int, total: int, metrics: dict[str, Any], elapsed: float) -> None:
+        seen.append(done)
+        if done == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_audited(cfg, 20, store=store, progress=kill_after_round_3, **kw)
+    rid = whole.run_id
+    assert rid.endswith("-audit20") and store.get(rid).status == "interrupted"
+    assert (tmp_path / "checkpoints" / f"{rid}.pt").exists()
+    seen.clear()
+    resumed = run_audited(cfg, 20, store=store, progress=lambda d, *_: seen.append(d), **kw)
+    assert seen == [3, 4, 5, 6]  # rounds 3..6 only: it continued from the round-2 checkpoint
+    assert resumed.run_id == rid and resumed.status == "finished"
+    assert resumed.final["params_sha256"] == whole.final["params_sha256"]
+    a, b = whole.final["privacy"]["audit"], resumed.final["privacy"]["audit"]
+    assert b == a  # same estimate, interval, certified and claimed ε, participations (exact)
+    assert 0 < a["canary_participations_mean"] < 6  # Poisson-joined canaries: a count the resume must carry
+    assert [m["canaries"] for m in resumed.history] == [m["canaries"] for m in whole.history]
+    # the audit is part of the stored result; a finished audit is not run again
+    assert store.get(rid).result["privacy"]["audit"] == a
+    seen.clear()
+    again = run_audited(cfg, 20, store=store, progress=lambda d, *_: seen.append(d), **kw)
+    assert seen == [] and again.final["privacy"]["audit"] == a
+    # the plain run of the same config is another run
+    plain = run_experiment(cfg, store)
+    assert plain.run_id == rid.removesuffix("-audit20") and "audit" not in plain.final["privacy"]
+
+
+def test_canaries_are_simulation_only(shared_data: Path, tmp_path: Path) -> None:
+    from dpfl.errors import ConfigError
+
+    cfg = _cfg(shared_data, DPFEDAVG, rounds=1)
+    with pytest.raises(ConfigError, match="simulation only"):
+        run_experiment(cfg, RunStore(tmp_path / "s.sqlite"), remote=lambda *a: None,  # type: ignore[arg-type,return-value]
+                       wrap=lambda exp: exp.algorithm)

@@ -1,4 +1,4 @@
-"""Canary clients inside a real run: a wrapper algorithm and an audited run loop.
+"""Canary clients inside a real run: a wrapper algorithm and the audited run.
 
 :class:`CanaryAlgorithm` wraps a private dpfl algorithm. Each round, after the real cohort has
 trained, it appends rows for the canary clients sampled that round to the cohort's
@@ -36,6 +36,12 @@ Per algorithm (what a canary row is, and why real clients are not weakened):
   aggregation weights. Not weakened. The canary shift s is per *record*, so the audit estimates
   the per-record ε of the template client.
 
+An audited run is an ordinary run of :func:`dpfl.experiments.runner.run_experiment` with the
+wrapper as its server step (``wrap=``): it is stored as ``<run id>-audit<N>``, checkpointed, and
+resumed like any run. The wrapper's checkpoint state is its canary participations plus the inner
+algorithm's state, and every canary draw is keyed by (round, canary id, purpose), so a killed
+audit resumed with the same command ends with the model and the estimate of an uninterrupted one.
+
 The audit's observer is the final model only (θ_T − θ_0), so its empirical ε is compared with
 the certified ε of the *public* observer (which sees every broadcast, hence is at least as
 large), and with the paper's claimed ε.
@@ -50,10 +56,11 @@ from __future__ import annotations
 
 import contextlib
 import math
-import time
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -67,6 +74,10 @@ from dpfl.audit.estimate import EpsilonEstimate, estimate_epsilon
 from dpfl.client.context import LocalResult, RoundInfo
 from dpfl.errors import ConfigError
 from dpfl.rng import SeedSequence
+
+if TYPE_CHECKING:
+    from dpfl.experiments.runner import Experiment, NoticeFn, ProgressFn
+    from dpfl.experiments.store import RunStore
 
 __all__ = ["AuditResult", "CanaryAlgorithm", "canary_cosines", "run_audited"]
 
@@ -189,7 +200,8 @@ class CanaryAlgorithm:
     """A private algorithm with ``num_canaries`` canary clients (see the module docstring).
 
     Attribute access falls through to the inner algorithm, so the wrapper can stand where the
-    algorithm stands; only ``server_step`` differs.
+    algorithm stands; only ``server_step`` and the checkpoint state differ. ``tag``
+    (``audit<N>``) tells the runner that the audited run is another run than the plain one.
     """
 
     def __init__(self, inner: PrivateAlgorithm, num_canaries: int, num_params: int, num_clients: int,
@@ -205,6 +217,19 @@ class CanaryAlgorithm:
         self.directions = _unit_directions(seeds, self.first_canary_id, self.num_canaries, num_params)
         self.join_probability = _join_probability(inner.sampler, self.num_clients)
         self.participations = torch.zeros(self.num_canaries, dtype=torch.long)
+        self.tag = f"audit{self.num_canaries}"
+
+    def state_dict(self) -> dict[str, Any]:
+        """The inner algorithm's state and how often each canary joined so far."""
+        return {"inner": self.inner.state_dict(), "participations": self.participations.tolist()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.inner.load_state_dict(state.get("inner", {}))
+        if "participations" in state:
+            counts = torch.as_tensor(state["participations"], dtype=torch.long)
+            if counts.shape != (self.num_canaries,):
+                raise ConfigError(f"audit: the saved state has {counts.numel()} canaries, not {self.num_canaries}.")
+            self.participations = counts.clone()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -285,119 +310,106 @@ def run_audited(
     num_unseen: int = 1000,
     bootstrap: int = 1000,
     confidence: float = 0.95,
+    store: RunStore | None = None,
+    restart: bool = False,
+    checkpoint_dir: str | Path | None = None,
     break_noise: Callable[[Any], None] | None = None,
-    progress: Callable[[int, int, dict[str, Any]], None] | None = None,
+    progress: ProgressFn | None = None,
+    notice: NoticeFn | None = None,
 ) -> AuditResult:
     """Run ``config`` with canary clients and estimate the empirical ε of its final model.
 
-    The loop follows :func:`dpfl.experiments.runner.run_experiment` (sample → releases and claim
-    → target check → train → server step → ledger → eval) without checkpoints or store; the
-    caller stores the result. ``break_noise`` (tests only) may alter the built inner algorithm
-    before the run, e.g. to simulate a noise bug the ledger does not know about.
+    The run is :func:`dpfl.experiments.runner.run_experiment` with :class:`CanaryAlgorithm` as
+    its server step: stored in ``store`` as ``<run id>-audit<N>`` with checkpoints, so a killed
+    audit resumes where it stopped and a finished one is not run again (``restart`` runs it
+    anew). The estimate is then computed from the run's final model file and stored in the run's
+    result as ``privacy.audit``. Without ``store`` the run goes to a temporary store that is
+    deleted afterwards (nothing to resume; the result has no ``model_path``).
+
+    ``break_noise`` (tests only) may alter the built inner algorithm before the run, e.g. to
+    simulate a noise bug the ledger does not know about; such a run is tagged
+    ``audit<N>-broken-noise`` so it never shares a stored run or a checkpoint with a correct one.
 
     Returns:
         An :class:`AuditResult` whose ``final["privacy"]["audit"]`` holds the empirical ε with its
         interval next to the certified (public and headline) and claimed ε, and a ``flag``: the
         whole interval lies above the certified public ε.
     """
-    from dpfl.experiments.runner import build_experiment, evaluate, params_digest
-    from dpfl.privacy.accounting.ledger import PrivacyLedger
-    from dpfl.privacy.notices import collect_range_warnings
+    from dpfl.experiments.runner import run_experiment
+    from dpfl.experiments.store import RunStore
+    from dpfl.sim.checkpoint import load_checkpoint
 
-    exp = build_experiment(config)
-    algo = exp.algorithm
-    if not isinstance(algo, PrivateAlgorithm):
-        raise ConfigError(f"audit: algorithm {config.algorithm.name!r} adds no noise to audit; "
-                          f"supported: {', '.join(SUPPORTED)}.")
-    if break_noise is not None:
-        break_noise(algo)
-    n = exp.data.num_clients
-    wrapped = CanaryAlgorithm(algo, num_canaries, exp.problem.layout.numel, n, exp.seeds)
-    pc = config.privacy
-    ledger = PrivacyLedger(num_clients=n, sampler=algo.sampler, delta=pc.delta, relation=algo.relation,
-                           privacy_unit=algo.privacy_unit, pld_every=pc.pld_every)
-    params = exp.init_params.clone()
-    history: list[dict[str, Any]] = []
-    status, stop_reason, rounds_done = "finished", None, 0
-    t_start = time.perf_counter()
-    claimed_after: Any = None
-    for t in range(config.rounds):
-        t0 = time.perf_counter()
-        reason = algo.should_stop(t)
-        if reason:
-            stop_reason = reason
-            break
-        clients = algo.sample(t, n, exp.seeds)
-        info = RoundInfo(t, n, clients, exp.seeds)
-        with collect_range_warnings():
-            releases = algo.releases(info, exp.data.sizes(clients.tolist()), pc.secure_aggregation)
-            claimed_after = algo.claimed_epsilon(t + 1)
-        if pc.target_epsilon is not None and ledger.would_exceed(releases, pc.target_epsilon,
-                                                                 participants=clients.tolist()):
-            status, stop_reason = "stopped", f"target epsilon {pc.target_epsilon:g} reached before round {t + 1}"
-            break
-        metrics: dict[str, Any] = {"clients": int(clients.numel()), "canaries": 0}
-        if clients.numel() > 0:
-            local = exp.engine.train(params, clients.tolist(), t)
-            metrics["train_loss"] = float(local.train_loss.mean())
-            out = wrapped.server_step(params, local, info)
-            params = out.global_params
-            metrics.update(out.metrics)
-        entry = ledger.record_round(t, releases, sampling=algo.sampler.describe(),
-                                    participants=clients.tolist(), claimed_epsilon=claimed_after)
-        metrics["epsilon_claimed"] = _claim_value(claimed_after)
-        metrics["epsilon_certified"] = max(float(v) for v in entry["certified_rdp"].values())
-        metrics["seconds"] = time.perf_counter() - t0
-        history.append(metrics)
-        rounds_done = t + 1
-        if progress is not None:
-            progress(t + 1, config.rounds, metrics)
-    change = params - exp.init_params
+    built: dict[str, Any] = {}
+
+    def wrap(exp: Experiment) -> CanaryAlgorithm:
+        algo = exp.algorithm
+        if not isinstance(algo, PrivateAlgorithm):
+            raise ConfigError(f"audit: algorithm {config.algorithm.name!r} adds no noise to audit; "
+                              f"supported: {', '.join(SUPPORTED)}.")
+        if break_noise is not None:
+            break_noise(algo)
+        wrapped = CanaryAlgorithm(algo, num_canaries, exp.problem.layout.numel, exp.data.num_clients, exp.seeds)
+        if break_noise is not None:
+            wrapped.tag += "-broken-noise"
+        built["exp"], built["wrapped"] = exp, wrapped
+        return wrapped
+
+    with contextlib.ExitStack() as stack:
+        if store is None:
+            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="dpfl-audit-"))
+            run_store = RunStore(Path(tmp) / "runs.sqlite")
+        else:
+            run_store = store
+        res = run_experiment(config, run_store, checkpoint_dir=checkpoint_dir, progress=progress, notice=notice,
+                             restart=restart, wrap=wrap)
+        exp, wrapped = built["exp"], built["wrapped"]
+        final = dict(res.final)
+        model = load_checkpoint(final["model_path"])
+        if model is None or model.get("run_id") != res.run_id:
+            raise ConfigError(f"audit: the final model {final['model_path']} of run {res.run_id} is missing; "
+                              "run the audit again with restart (`--restart`).")
+        wrapped.load_state_dict(model.get("algorithm", {}))
+        est, audit = _audit(exp, wrapped, model["global_params"], final["privacy"], num_unseen=num_unseen,
+                            bootstrap=bootstrap, confidence=confidence)
+        final["privacy"] = {**final["privacy"], "audit": audit}
+        final["seconds"] = float(sum(m.get("seconds", 0.0) for m in res.history))
+        if store is None:
+            del final["model_path"]  # in the temporary store, gone with it
+        else:
+            run_store.finish(res.run_id, res.status, final)
+    return AuditResult(res.run_id, res.status, res.rounds_done, final, res.history, est)
+
+
+def _audit(exp: Experiment, wrapped: CanaryAlgorithm, final_params: torch.Tensor, privacy: dict[str, Any], *,
+           num_unseen: int, bootstrap: int, confidence: float) -> tuple[EpsilonEstimate, dict[str, Any]]:
+    """The canary estimate on ``final_params`` next to the run's certified and claimed ε."""
+    n, dim = exp.data.num_clients, exp.problem.layout.numel
+    change = final_params.detach().cpu() - exp.init_params.detach().cpu()
     cos_in = canary_cosines(wrapped.directions, change)
-    unseen = _unit_directions(exp.seeds, n + num_canaries, num_unseen, exp.problem.layout.numel)
+    unseen = _unit_directions(exp.seeds, n + wrapped.num_canaries, num_unseen, dim)
     cos_out = canary_cosines(unseen, change)
-    est = estimate_epsilon(cos_in, cos_out, pc.delta, confidence=confidence, bootstrap=bootstrap,
+    delta = float(privacy["delta"])
+    est = estimate_epsilon(cos_in, cos_out, delta, confidence=confidence, bootstrap=bootstrap,
                            seed=exp.seeds.seed(0, n, "misc") % (2**32))
-    certs = ledger.certify_all("best") if ledger.rounds_recorded else None
+    certs = privacy.get("certified")
     cert_public = _certified(certs, "public")
-    claimed = _claim_value(claimed_after) if claimed_after is not None else None
+    algo = wrapped.inner
     audit = {
         "method": "one-shot canary cosines (Andrew et al., arXiv 2302.03098); observer: final model",
         "empirical_epsilon": est.epsilon,
         "empirical_epsilon_interval": [est.epsilon_low, est.epsilon_high],
         "certified_epsilon_public": cert_public,
         "certified_epsilon_headline": float(certs["headline"]["epsilon"]) if certs else None,
-        "claimed_epsilon": claimed,
+        "claimed_epsilon": _claim_value(privacy.get("claimed_epsilon")),
         "claim_comparable": algo.claim_comparable,
         "flag": bool(cert_public is not None and est.epsilon_low > cert_public),
-        "canaries": num_canaries,
+        "canaries": wrapped.num_canaries,
         "unseen_canaries": num_unseen,
         "canary_participations_mean": float(wrapped.participations.double().mean()),
         "join_probability": wrapped.join_probability,
         "estimate": est.to_dict(),
     }
-    last_eval = evaluate(exp.problem, params, exp.x_test, exp.y_test)
-    final: dict[str, Any] = {
-        "rounds": rounds_done,
-        **last_eval,
-        "params_sha256": params_digest(params),
-        "num_clients": n,
-        "seconds": time.perf_counter() - t_start,
-        "privacy": {
-            "claimed_epsilon": claimed,
-            "claim_notion": algo.claim_notion(),
-            "certified": certs,
-            "delta": pc.delta,
-            "not_covered": algo.not_covered(),
-            "claim_comparable": algo.claim_comparable,
-            "audit": audit,
-        },
-    }
-    if stop_reason:
-        final["stop_reason"] = stop_reason
-    from dpfl.experiments.config import run_id
-
-    return AuditResult(f"{run_id(config)}-audit{num_canaries}", status, rounds_done, final, history, est)
+    return est, audit
 
 
 def _claim_value(claimed: Any) -> float | None:

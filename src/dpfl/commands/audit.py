@@ -4,7 +4,8 @@ The one-shot estimate of Andrew et al. (arXiv 2302.03098) — see :mod:`dpfl.aud
 :mod:`dpfl.audit.estimate`. With ``--store`` the audited run is written to the run store under
 id ``<run id>-audit<N>`` with ``final["privacy"]["audit"]`` holding the empirical ε and its
 interval next to the certified and claimed ε (a separate entry: canaries change the model, so
-the audited run is not the plain run).
+the audited run is not the plain run). A stored audit is checkpointed like any run: killed, it
+resumes with the same command; finished, it is not run again (``--restart`` runs it anew).
 """
 
 from __future__ import annotations
@@ -43,29 +44,27 @@ def audit_summary(audit: dict[str, Any]) -> str:
 
 def _one(config: Any, args: argparse.Namespace) -> dict[str, Any]:
     from dpfl.audit.canary import run_audited
-    from dpfl.experiments.runner import environment
     from dpfl.experiments.store import RunStore
 
-    def progress(done: int, total: int, metrics: dict[str, Any]) -> None:
+    def progress(done: int, total: int, metrics: dict[str, Any], elapsed: float) -> None:
+        del elapsed
         if args.verbose:
             print(f"[audit {config.name}] round {done}/{total} canaries {metrics.get('canaries', 0)}",
                   file=sys.stderr, flush=True)
 
+    def notice(message: str) -> None:  # always kept in the run's stored notices
+        if args.verbose:
+            print(f"\n!!! PRIVACY NOTICE: {message}\n", file=sys.stderr, flush=True)
+
+    store = RunStore(args.store) if args.store is not None else None
     res = run_audited(config, args.canaries, num_unseen=args.unseen, bootstrap=args.bootstrap,
-                      confidence=args.confidence, progress=progress)
+                      confidence=args.confidence, store=store, restart=getattr(args, "restart", False),
+                      progress=progress, notice=notice)
     final = res.final
     print(f"audited run {res.run_id} ({config.name}, {config.algorithm.name}): {res.status} after "
           f"{res.rounds_done} rounds in {final['seconds']:.1f} s; test accuracy {final['test_accuracy']:.4f}")
     print(audit_summary(final["privacy"]["audit"]))
-    if args.store is not None:
-        store = RunStore(args.store)
-        cfg = config.model_dump(mode="json")
-        cfg["audit"] = {"canaries": args.canaries, "unseen": args.unseen, "bootstrap": args.bootstrap,
-                        "confidence": args.confidence}
-        store.start(res.run_id, cfg, environment())
-        for i, m in enumerate(res.history):
-            store.log_round(res.run_id, i, m)
-        store.finish(res.run_id, res.status, final)
+    if store is not None:
         print(f"stored as {res.run_id} in {store.path}")
     return final
 
@@ -146,6 +145,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config value")
     p.add_argument("--store", nargs="?", const=str(DEFAULT_STORE), default=None,
                    help=f"store the audited run (default path {DEFAULT_STORE})")
+    p.add_argument("--restart", action="store_true",
+                   help="with --store: discard a checkpoint or stored result of the audited run and run it again")
     p.add_argument("--sweep", metavar="KEY=V1,V2,...", help="audit one run per value of a config key")
     p.add_argument("--plot", metavar="PNG", help="plot empirical vs certified and claimed epsilon")
     p.add_argument("--fail-on-flag", action="store_true", help="exit 1 when the audit flags the run")

@@ -136,11 +136,12 @@ def _privacy_summary(privacy: dict[str, Any]) -> str:
 
 def _run_audited(config: Any, args: argparse.Namespace) -> int:
     """`dpfl run --audit N`: the same run with N canary clients (see :mod:`dpfl.commands.audit`),
-    stored as ``<run id>-audit<N>`` with empirical, certified and claimed epsilon side by side."""
+    stored as ``<run id>-audit<N>`` with empirical, certified and claimed epsilon side by side; it
+    resumes from its checkpoint like any run (``--restart`` runs it anew)."""
     from dpfl.commands.audit import _one
 
     audit_args = argparse.Namespace(canaries=args.audit, unseen=1000, bootstrap=1000, confidence=0.95,
-                                    store=args.store, verbose=sys.stderr.isatty())
+                                    store=args.store, restart=args.restart, verbose=sys.stderr.isatty())
     final = _one(config, audit_args)
     return 1 if final["privacy"]["audit"]["flag"] else 0
 

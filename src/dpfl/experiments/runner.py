@@ -16,16 +16,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 from torch.func import functional_call
 
-from dpfl.algorithms.base import Algorithm, Uploads
+from dpfl.algorithms.base import Algorithm, RoundOutput, Uploads
 from dpfl.algorithms.private import PrivateAlgorithm
 from dpfl.algorithms.registry import BuildContext, build_algorithm, build_sampler
-from dpfl.client.context import RoundInfo
+from dpfl.client.context import LocalResult, RoundInfo
 from dpfl.client.local import LocalTraining
 from dpfl.errors import ConfigError, PrivacyPreconditionError
 from dpfl.experiments.config import RunConfig, run_id
@@ -232,6 +232,17 @@ RemoteCohort = Callable[[torch.Tensor, RoundInfo, Algorithm, EmitFn], Uploads]
 uploads that arrived: (global params, round info, algorithm, emit(kind, message, round)) → rows."""
 
 
+class ServerStep(Protocol):
+    """What ``run_experiment(..., wrap=)`` returns: the server step the loop calls and its
+    checkpoint state (every :class:`Algorithm` is one)."""
+
+    def server_step(self, global_params: torch.Tensor, local: LocalResult, info: RoundInfo) -> RoundOutput: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
 def _make_ledger(exp: Experiment) -> PrivacyLedger | None:
     algo = exp.algorithm
     if not isinstance(algo, PrivateAlgorithm):
@@ -263,6 +274,7 @@ def run_experiment(
     restart: bool = False,
     remote: RemoteCohort | None = None,
     secure_rng: bool = False,
+    wrap: Callable[[Experiment], ServerStep] | None = None,
 ) -> RunResult:
     """Run (or resume, or return the stored result of) the run a config defines.
 
@@ -279,14 +291,28 @@ def run_experiment(
     ``secure_rng`` seeds every server-side draw (cohort sample, server noise) from the OS CSPRNG
     instead of the config's seed: what a deployment needs, since anyone who knows the seed can
     recompute the noise. Runs are then not reproducible.
+
+    ``wrap(exp)`` (simulation only) returns the algorithm whose ``server_step`` the loop calls
+    instead of ``exp.algorithm``'s, e.g. :class:`dpfl.audit.canary.CanaryAlgorithm` adding canary
+    clients. Sampling, ``releases``, the claimed ε, ``should_stop`` and the ledger stay the inner
+    algorithm's; checkpoints and the final model file hold the wrapper's ``state_dict`` (which
+    must include the inner one), so a resumed wrapped run continues exactly.
     """
     exp = build_experiment(config)
     if remote is not None and not exp.algorithm.splits_rounds:
         raise ConfigError(
             f"algorithm {config.algorithm.name!r} does not split its round into a client step and a "
             "server step yet, so it cannot run on real clients; run it in simulation.")
-    # a run on real clients is another run than the simulation of the same config
-    rid = exp.run_id if remote is None else f"{exp.run_id}-{getattr(remote, 'tag', 'remote')}"
+    if remote is not None and wrap is not None:
+        raise ConfigError("a wrapped server step (e.g. audit canaries) runs in simulation only, not on real clients.")
+    wrapper = wrap(exp) if wrap is not None else None
+    stepper: ServerStep = wrapper if wrapper is not None else exp.algorithm
+    # a run on real clients, or with a wrapped server step, is another run than the simulation
+    # of the same config: its id carries the cohort's or the wrapper's tag
+    rid = exp.run_id
+    for part, default in ((remote, "remote"), (wrapper, "wrapped")):
+        if part is not None:
+            rid += f"-{getattr(part, 'tag', default)}"
     if secure_rng:
         rid += "-secure"
         exp.seeds = SeedSequence.secure_mode()
@@ -319,7 +345,7 @@ def run_experiment(
         if state.get("run_id") != rid:
             raise ConfigError(f"checkpoint {ckpt_path} belongs to run {state.get('run_id')}, not {rid}")
         params = state["global_params"].to(params.device)
-        algo.load_state_dict(state.get("algorithm", {}))
+        stepper.load_state_dict(state.get("algorithm", {}))
         if ledger is not None and state.get("ledger") is not None:
             ledger = PrivacyLedger.from_dict(state["ledger"], sampler=algo.sampler)  # type: ignore[attr-defined]
         start_round = int(state["rounds_done"])
@@ -368,7 +394,7 @@ def run_experiment(
             if clients.numel() > 0 and remote is None:
                 local = exp.engine.train(params, clients.tolist(), t)
                 metrics["train_loss"] = float(local.train_loss.mean())
-                out = algo.server_step(params, local, info)
+                out = stepper.server_step(params, local, info)
                 params = out.global_params
                 metrics.update(out.metrics)
             elif clients.numel() > 0:
@@ -406,7 +432,7 @@ def run_experiment(
                 save_checkpoint(
                     ckpt_path,
                     {"run_id": rid, "rounds_done": t + 1, "global_params": params.cpu(),
-                     "algorithm": algo.state_dict(),
+                     "algorithm": stepper.state_dict(),
                      "ledger": ledger.to_dict() if ledger is not None else None},
                 )
             if progress is not None:
@@ -440,7 +466,8 @@ def run_experiment(
                 obs: {str(c): e for c, e in ledger.client_epsilons(obs, "rdp").items()} for obs in ("server", "public")
             }
     model_path = store.path.parent / "models" / f"{rid}.pt"
-    save_checkpoint(model_path, {"run_id": rid, "global_params": params.cpu(), "layout": exp.problem.layout})
+    save_checkpoint(model_path, {"run_id": rid, "global_params": params.cpu(), "layout": exp.problem.layout,
+                                 "algorithm": stepper.state_dict()})
     final["model_path"] = str(model_path)
     store.finish(rid, status, final)
     if ckpt_path.exists():
