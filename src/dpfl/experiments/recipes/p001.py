@@ -220,7 +220,7 @@ def _privacy_cells(model: str, dataset: str, eps: float, rounds: int, n: int) ->
 def _accuracy_table(ctx: ReportContext, dataset: str, model: str, extra_key: str | None = None) -> tuple[list[str], dict[Any, tuple[float, float]]]:
     groups = _grouped(ctx, ("dataset", "epsilon") + ((extra_key,) if extra_key else ()))
     lines = [
-        "| ε (paper, per weight) | mode | accuracy % (ours, mean ± std) | reps | paper % | certified ε / client / round (no shuffler) | certified ε / client, run (no shuffler) | ledger ε (run) | with trusted shuffler / round | with trusted shuffler, run |",
+        "| ε (paper, per weight) | mode | accuracy % (ours, mean ± std) | reps | paper % | certified ε / client / round (no shuffler) | certified ε / client, run (no shuffler; a client in all T rounds) | ledger ε (run: the worst client's actual rounds) | with trusted shuffler / round | with trusted shuffler, run (all T rounds) |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     means: dict[Any, tuple[float, float]] = {}
@@ -580,7 +580,7 @@ def _fig3_report(ctx: ReportContext) -> str:
     by_ds: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for run, rec, rows in sorted(ctx.runs, key=lambda x: (x[0].coords["dataset"], x[0].coords["fraction"])):
         ds, frac = run.coords["dataset"], run.coords["fraction"]
-        evald = [(i + 1, 100 * r["test_accuracy"]) for i, r in enumerate(rows) if "test_accuracy" in r]
+        evald = [(int(r.get("round", i)) + 1, 100 * r["test_accuracy"]) for i, r in enumerate(rows) if "test_accuracy" in r]
         final = _acc(rec)
         if final is None:
             continue
