@@ -495,7 +495,10 @@ TABLE1 = Recipe(
         "all) and 60 / 30 training samples per client instead of 600 / 300; 10 repetitions at the headline ε "
         "(MNIST 1, Fashion-MNIST 5), 3 noise-free, 2 at the other ε (different seeds: partition, initialization, "
         "sampled clients, randomizer); test accuracy after the last round. Run: `flock /tmp/dpfl-cpu.lock "
-        "dpfl reproduce 001/table1 --scale reduced --data-dir ../shared/data --store runs/p001.sqlite`. Full scale: "
+        "dpfl reproduce 001/table1 --scale reduced --data-dir ../shared/data --store runs/p001.sqlite`. Observed "
+        "at this scale: MNIST ε = 0.1 diverges — local training on the randomized global model (per-weight noise "
+        "std ≈ 0.34 after one round) returned NaN weights in round 2, the randomizer refuses NaN and the error ends "
+        "`dpfl reproduce`; the run stays unfinished in the store and the report lists it. Full scale: "
         "`dpfl reproduce 001/table1 --scale full --data-dir DIR`."
     ),
 )
