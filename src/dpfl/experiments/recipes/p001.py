@@ -490,7 +490,7 @@ TABLE1 = Recipe(
         "2-layer CNN = dpfl's `cnn2` (variant 'reddi', 1,199,882 weights; the paper does not give its layers). "
         "Local training E = 1 epoch, batch 10 (the paper does not state E, B). Noise-free = `fedavg` (equal "
         "client sizes: the same unweighted mean as Alg. 1 line 8). Reduced scale: the paper's n (100 / 200), "
-        "(c, r), lr, rounds (10 / 15) and ε (0.1 and 5 dropped for MNIST, 0.1 for Fashion-MNIST: the paper has "
+        "(c, r), lr, rounds (10 / 15) and ε (5 dropped for MNIST, 0.1 for Fashion-MNIST: the paper has "
         "MNIST 5 ≈ 10 and Fashion-MNIST 0.1 = 0.5 = 10%), but k = 20 clients per round (f_r = 0.2 / 0.1 instead of "
         "all) and 60 / 30 training samples per client instead of 600 / 300; 10 repetitions at the headline ε "
         "(MNIST 1, Fashion-MNIST 5), 3 noise-free, 2 at the other ε (different seeds: partition, initialization, "
