@@ -39,8 +39,8 @@ def test_fig3_fig4_reduced_reuse_table1_runs() -> None:
     shared3 = [r for r in fig3 if run_id(r.config) in table]
     shared4 = [r for r in fig4 if run_id(r.config) in table]
     assert len(shared3) == 2 and all(r.coords["curve"] for r in shared3)  # the per-round curves of Fig. 3(a)
-    assert len(shared4) == 2 + 8  # n = paper's n (two data sets) and every Table 1 ε
-    assert len({run_id(r.config) for r in fig3 + fig4} - table) == 4 + 6
+    assert len(shared4) == 2 + 7  # n = paper's n (two data sets) and every Table 1 ε
+    assert len({run_id(r.config) for r in fig3 + fig4} - table) == 4 + 5
 
 
 def test_round_noise_std_matches_the_two_point_values() -> None:
