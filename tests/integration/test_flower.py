@@ -95,7 +95,7 @@ def test_client_killed_mid_round_is_dropped_and_the_ledger_stays_true(tmp_path: 
     # client 2 straggles 4 s in every round, so killing it just after round 1 is logged lands
     # while it is training round 2
     with LocalFederation(3, data_dir=shared_data, workdir=tmp_path / "fed", node_config={2: {"fault": "delay:4"}}) as fed:
-        proc = fed.submit(dp, store=store, round_timeout=25, connect_timeout=120)
+        proc = fed.submit(dp, store=store, round_timeout=40, connect_timeout=120)
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
             if store.exists():
