@@ -205,7 +205,7 @@ def environment() -> dict[str, Any]:
     }
     from importlib.metadata import PackageNotFoundError, version
 
-    for dist in ("dp-accounting", "pydantic", "flwr", "matplotlib"):
+    for dist in ("dp-accounting", "pydantic", "flwr", "ray", "matplotlib"):
         try:
             env[dist.replace("-", "_")] = version(dist)
         except PackageNotFoundError:
@@ -440,6 +440,10 @@ def run_experiment(
     except KeyboardInterrupt:
         store.finish(rid, "interrupted", None)
         raise
+    finally:
+        close = getattr(exp.engine, "close", None)  # e.g. the Ray engine's actors
+        if close is not None:
+            close()
     if not last_eval or stop_reason:
         last_eval = evaluate(exp.problem, params, exp.x_test, exp.y_test)
     final: dict[str, Any] = {
