@@ -328,19 +328,30 @@ class LdpFl(PrivateAlgorithm):
         models at once (a cross-client agreement) and so runs only where the whole cohort is
         stacked, i.e. in simulation — such a run has ``splits_rounds = False`` and the Flower
         runner refuses it with a clear error (and this method raises one for a partial cohort).
-        Declares the number of its weights that fell outside the range (``clipped``)."""
+        A weight that local training left non-finite (diverged training, e.g. at ε = 0.1) is
+        reported as if it were the range's center c: the randomizer is ε-LDP for *every* input
+        in [c − r, c + r], so this costs no privacy, and the run goes on instead of failing.
+        How many weights fell outside the range or were non-finite is a simulation-only
+        diagnostic (it depends on the data, so a client never sends it)."""
         center, radius, _ = self._round_ranges(global_params, info, local.params)
         device = local.params.device
         center, radius = center.to(device), radius.to(device)
         gens = [info.seeds.generator(info.round_idx, int(c), "randomizer") for c in info.clients.tolist()]
-        reports, clipped = [], []
-        for k, gen in enumerate(gens):  # per row, to declare each client's own count
-            row, n = two_point_randomize_per_client(local.params[k : k + 1], center, radius, self.options.epsilon, [gen])
+        reports, clipped, non_finite = [], [], []
+        for k, gen in enumerate(gens):  # per row, to count each client's own clipped weights
+            x = local.params[k : k + 1]
+            bad = ~torch.isfinite(x)
+            nb = int(bad.sum())
+            if nb:
+                x = torch.where(bad, center.to(x.dtype).unsqueeze(0), x)
+            row, n = two_point_randomize_per_client(x, center, radius, self.options.epsilon, [gen])
             reports.append(row)
             clipped.append(float(n))
+            non_finite.append(float(nb))
         params = torch.cat(reports) if reports else local.params[:0].clone()
-        return Uploads(info.clients, params, local.num_samples, local.train_loss,
-                       {"clipped": torch.tensor(clipped, dtype=torch.float64)})
+        return Uploads(info.clients, params, local.num_samples, local.train_loss, {},
+                       diagnostics={"clipped": torch.tensor(clipped, dtype=torch.float64),
+                                    "non_finite": torch.tensor(non_finite, dtype=torch.float64)})
 
     def aggregate(self, global_params: torch.Tensor, uploads: Uploads, info: RoundInfo) -> RoundOutput:
         """001 Algorithm 3 then Algorithm 1 line 8: per-id multisets → mean by id.
@@ -378,9 +389,12 @@ class LdpFl(PrivateAlgorithm):
             "epsilon_per_weight": eps,
             "epsilon_per_weight_realized": one.epsilon_per_weight_realized,
         }
-        if "clipped" in uploads.declared and uploads.num_rows:
+        if "clipped" in uploads.diagnostics and uploads.num_rows:  # simulation only
             total = uploads.num_rows * self.num_params
-            metrics["clipped_fraction"] = float(uploads.declared["clipped"].sum()) / total if total else 0.0
+            metrics["clipped_fraction"] = float(uploads.diagnostics["clipped"].sum()) / total if total else 0.0
+            nf = float(uploads.diagnostics["non_finite"].sum())
+            if nf:
+                metrics["non_finite_weights_reported_as_center"] = int(nf)
         if radii is not None:
             metrics["range_radius"] = [round(x, 8) for x in radii]
         metrics.update({

@@ -142,3 +142,22 @@ def test_releases_claim_and_certificates() -> None:
     assert stmt.with_shuffler == stmt.unshuffled
     big = ldp_fl_privacy(0.5, 1, 1, 10**7, 1e-5)  # one coordinate, ten million reports
     assert big.shuffled is not None and big.shuffled < 0.5 and big.with_shuffler == big.shuffled
+
+
+def test_non_finite_local_weights_are_reported_as_the_center() -> None:
+    """Diverged local training (NaN/Inf weights) must not end the run: such a weight is
+    randomized as if it were c, which the randomizer's ε-LDP covers (any input in the range)."""
+    p, c, r, eps = 2000, 0.0, 0.075, 1.0
+    algo = _algo(p, epsilon=eps, range="fixed", center=c, radius=r)
+    w = torch.zeros(1, p)
+    w[0, :3] = torch.tensor([float("nan"), float("inf"), -float("inf")])
+    info = RoundInfo(0, 1, torch.arange(1), SeedSequence(0))
+    up = algo.client_step(torch.zeros(p), LocalResult(w.clone(), torch.zeros(1), torch.ones(1, dtype=torch.long)), info)
+    low, high = two_point_values(torch.tensor(c, dtype=torch.float64), torch.tensor(r, dtype=torch.float64), eps)
+    assert bool(torch.isfinite(up.params).all())
+    assert set(up.params.unique().tolist()) <= {float(torch.tensor(float(low)).float()), float(torch.tensor(float(high)).float())}
+    assert float(up.diagnostics["non_finite"][0]) == 3 and not up.declared  # diagnostics never leave a client
+    # at the center both values are equally likely: the three weights are a fair coin each,
+    # exactly as for a real weight 0 (same generator stream as a finite input would use)
+    ref = algo.client_step(torch.zeros(p), LocalResult(torch.zeros(1, p), torch.zeros(1), torch.ones(1, dtype=torch.long)), info)
+    assert torch.equal(up.params, ref.params)
