@@ -57,10 +57,11 @@ def test_algorithm_on_flower_simulation_equals_the_simulator(case: str, tmp_path
     with LocalFederation(4, simulation=True, workdir=tmp_path / "fed") as fed:
         got = fed.run(path, store=tmp_path / "flower.sqlite", reproducible=True, timeout=900)
     want = run_experiment(load_config(path), RunStore(tmp_path / "sim.sqlite")).final
-    assert got["status"] == "finished" and got["rounds"] == 2
+    assert got["status"] == "finished" and got["rounds"] == want["rounds"]  # CRD and Lei may end early
     assert got["params_sha256"] == want["params_sha256"]
     final = RunStore(tmp_path / "flower.sqlite").get(got["run_id"]).result
     if "privacy" in want:
         for obs in ("server", "public"):
-            assert final["privacy"]["certified"]["observers"][obs]["epsilon"] == pytest.approx(
-                want["privacy"]["certified"]["observers"][obs]["epsilon"], rel=1e-12)
+            a = final["privacy"]["certified"]["observers"][obs]["epsilon"]
+            b = want["privacy"]["certified"]["observers"][obs]["epsilon"]
+            assert a == b if isinstance(b, str) else a == pytest.approx(b, rel=1e-12)  # "inf" is stored as text
