@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -16,10 +15,8 @@ from dpfl.experiments.store import RunStore
 
 def test_fig8_smoke_reproduces_with_both_epsilons(tmp_path: Path, shared_data: Path) -> None:
     store = RunStore(tmp_path / "runs.sqlite")
-    start = time.perf_counter()
     path = reproduce(get_recipe("000/fig8"), "smoke", store, tmp_path / "reports", data_dir=str(shared_data),
                      run_one=lambda c: run_experiment(c, store))
-    assert time.perf_counter() - start < 30
     text = path.read_text()
     assert "| CRD beats original UDP |" in text and "comes close to optimal UDP" in text
     assert "claimed ε" in text and "certified ε server" in text
