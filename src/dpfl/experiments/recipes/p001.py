@@ -552,20 +552,24 @@ def _fig3_build(scale: str) -> list[RecipeRun]:
     return runs
 
 
+MIN_RISE = 1.0  # accuracy points
+
+
 def _trend(points: list[tuple[float, float]]) -> tuple[float, bool]:
-    """Spearman's ρ of (x, y) and whether the last point is above the first."""
+    """Spearman's ρ of (x, y) and whether the last point is above the first by at least
+    ``MIN_RISE`` accuracy points (a rise inside chance-level jitter is no rise)."""
     import numpy as np
 
     xs = np.array([p[0] for p in points], dtype=float)
     ys = np.array([p[1] for p in points], dtype=float)
     if len(xs) < 3 or np.ptp(ys) == 0:
-        return float("nan"), bool(len(ys) >= 2 and ys[-1] > ys[0])
+        return float("nan"), bool(len(ys) >= 2 and ys[-1] >= ys[0] + MIN_RISE)
     rx, ry = np.argsort(np.argsort(xs)), np.argsort(np.argsort(ys))
-    return float(np.corrcoef(rx, ry)[0, 1]), bool(ys[-1] > ys[0])
+    return float(np.corrcoef(rx, ry)[0, 1]), bool(ys[-1] >= ys[0] + MIN_RISE)
 
 
 def _trend_verdict(scale: str, rho: float, up: bool) -> str:
-    """Rises = last above first and (with ≥ 3 points) Spearman ρ ≥ 0.8; smoke decides nothing."""
+    """Rises = last above first by ≥ 1 point and (with ≥ 3 points) Spearman ρ ≥ 0.8; smoke decides nothing."""
     ok = up and (math.isnan(rho) or rho >= 0.8)
     if scale == "smoke":
         return f"inconclusive at smoke scale (measured: {'rises' if ok else 'does not rise'})"
@@ -599,7 +603,7 @@ def _fig3_report(ctx: ReportContext) -> str:
             verdicts.append(f"- Fig. 3(a) {ds}: paper — accuracy rises with communication rounds. Ours (k = {k}): "
                             + ", ".join(f"round {t}: {a:.1f}%" for t, a in evald)
                             + f"; Spearman ρ = {_fmt_rho(rho)} → {_trend_verdict(ctx.scale, rho, up)} "
-                            "(rule: last above first and ρ ≥ 0.8).")
+                            "(rule: last above first by ≥ 1 point and ρ ≥ 0.8).")
     for ds, pts in by_ds.items():
         pts.sort()
         ax_b.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=ds)
@@ -710,7 +714,7 @@ def _fig4_report(ctx: ReportContext) -> str:
         verdicts.append(f"- Fig. 4 {ds}: paper — accuracy increases with {what}. Ours: "
                         + ", ".join(f"{x:g}: {a:.1f}%" for x, a, _ in pts)
                         + f"; Spearman ρ = {_fmt_rho(rho)} → {_trend_verdict(ctx.scale, rho, up)} "
-                        "(rule: last above first and ρ ≥ 0.8).")
+                        "(rule: last above first by ≥ 1 point and ρ ≥ 0.8).")
         if panel == "eps":
             thr = {"mnist": 0.3, "fashion-mnist": 2.0}[ds]
             hi = [a for x, a, _ in pts if x > thr]
