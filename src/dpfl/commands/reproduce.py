@@ -28,7 +28,7 @@ def _reproduce(args: argparse.Namespace) -> int:
                                   notice=lambda m: print(f"  notice: {m}", file=sys.stderr))
 
     path = reproduce(recipe, args.scale, store, Path(args.out), data_dir=args.data_dir, run_one=run_one,
-                     report_only=args.report_only)
+                     report_only=args.report_only, max_runs=args.max_runs)
     print(path.read_text())
     print(f"report: {path}")
     return 0
@@ -43,4 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--store", default=str(DEFAULT_STORE))
     p.add_argument("--out", default="reports")
     p.add_argument("--report-only", action="store_true", help="only rewrite the report from stored runs")
+    p.add_argument("--max-runs", type=int, default=None, metavar="N",
+                   help="run at most N unfinished runs, then report the runs stored so far (marked partial); "
+                        "for sweeps too long for one sitting")
     p.set_defaults(func=_reproduce)

@@ -17,12 +17,12 @@ from dpfl.experiments.recipes.p001 import REDUCED, _round_noise_std, _trend, _tr
 from dpfl.experiments.recipes.p002 import C_VALUES_REDUCED, N_VALUES_REDUCED
 
 
-def test_table1_reduced_has_ten_repetitions_at_the_headline_epsilons() -> None:
+def test_table1_reduced_has_ten_repetitions_of_every_cell() -> None:
     runs = get_recipe("001/table1").build("reduced")
     reps = Counter((r.coords["dataset"], r.coords["epsilon"]) for r in runs)
-    for dataset, st in REDUCED.items():
-        assert reps[(dataset, st["headline"])] == 10
-        assert all(v >= 2 for (d, _), v in reps.items() if d == dataset)
+    for dataset in REDUCED:
+        assert {e for d, e in reps if d == dataset} == {None, 0.1, 0.5, 1.0, 5.0, 10.0}
+        assert all(v == 10 for (d, _), v in reps.items() if d == dataset)
     for r in runs:
         st = REDUCED[r.coords["dataset"]]
         assert r.config.sampling.clients_per_round == st["k"]
@@ -39,7 +39,7 @@ def test_fig3_fig4_reduced_reuse_table1_runs() -> None:
     shared3 = [r for r in fig3 if run_id(r.config) in table]
     shared4 = [r for r in fig4 if run_id(r.config) in table]
     assert len(shared3) == 2 and all(r.coords["curve"] for r in shared3)  # the per-round curves of Fig. 3(a)
-    assert len(shared4) == 2 + 7  # n = paper's n (two data sets) and every Table 1 ε
+    assert len(shared4) == 2 + 10  # n = paper's n (two data sets) and every Table 1 ε (5 per data set)
     assert len({run_id(r.config) for r in fig3 + fig4} - table) == 4 + 5
 
 
@@ -114,3 +114,10 @@ def test_002_reduced_server_points_and_shared_c10_run(tmp_path: Path) -> None:
     text = get_recipe("002/fig5").report(
         ReportContext(get_recipe("002/fig5"), "reduced", None, runs, tmp_path))  # type: ignore[arg-type]
     assert "N = 20: 0.0100, 100: 0.1000" in text and "**does not hold**" in text
+
+
+def test_table1_full_puts_the_headline_cells_first() -> None:
+    runs = get_recipe("001/table1").build("full")
+    assert [(r.coords["dataset"], r.coords["epsilon"], r.coords["rep"]) for r in runs[:4]] == [
+        ("mnist", 1.0, 0), ("fashion-mnist", 5.0, 0), ("mnist", None, 0), ("fashion-mnist", None, 0)]
+    assert len(runs) == 120 and {r.config.sampling.kind for r in runs} == {"all"}

@@ -99,12 +99,25 @@ def reproduce(
     data_dir: str | None = None,
     run_one: Callable[[RunConfig], Any],
     report_only: bool = False,
+    max_runs: int | None = None,
 ) -> Path:
     """Run every run of ``recipe`` at ``scale`` (finished runs are skipped) and write its report.
 
+    With ``max_runs`` set, at most that many unfinished runs are run (in the recipe's order; ``0``
+    runs none) and the report covers the runs the store holds so far, marked as partial. A sweep
+    too long for one sitting is run in pieces this way; each piece resumes the run it stopped in
+    from its checkpoint and skips finished runs.
+
     Returns:
         the path of the markdown report.
+
+    Raises:
+        ConfigError: bad ``scale`` or ``max_runs``; a run is missing from the store (without
+            ``max_runs``); with ``max_runs``, no run of the recipe is stored yet.
     """
+    if max_runs is not None and (isinstance(max_runs, bool) or not isinstance(max_runs, int) or max_runs < 0):
+        raise ConfigError(f"`max_runs` must be an integer >= 0. Found {max_runs!r}.")
+    partial = max_runs is not None
     if scale not in SCALES:
         raise ConfigError(f"`scale` must be one of {list(SCALES)}. Found {scale!r}.")
     runs = recipe.build(scale)
@@ -116,15 +129,29 @@ def reproduce(
         ]
     started = time.perf_counter()
     if not report_only:
+        started_runs = 0
         for r in runs:
+            if partial:
+                rec = store.find(run_id(r.config))
+                if rec is not None and rec.status == "finished":
+                    continue
+                if started_runs >= max_runs:  # type: ignore[operator]
+                    break
+                started_runs += 1
             run_one(r.config)
     elapsed = time.perf_counter() - started
     records = []
     for r in runs:
         rec = store.find(run_id(r.config))
         if rec is None:
-            raise ConfigError(f"run {r.label!r} of {recipe.key} is not in {store.path}; run without --report-only")
+            if partial:
+                continue
+            raise ConfigError(f"run {r.label!r} of {recipe.key} is not in {store.path}; run without --report-only "
+                              "(or pass --max-runs N to report the runs stored so far)")
         records.append((r, rec, store.rounds(rec.run_id)))
+    if not records:
+        raise ConfigError(f"no run of {recipe.key} at scale {scale!r} is in {store.path} yet; run with "
+                          "--max-runs N (N >= 1) first")
     out_dir = out_root / recipe.key.replace("/", "_") / scale
     out_dir.mkdir(parents=True, exist_ok=True)
     body = recipe.report(ReportContext(recipe, scale, store, records, out_dir))
@@ -137,6 +164,14 @@ def reproduce(
         f"Command: `dpfl reproduce {recipe.key} --scale {scale}`",
         "",
     ]
+    finished = sum(1 for _, rec, _ in records if rec.status == "finished")
+    if partial and finished < len(runs):
+        lines[3:3] = [
+            f"**Partial report: {finished} of the {len(runs)} runs of this scale are finished "
+            f"({len(records)} stored). Every number and verdict below covers only the finished runs; "
+            f"run `dpfl reproduce {recipe.key} --scale {scale} --max-runs N` again to add N more.**",
+            "",
+        ]
     if recipe.notes:
         lines += ["## Notes", "", recipe.notes, ""]
     lines += ["## The paper says", "", recipe.paper_claim, "", "## Ours", "", body, "", "## Runs", ""]

@@ -14,10 +14,9 @@ Scales (001 §5 for "full"; E and B are not stated by the paper — dpfl uses E 
 * ``reduced`` — what fits this 2-core machine (:data:`REDUCED`, shared by Table 1 and Figs. 3–4):
   the paper's n, (c, r), lr, ε and rounds (10 / 15), but k = 20 clients per round (f_r = 0.2 / 0.1)
   and 60 / 30 training samples per client (a tenth of the paper's 600 / 300); Table 1 with 10
-  repetitions at the headline ε (MNIST 1, Fashion-MNIST 5), 3 for noise-free, 2 at the other ε.
-  Randomizing 1.2 M weights costs ≈ 24 ms per client and round; at the paper's k = n = 100 / 200 that
-  alone is 2.4 / 4.8 s a round, which is why k is cut (the noise scale that k sets is computed in the
-  report, for the k run and the paper's k).
+  repetitions of every cell (ε ∈ {0.1, 0.5, 1, 5, 10} and noise-free). Local training dominates a
+  round's cost (the paper's scale trains on all 60,000 samples every round); the noise scale that k
+  sets is computed in the report, for the k run and the paper's k.
 * ``smoke`` — seconds: 5 clients × 10 samples, 1 round, ε ∈ {0.1, 10}.
 
 This module imports from dpfl only the experiments layer, algorithms and models.
@@ -110,8 +109,8 @@ _TABLE_SCALE: dict[str, dict[str, Any]] = {
     "reduced": {"n": {d: v["n"] for d, v in REDUCED.items()}, "k": {d: v["k"] for d, v in REDUCED.items()},
                 "spc": {d: v["spc"] for d, v in REDUCED.items()},
                 "rounds": {d: v["rounds"] for d, v in REDUCED.items()},
-                "eps": {"mnist": (0.5, 1.0, 10.0), "fashion-mnist": (0.5, 1.0, 5.0, 10.0)},
-                "reps": {"headline": 10, "noise-free": 3, "other": 2}, "eval_last": True},
+                "eps": {"mnist": EPSILONS, "fashion-mnist": EPSILONS},
+                "reps": {"headline": 10, "noise-free": 10, "other": 10}, "eval_last": True},
     "full": {"n": {"mnist": 100, "fashion-mnist": 200}, "k": {"mnist": None, "fashion-mnist": None},
              "spc": {"mnist": None, "fashion-mnist": None}, "rounds": {"mnist": 10, "fashion-mnist": 15},
              "eps": {"mnist": EPSILONS, "fashion-mnist": EPSILONS},
@@ -146,9 +145,11 @@ def _table1_build(scale: str) -> list[RecipeRun]:
                 kind = "noise-free" if eps is None else ("headline" if eps == headline else "other")
                 if rep < s["reps"][kind]:
                     phase = 0 if rep == 0 else (1 if kind != "other" else 2)
-                    cells.append((phase, rep, dataset, eps, kind))
+                    # at full scale (one run ≈ 10–25 min here) the headline cells come first of all
+                    first = 0 if scale != "full" else {"headline": 0, "noise-free": 1, "other": 2}[kind]
+                    cells.append((phase, rep, first, dataset, eps, kind))
     runs = []
-    for _, rep, dataset, eps, kind in sorted(cells, key=lambda c: c[:2]):
+    for _, rep, _, dataset, eps, kind in sorted(cells, key=lambda c: c[:3]):
         n, k, spc, rounds = s["n"][dataset], s["k"][dataset], s["spc"][dataset], s["rounds"][dataset]
         ev = rounds if s["eval_last"] else 1
         if scale == "reduced" and kind == "headline" and rep == 0:
@@ -490,18 +491,16 @@ TABLE1 = Recipe(
         "2-layer CNN = dpfl's `cnn2` (variant 'reddi', 1,199,882 weights; the paper does not give its layers). "
         "Local training E = 1 epoch, batch 10 (the paper does not state E, B). Noise-free = `fedavg` (equal "
         "client sizes: the same unweighted mean as Alg. 1 line 8). Reduced scale: the paper's n (100 / 200), "
-        "(c, r), lr, rounds (10 / 15) and ε (0.1 and 5 dropped for MNIST, 0.1 for Fashion-MNIST: the paper has "
-        "MNIST 5 ≈ 10 and Fashion-MNIST 0.1 = 0.5 = 10%; MNIST 0.1 diverges, below), but k = 20 clients per round (f_r = 0.2 / 0.1 instead of "
-        "all) and 60 / 30 training samples per client instead of 600 / 300; 10 repetitions at the headline ε "
-        "(MNIST 1, Fashion-MNIST 5), 3 noise-free, 2 at the other ε (different seeds: partition, initialization, "
-        "sampled clients, randomizer); test accuracy after the last round. Run: `flock /tmp/dpfl-cpu.lock "
-        "dpfl reproduce 001/table1 --scale reduced --data-dir ../shared/data --store runs/p001.sqlite`. Observed "
-        "at this scale: MNIST ε = 0.1 diverges — local training on the randomized global model (per-weight noise "
-        "std ≈ 0.34 after one round) returned NaN weights in round 2, the randomizer refuses NaN and the error ends "
-        "`dpfl reproduce`; so ε = 0.1 is left out of the reduced build (ε = 0.3 of Fig. 4 too, noise 0.11 per "
-        "round), and the stopped run, still in the store, is listed by the report. ε = 0.5 (0.068 per round) "
-        "was not tried; if it diverges it stops the sweep the same way. Full scale: "
-        "`dpfl reproduce 001/table1 --scale full --data-dir DIR`."
+        "(c, r), lr, rounds (10 / 15) and every ε of Table 1, but k = 20 clients per round (f_r = 0.2 / 0.1 "
+        "instead of all) and 60 / 30 training samples per client instead of 600 / 300; 10 repetitions of every "
+        "cell (different seeds: partition, initialization, sampled clients, randomizer); test accuracy after the "
+        "last round. Run: `flock /tmp/dpfl-cpu.lock dpfl reproduce 001/table1 --scale reduced --data-dir "
+        "../shared/data --store runs/p001.sqlite`. At ε = 0.1 local training on the randomized global model "
+        "(per-weight noise std ≈ 0.34 after one round on MNIST) diverges to non-finite weights; a client reports "
+        "such a weight as the range center c (ε-LDP holds for any input in the range; the count is the run's "
+        "`non_finite_weights_reported_as_center` metric), so those runs finish at chance accuracy. Full scale "
+        "(≈ 10–25 min a run here, 120 runs): `dpfl reproduce 001/table1 --scale full --data-dir DIR`, in pieces "
+        "with `--max-runs N` (headline cells first; each piece adds to a partial report)."
     ),
 )
 
