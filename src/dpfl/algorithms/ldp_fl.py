@@ -24,27 +24,54 @@ Ranges (option ``range``):
   releases), so agreeing on these ranges costs no privacy. dpfl's default adaptive mode.
 * ``client-minmax`` — per layer c = 0 and r = ``range_scale`` × (max − min) over the cohort's
   *trained local* models: the paper's encrypted min–max (§3.3 "Adaptive Range Setting"). The
-  agreed bounds reveal each layer's extreme local weights to every client and the server; that
-  release is **not** accounted (stated by :meth:`LdpFl.not_covered`).
+  agreed bounds are a deterministic function of the clients' data, known to every client and
+  the server (and, through the ranges, to the public): not DP at all. The ledger records them
+  as a non-private release against both observers, so the run's **certified ε is ∞**; the
+  paper's claimed ε (which ignores this release) is reported unchanged next to it.
+* ``private-minmax`` — dpfl's differentially private substitute for the encrypted min–max
+  (:mod:`dpfl.privacy.mechanisms.log_range`). Each cohort client k reports, per layer l of
+  ``self.layout`` (L parameter tensors), v_kl = log2(max |w| over the layer's finite weights),
+  clipped into [log2 ``min_radius``, log2 ``max_radius``] (defaults 1e-4 and 10; a layer with no
+  finite non-zero weight reports log2 ``min_radius``), plus N(0, σ²) from its own stream
+  (round, client, "noise"), σ = ``range_noise_multiplier`` × Δ with Δ = log2(max_radius /
+  min_radius)·sqrt(L) the L2 sensitivity of the clipped L-vector under replace-one (any input
+  against any other: local DP). The agreed radius is r_l = ``range_scale`` × 2^(mean_k report_kl)
+  clamped to [min_radius, max_radius], c = 0: a DP estimate of a *typical* client's max |w| (a
+  geometric mean), not the paper's exact cohort max — weights beyond r_l are clipped, as in
+  every mode. Its cost is accounted (see Privacy).
 
-In both adaptive modes r is raised to max|w| when (max − min) would not cover the layer around
-c = 0 (only possible when a layer's weights share a sign) and floored at ``min_radius``.
+In ``global-model`` and ``client-minmax`` r is raised to max|w| when (max − min) would not cover
+the layer around c = 0 (only possible when a layer's weights share a sign) and floored at
+``min_radius`` (default 1e-6).
 
 Split at the wire (:class:`dpfl.algorithms.base.Algorithm`): ``client_step`` is step 1 on each
 client; ``aggregate`` is steps 2–3 — it averages a shuffler process's :class:`IdMultisets`
 (``Uploads.shuffled``) as is, or mixes the arrived rows with the in-process trusted shuffler
 first; only :meth:`LdpFl.aggregate_by_id` (the server) touches the result. ``fixed`` and
-``global-model`` ranges are computable on each client. ``client-minmax`` is not splittable: it
-needs every cohort member's trained model at once (001's encrypted min–max), for which there is
-no protocol between real clients, and taking the bounds of an earlier round instead would be
-another algorithm. Such a run has ``splits_rounds = False`` (the Flower runner refuses it) and
-``client_step`` raises for a partial cohort; in simulation it runs as before.
+``global-model`` ranges are computable on each client. ``client-minmax`` and ``private-minmax``
+are not splittable: they need every cohort member's trained model (or its range report) at once,
+before any client randomizes, and dpfl has no such two-phase exchange between real clients;
+taking the ranges of an earlier round instead would be another algorithm. Such a run has
+``splits_rounds = False`` (the Flower runner refuses it) and ``client_step`` raises for a partial
+cohort; in simulation it runs with the whole cohort stacked.
 
 Privacy. Each weight is ε-LDP (Theorem 1). The ledger records, per round, each participant's
 upload as d two-point reports (``Release.two_point``, d = number of weights) against both
 observers — the server and the public (which sees only the per-id averages, a post-processing) —
 as ``dpfl account ldp-fl`` does without ``--trusted-shuffler``: the certified ε composes d·T
-randomized responses (pure bound T·d·ε', RDP tighter at δ > 0). The paper's claim (ε per weight,
+randomized responses (pure bound T·d·ε', RDP tighter at δ > 0). The range agreement adds, per
+participant and round, against both observers:
+
+* ``fixed``, ``global-model`` — nothing (data-independent, or a function of the public model);
+* ``client-minmax`` — ``Release.gaussian(observer, noise_std=0, ...)``: the ledger's
+  non-private event (as midp-server's un-noised uploads), certified ε = ∞;
+* ``private-minmax`` — ``Release.gaussian(observer, σ, Δ)``, the Gaussian mechanism with
+  multiplier ``range_noise_multiplier``, composed by RDP with the two-point reports. The public
+  sees only a post-processing (the agreed radii, through the broadcast model): recording the
+  report against it too is an upper bound.
+
+The per-round metrics ``epsilon_*_unshuffled`` / ``_shuffled`` (:func:`ldp_fl_privacy`) state
+the same composition. The paper's claim (ε per weight,
 for the whole run) assumes split & shuffle make a client's weights unlinkable; 001's local random
 delays do not achieve that, so the claim is reported next to the certificate, never instead.
 With a *trusted* shuffler the Feldman–McMillan–Talwar amplification
@@ -54,7 +81,9 @@ metrics (``epsilon_shuffled_*``) with its assumptions, and as "not applicable" o
 n = 100 or 200 clients it never applies).
 
 References:
-    001_8ad797a147f2b989.txt, eq. 2, Algorithms 1–3, Theorem 1, Lemma 2, §3.3, §4.2, §5.
+    001_8ad797a147f2b989.txt, eq. 2, Algorithms 1–3, Theorem 1, Lemma 2, §3.3 (the role of the
+    ranges and their encrypted min–max agreement, for which private-minmax's Gaussian mechanism
+    is dpfl's accounted substitute), §4.2, §5.
 """
 
 from __future__ import annotations
@@ -73,10 +102,13 @@ from dpfl.client.layout import ParamLayout
 from dpfl.errors import ConfigError, PrivacyPreconditionError
 from dpfl.privacy.accounting.certify import certify
 from dpfl.privacy.accounting.claimed import CLAIM_NOTIONS, ldp_fl_claimed_epsilon
-from dpfl.privacy.accounting.events import two_point_event
+from dpfl.privacy.accounting.events import compose, gaussian_rounds_event, two_point_event
 from dpfl.privacy.accounting.ledger import Release
 from dpfl.privacy.accounting.shuffle import max_local_epsilon, shuffled_two_point_epsilon
 from dpfl.privacy.mechanisms import (
+    agree_log_ranges,
+    log_range_reports,
+    log_range_sensitivity,
     two_point_randomize_per_client,
     two_point_realized_epsilon,
     two_point_values,
@@ -86,7 +118,17 @@ from dpfl.server.shuffle import IdMultisets, Shuffler, mean_by_id
 
 __all__ = ["LdpFl", "LdpFlOptions", "LdpFlPrivacy", "ldp_fl_privacy"]
 
-RangeMode = Literal["fixed", "global-model", "client-minmax"]
+RangeMode = Literal["fixed", "global-model", "client-minmax", "private-minmax"]
+#: range modes that need every cohort member's trained model at once (not splittable)
+CROSS_CLIENT_MODES = ("client-minmax", "private-minmax")
+#: default floor of an adaptive radius: ``private-minmax`` needs a sensible one (its sensitivity
+#: grows with log2(max_radius / min_radius)), the other adaptive modes keep their old default
+DEFAULT_MIN_RADIUS = {"private-minmax": 1e-4}
+DEFAULT_MIN_RADIUS_OTHER = 1e-6
+DEFAULT_MAX_RADIUS = 10.0
+#: sensitivity recorded with the zero-noise release of ``client-minmax``: any positive value
+#: makes the ledger's NonPrivateDpEvent (ε = ∞); the exact bounds have no enforced sensitivity
+_UNBOUNDED_PLACEHOLDER = 1.0
 
 
 class LdpFlOptions(BaseModel):
@@ -98,8 +140,14 @@ class LdpFlOptions(BaseModel):
     range: RangeMode = Field("fixed", description="how clients agree on [c − r, c + r]")
     center: float = Field(0.0, description="c of the fixed range")
     radius: float | None = Field(None, gt=0, description="r of the fixed range (required for `fixed`)")
-    range_scale: float = Field(1.0, gt=0, description="adaptive ranges: r = scale × (max − min)")
-    min_radius: float = Field(1e-6, gt=0, description="adaptive ranges: smallest r of a layer")
+    range_scale: float = Field(1.0, gt=0, description="adaptive ranges: r = scale × (max − min) "
+                               "(private-minmax: r = scale × 2^(mean noisy log2 max|w|))")
+    min_radius: float | None = Field(None, gt=0, description="adaptive ranges: smallest r of a layer "
+                                     "(default 1e-6; private-minmax: 1e-4)")
+    max_radius: float | None = Field(None, gt=0, description="private-minmax: largest r of a layer (default 10)")
+    range_noise_multiplier: float | None = Field(
+        None, gt=0, description="private-minmax (required): noise std of each client's log2 range report "
+        "in units of its L2 sensitivity log2(max_radius / min_radius)·sqrt(L)")
 
 
 # --------------------------------------------------------------------------- privacy statements
@@ -120,6 +168,9 @@ class LdpFlPrivacy:
             (Feldman–McMillan–Talwar, composed over d·rounds releases), or None when the
             theorem's condition fails.
         shuffled_note: the bound's assumptions, or why it does not apply.
+        range_noise_multiplier: noise multiplier z of the per-round range report composed in
+            (``private-minmax``; 0 = the exact, un-noised bounds of ``client-minmax``, ε = ∞), or
+            None when the ranges cost nothing.
     """
 
     epsilon_per_weight: float
@@ -129,6 +180,7 @@ class LdpFlPrivacy:
     unshuffled_method: str
     shuffled: float | None
     shuffled_note: str
+    range_noise_multiplier: float | None = None
 
     @property
     def with_shuffler(self) -> float:
@@ -148,10 +200,12 @@ class LdpFlPrivacy:
             "shuffled": self.shuffled,
             "with_shuffler": self.with_shuffler,
             "shuffled_note": self.shuffled_note,
+            "range_noise_multiplier": self.range_noise_multiplier,
         }
 
 
-def ldp_fl_privacy(epsilon: float, num_weights: int, rounds: int, num_reports: int, delta: float) -> LdpFlPrivacy:
+def ldp_fl_privacy(epsilon: float, num_weights: int, rounds: int, num_reports: int, delta: float,
+                   range_noise_multiplier: float | None = None) -> LdpFlPrivacy:
     """Certified ε per client for ``rounds`` LDP-FL uploads, without and with a trusted shuffler.
 
     Without a trusted shuffler the observer links a client's d weights and rounds: the d·T
@@ -161,31 +215,47 @@ def ldp_fl_privacy(epsilon: float, num_weights: int, rounds: int, num_reports: i
     that strips identity, timing and order; shuffling per id over the n reports of that id; one
     report per client per id per round (see :mod:`dpfl.privacy.accounting.shuffle`).
 
+    A per-round range report (``range_noise_multiplier`` z: ``private-minmax``'s Gaussian log2
+    range report, :mod:`dpfl.privacy.mechanisms.log_range`; z = 0: ``client-minmax``'s exact
+    bounds) is composed into both statements: unshuffled, as T more Gaussian events in the same
+    RDP composition (what the run's ledger computes); with the shuffler, which does not hide the
+    range reports, by basic composition of the shuffled bound at δ/2 and the Gaussian reports
+    at δ/2. z = 0 gives ε = ∞.
+
     Args:
         epsilon: per-weight ε of eq. 2.
         num_weights: d.
         rounds: T >= 1.
         num_reports: n, reports shuffled together per id (the cohort size).
         delta: δ of both statements.
+        range_noise_multiplier: z of the per-round range report, or None (ranges cost nothing).
 
     Returns:
         the statements.
 
     References:
-        001 eq. 2, Theorem 1, §4.2; Feldman, McMillan, Talwar 2021, Thm 3.1.
+        001 eq. 2, Theorem 1, §3.3, §4.2; Feldman, McMillan, Talwar 2021, Thm 3.1.
     """
-    cert = certify(two_point_event(epsilon, num_weights, rounds), delta, relation="replace_one",
-                   privacy_unit="client", observer="server", pld=False)
+    weights = two_point_event(epsilon, num_weights, rounds)
+    ranges = None if range_noise_multiplier is None else gaussian_rounds_event([range_noise_multiplier] * rounds)
+    event = weights if ranges is None else compose([weights, ranges])
+    cert = certify(event, delta, relation="replace_one", privacy_unit="client", observer="server", pld=False)
+    shuffle_delta = delta if ranges is None else delta / 2.0
     shuffled: float | None
     try:
-        sc = shuffled_two_point_epsilon(epsilon, num_reports, num_weights, rounds, delta)
+        sc = shuffled_two_point_epsilon(epsilon, num_reports, num_weights, rounds, shuffle_delta)
         shuffled = sc.epsilon
         note = (f"trusted shuffler per id over n = {num_reports} reports (Feldman-McMillan-Talwar Thm 3.1): "
                 f"({sc.epsilon_per_release:.4g}, {sc.delta_per_release:.3g}) per id and round, "
                 f"{sc.releases} releases by advanced composition")
+        if ranges is not None:
+            rc = certify(ranges, delta / 2.0, relation="replace_one", privacy_unit="client", observer="server")
+            shuffled += rc.epsilon
+            note += (f"; plus the {rounds} unshuffled range reports ({rc.epsilon:.4g} at delta/2, basic "
+                     "composition)")
     except PrivacyPreconditionError:
         shuffled = None
-        limit = max_local_epsilon(num_reports, delta / (2.0 * num_weights * rounds))
+        limit = max_local_epsilon(num_reports, shuffle_delta / (2.0 * num_weights * rounds))
         note = (f"shuffle amplification not applicable: Feldman-McMillan-Talwar needs epsilon <= "
                 f"ln(n / (16 ln(2/delta'))) = {limit:.3g} for n = {num_reports}; the unshuffled bound stands")
     return LdpFlPrivacy(
@@ -196,6 +266,7 @@ def ldp_fl_privacy(epsilon: float, num_weights: int, rounds: int, num_reports: i
         unshuffled_method=cert.method,
         shuffled=shuffled,
         shuffled_note=note,
+        range_noise_multiplier=None if range_noise_multiplier is None else float(range_noise_multiplier),
     )
 
 
@@ -225,6 +296,23 @@ class LdpFl(PrivateAlgorithm):
                               "for MNIST, 0.015 for Fashion-MNIST).")
         if options.range != "fixed" and options.radius is not None:
             raise ConfigError(f"ldp-fl: `radius` applies to `range: fixed` only; `range` is {options.range!r}.")
+        for name in ("max_radius", "range_noise_multiplier"):
+            if options.range != "private-minmax" and getattr(options, name) is not None:
+                raise ConfigError(f"ldp-fl: `{name}` applies to `range: private-minmax` only; `range` is "
+                                  f"{options.range!r}.")
+        if options.range == "private-minmax" and options.range_noise_multiplier is None:
+            raise ConfigError(
+                "ldp-fl: `range: private-minmax` needs `range_noise_multiplier` (z > 0): each client's "
+                "per-layer log2 max|w| report gets Gaussian noise of std z * log2(max_radius / min_radius) "
+                "* sqrt(L), and its privacy cost is accounted (e.g. 1.0; larger z = noisier ranges, smaller "
+                "epsilon).")
+        #: the adaptive modes' smallest and (private-minmax) largest radius of a layer
+        self.min_radius = float(options.min_radius if options.min_radius is not None
+                                else DEFAULT_MIN_RADIUS.get(options.range, DEFAULT_MIN_RADIUS_OTHER))
+        self.max_radius = float(options.max_radius if options.max_radius is not None else DEFAULT_MAX_RADIUS)
+        if options.range == "private-minmax" and not self.max_radius > self.min_radius:
+            raise ConfigError(f"ldp-fl: `max_radius` ({self.max_radius!r}) must be larger than `min_radius` "
+                              f"({self.min_radius!r}) for `range: private-minmax`.")
         self.options = options
         self.sampler = sampler
         self.num_params = int(num_params)
@@ -233,8 +321,8 @@ class LdpFl(PrivateAlgorithm):
         self.shuffler = Shuffler()
         self.aggregate_by_id = mean_by_id  # the server side: sees IdMultisets only
         self._agreed: tuple[int, torch.Tensor, torch.Tensor, list[float]] | None = None
-        # client-minmax needs a cross-client agreement no real client can run alone
-        self.splits_rounds = options.range != "client-minmax"  # type: ignore[misc]
+        # client-minmax and private-minmax need a cross-client agreement no real client can run alone
+        self.splits_rounds = options.range not in CROSS_CLIENT_MODES  # type: ignore[misc]
         self._privacy_cache: dict[tuple[int, int], LdpFlPrivacy] = {}
 
     # ------------------------------------------------------------------ wiring
@@ -273,17 +361,52 @@ class LdpFl(PrivateAlgorithm):
             c = torch.full((p,), float(o.center), dtype=torch.float64)
             r = torch.full((p,), float(o.radius), dtype=torch.float64)
             return c, r, [float(o.radius)]
+        if o.range == "private-minmax":
+            raise ConfigError("ldp-fl: `range: private-minmax` ranges come from the cohort's noisy reports "
+                              "(LdpFl.private_ranges), not from a model's min and max.")
         source = global_params if o.range == "global-model" else local_params
         lows, highs = self._layer_bounds(source)
         radii = []
         for lo, hi in zip(lows, highs, strict=True):
             rad = o.range_scale * (hi - lo)
-            rad = max(rad, abs(lo), abs(hi), o.min_radius)
+            rad = max(rad, abs(lo), abs(hi), self.min_radius)
             radii.append(rad)
         assert self.layout is not None
         sizes = torch.tensor(self.layout.sizes())
         r = torch.repeat_interleave(torch.tensor(radii, dtype=torch.float64), sizes)
         return torch.zeros(p, dtype=torch.float64), r, radii
+
+    def _sizes(self) -> list[int]:
+        if self.layout is None:
+            raise ConfigError(f"ldp-fl: `range: {self.options.range}` needs the model's parameter layout "
+                              "(the runner passes it through configure_local).")
+        return self.layout.sizes()
+
+    def range_sensitivity(self) -> float:
+        """``private-minmax``: Δ = log2(max_radius / min_radius)·sqrt(L), L = parameter tensors."""
+        return log_range_sensitivity(self.min_radius, self.max_radius, len(self._sizes()))
+
+    def range_noise_std(self) -> float:
+        """``private-minmax``: σ = range_noise_multiplier × Δ of each client's log2 range report."""
+        assert self.options.range_noise_multiplier is not None
+        return float(self.options.range_noise_multiplier) * self.range_sensitivity()
+
+    def private_ranges(self, local_params: torch.Tensor, info: RoundInfo) -> tuple[torch.Tensor, torch.Tensor, list[float]]:
+        """``private-minmax``: (center [P], radius [P], per-layer radii) agreed from the cohort's noisy reports.
+
+        Row k of ``local_params`` is client ``info.clients[k]``'s trained model; its report
+        (:func:`dpfl.privacy.mechanisms.log_range_reports`) draws its noise from that client's own
+        stream (round, client, "noise") — LDP-FL draws no other Gaussian noise. The radii are
+        r_l = range_scale × 2^(mean report_l) clamped to [min_radius, max_radius]
+        (:func:`dpfl.privacy.mechanisms.agree_log_ranges`); c = 0.
+        """
+        sizes = self._sizes()
+        gens = [info.seeds.generator(info.round_idx, int(c), "noise") for c in info.clients.tolist()]
+        reports = log_range_reports(local_params, sizes, self.min_radius, self.max_radius,
+                                    self.range_noise_std(), gens)
+        radii_t = agree_log_ranges(reports, self.options.range_scale, self.min_radius, self.max_radius)
+        r = torch.repeat_interleave(radii_t, torch.tensor(sizes))
+        return torch.zeros(self.num_params, dtype=torch.float64), r, [float(x) for x in radii_t.tolist()]
 
     # ------------------------------------------------------------------ the round
 
@@ -295,26 +418,34 @@ class LdpFl(PrivateAlgorithm):
         """The round's agreed (center, radius, per-layer radii).
 
         ``fixed`` and ``global-model`` are computed by anyone holding the broadcast model.
-        ``client-minmax`` needs every cohort member's trained model (001's encrypted min–max):
-        computed from the stacked cohort when ``local_params`` is the whole cohort, and then kept
-        for this round (the agreed bounds are known to every client and the server after the
-        agreement, so the server may use them to mix the reports).
+        ``client-minmax`` and ``private-minmax`` need every cohort member's trained model (001's
+        encrypted min–max, or the cohort's noisy log2 range reports): computed from the stacked
+        cohort when ``local_params`` is the whole cohort, and then kept for this round (the agreed
+        bounds are known to every client and the server after the agreement, so the server may
+        use them to mix the reports).
         """
-        if self.options.range != "client-minmax":
+        mode = self.options.range
+        if mode not in CROSS_CLIENT_MODES:
             return self.ranges(global_params, global_params.unsqueeze(0))
         if local_params is not None:
             if int(info.clients.numel()) != info.cohort:
+                what = ("from the min and max over the whole cohort's trained models (001 §3.3, an encrypted "
+                        "min-max across clients)" if mode == "client-minmax" else
+                        "from the mean of the whole cohort's noisy log2 max|w| reports (dpfl's DP substitute "
+                        "for 001 §3.3's encrypted min-max)")
                 raise ConfigError(
-                    "ldp-fl: `range: client-minmax` agrees on each layer's range from the min and max over "
-                    "the whole cohort's trained models (001 §3.3, an encrypted min-max across clients); a "
-                    f"client that holds {int(info.clients.numel())} of the cohort's {info.cohort} models "
-                    "cannot compute it, and dpfl has no agreement protocol between real clients. Use "
-                    "`range: global-model` (public, costs no privacy) or `fixed` on real clients.")
-            center, radius, radii = self.ranges(global_params, local_params)
+                    f"ldp-fl: `range: {mode}` agrees on each layer's range {what}; a client that holds "
+                    f"{int(info.clients.numel())} of the cohort's {info.cohort} models cannot compute it, and "
+                    "dpfl has no agreement protocol between real clients. Use `range: global-model` (public, "
+                    "costs no privacy) or `fixed` on real clients.")
+            if mode == "client-minmax":
+                center, radius, radii = self.ranges(global_params, local_params)
+            else:
+                center, radius, radii = self.private_ranges(local_params, info)
             self._agreed = (info.round_idx, center, radius, radii)
             return center, radius, radii
         if self._agreed is None or self._agreed[0] != info.round_idx:
-            raise ConfigError(f"ldp-fl: no agreed client-minmax range for round {info.round_idx + 1} "
+            raise ConfigError(f"ldp-fl: no agreed {mode} range for round {info.round_idx + 1} "
                               "(the clients' step of this round did not run here)")
         _, center, radius, radii = self._agreed
         return center, radius, radii
@@ -324,9 +455,9 @@ class LdpFl(PrivateAlgorithm):
         and two-point randomized (eq. 2) with its own generator (round, client, "randomizer").
 
         Splitting by mode: ``fixed`` and ``global-model`` ranges are computed on the client from
-        the options and the broadcast model; ``client-minmax`` needs all the cohort's local
-        models at once (a cross-client agreement) and so runs only where the whole cohort is
-        stacked, i.e. in simulation — such a run has ``splits_rounds = False`` and the Flower
+        the options and the broadcast model; ``client-minmax`` and ``private-minmax`` need all
+        the cohort's local models (or range reports) at once (a cross-client agreement) and so
+        run only where the whole cohort is stacked, i.e. in simulation — such a run has ``splits_rounds = False`` and the Flower
         runner refuses it with a clear error (and this method raises one for a partial cohort).
         A weight that local training left non-finite (diverged training, e.g. at ε = 0.1) is
         reported as if it were the range's center c: the randomizer is ε-LDP for *every* input
@@ -362,7 +493,8 @@ class LdpFl(PrivateAlgorithm):
         sees only per-id multisets — no client ids, no order. The shuffled-ε metrics use the
         number of reports actually mixed per id (the arrivals)."""
         eps = self.options.epsilon
-        known = self.options.range != "client-minmax" or (self._agreed is not None and self._agreed[0] == info.round_idx)
+        known = self.options.range not in CROSS_CLIENT_MODES or (
+            self._agreed is not None and self._agreed[0] == info.round_idx)
         radii: list[float] | None = None
         if uploads.shuffled is not None:
             if not isinstance(uploads.shuffled, IdMultisets):
@@ -397,6 +529,9 @@ class LdpFl(PrivateAlgorithm):
                 metrics["non_finite_weights_reported_as_center"] = int(nf)
         if radii is not None:
             metrics["range_radius"] = [round(x, 8) for x in radii]
+        if self.options.range == "private-minmax":
+            metrics["range_noise_std"] = self.range_noise_std()
+            metrics["range_sensitivity"] = self.range_sensitivity()
         metrics.update({
             "epsilon_round_unshuffled": one.unshuffled,
             "epsilon_round_shuffled": one.shuffled,
@@ -406,11 +541,20 @@ class LdpFl(PrivateAlgorithm):
         })
         return RoundOutput(new_global, metrics)
 
+    def _range_noise_multiplier(self) -> float | None:
+        """z of the per-round range release: None (free), 0 (client-minmax: exact), or σ/Δ."""
+        if self.options.range == "client-minmax":
+            return 0.0
+        if self.options.range == "private-minmax":
+            return float(self.options.range_noise_multiplier)  # type: ignore[arg-type]
+        return None
+
     def _privacy(self, rounds: int, num_reports: int) -> LdpFlPrivacy:
         key = (rounds, num_reports)
         if key not in self._privacy_cache:
             self._privacy_cache[key] = ldp_fl_privacy(self.options.epsilon, self.num_params, rounds,
-                                                      max(num_reports, 1), self.delta)
+                                                      max(num_reports, 1), self.delta,
+                                                      self._range_noise_multiplier())
         return self._privacy_cache[key]
 
     # ------------------------------------------------------------------ privacy interface
@@ -422,7 +566,20 @@ class LdpFl(PrivateAlgorithm):
         eps, d = self.options.epsilon, self.num_params
         # Both observers: d two-point reports per participant. The public sees only per-id means,
         # a post-processing of the reports; without a trusted shuffler the server links them.
-        return [Release.two_point("server", eps, d, ids), Release.two_point("public", eps, d, ids)]
+        out = [Release.two_point("server", eps, d, ids), Release.two_point("public", eps, d, ids)]
+        if self.options.range == "client-minmax":
+            # the exact per-layer bounds of the cohort's trained models, known to the server and
+            # every client (and, through the ranges, the public): a deterministic function of the
+            # data, released without noise — the ledger's non-private release (ε = ∞), recorded as
+            # midp-server's un-noised uploads are (zero noise against a positive sensitivity)
+            out += [Release.gaussian(obs, 0.0, _UNBOUNDED_PLACEHOLDER, ids) for obs in ("server", "public")]
+        elif self.options.range == "private-minmax":
+            # one Gaussian log2 range report per participant (σ against Δ, replace-one = local DP);
+            # the public sees only the agreed radii (a post-processing): recording the report
+            # against it too is an upper bound
+            sigma, delta_l2 = self.range_noise_std(), self.range_sensitivity()
+            out += [Release.gaussian(obs, sigma, delta_l2, ids) for obs in ("server", "public")]
+        return out
 
     def claimed_epsilon(self, rounds_done: int) -> float | None:
         if rounds_done == 0:
@@ -437,9 +594,12 @@ class LdpFl(PrivateAlgorithm):
         out = []
         if self.options.range == "client-minmax":
             out.append(
-                "range `client-minmax` (001's encrypted min-max): each layer's range is the max - min over "
-                "the cohort's trained local models; the agreed bounds reveal every layer's extreme local "
-                "weights and this release is not accounted in the certified epsilon"
+                "range `client-minmax` (001's encrypted min-max): each layer's range is the exact max - min "
+                "over the cohort's trained local models, released without noise to the server and every "
+                "client (and through the ranges to the public) - a deterministic function of the clients' "
+                "data, so the certified epsilon is infinite against both observers (the ledger records it "
+                "as a non-private release); the paper's claimed epsilon ignores this release. "
+                "`range: private-minmax` agrees on the ranges with Gaussian noise and accounts for it"
             )
         out.append(
             "split & shuffle: the certified epsilon assumes no trusted shuffler (001's local random delays "

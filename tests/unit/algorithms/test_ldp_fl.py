@@ -105,14 +105,14 @@ def test_global_model_ranges_follow_each_layer_of_the_public_model() -> None:
     assert algo.not_covered() and all("client-minmax" not in x for x in algo.not_covered())
 
 
-def test_client_minmax_ranges_use_the_local_models_and_say_it_is_not_covered() -> None:
+def test_client_minmax_ranges_use_the_local_models_and_say_the_certificate_is_infinite() -> None:
     layout = _two_layer_layout()
     algo = _algo(11, layout, epsilon=1.0, range="client-minmax", range_scale=2.0)
     local = torch.zeros(2, 11)
     local[0, 0], local[1, 1] = -0.1, 0.3
     _, _, radii = algo.ranges(torch.zeros(11), local)
     assert radii[0] == pytest.approx(0.8) and radii[1] == pytest.approx(1e-6)
-    assert any("not accounted" in x for x in algo.not_covered())
+    assert any("infinite" in x and "private-minmax" in x for x in algo.not_covered())
 
 
 def test_options_are_validated() -> None:

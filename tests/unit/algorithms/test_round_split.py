@@ -3,8 +3,8 @@ on the server, with the simulation's results unchanged.
 
 For each algorithm (tiny MNIST runs: 6 clients of 12–50 samples, a logistic model, cohorts of 4):
 
-1. ``splits_rounds`` is True (LDP-FL's ``client-minmax`` range excepted, on purpose: it needs a
-   cross-client agreement; it says so and refuses a partial cohort).
+1. ``splits_rounds`` is True (LDP-FL's ``client-minmax`` and ``private-minmax`` ranges excepted, on
+   purpose: they need a cross-client agreement; they say so and refuse a partial cohort).
 2. Row separability, through the real client path: a second copy of the algorithm (what a
    SuperNode builds from the config) loads the server's JSON-round-tripped ``client_state`` and
    runs ``client_step`` on one row with ``info.for_clients([c])``; the rows concatenated equal the
@@ -175,13 +175,15 @@ def test_splits_rounds(case: str, shared_data: Path) -> None:
     assert _setup(case, shared_data).server.splits_rounds is True
 
 
-def test_ldp_fl_client_minmax_is_not_splittable_and_says_why(shared_data: Path) -> None:
-    exp = build_experiment(_config("ldp-fl", {"epsilon": 1.0, "range": "client-minmax"}, {}, shared_data))
+@pytest.mark.parametrize("options", [{"range": "client-minmax"},
+                                     {"range": "private-minmax", "range_noise_multiplier": 1.0}])
+def test_ldp_fl_cross_client_ranges_are_not_splittable_and_say_why(options: dict[str, Any], shared_data: Path) -> None:
+    exp = build_experiment(_config("ldp-fl", {"epsilon": 1.0, **options}, {}, shared_data))
     algo = exp.algorithm
     assert algo.splits_rounds is False and type(algo).splits_rounds is True
     info = RoundInfo(0, 6, torch.tensor([2]), exp.seeds, cohort_size=4)
     local = exp.engine.train(exp.init_params, [2], 0)
-    with pytest.raises(ConfigError, match="client-minmax.*whole cohort"):
+    with pytest.raises(ConfigError, match=f"{options['range']}.*whole cohort"):
         algo.client_step(exp.init_params, local, info)
 
 

@@ -3,8 +3,9 @@
 Bound sensitivity, then randomize — two steps, so one mechanism serves local DP, central DP and
 clip-on-client / noise-on-server: :mod:`.clipping` bounds (whole-vector L2 clip, the sensitivity
 it enforces); :mod:`.gaussian` and :mod:`.two_point` randomize and state the DP event they cause
-(``gaussian_event``, ``two_point_event``). Nothing here reads a global RNG; secure seeding is
-``dpfl.rng.SeedSequence.secure_mode()``.
+(``gaussian_event``, ``two_point_event``); :mod:`.log_range` is a DP agreement on per-layer
+ranges (noisy log2 max|w| reports, ``log_range_event``). Nothing here reads a global RNG;
+secure seeding is ``dpfl.rng.SeedSequence.secure_mode()``.
 
 This package imports nothing from dpfl except :mod:`dpfl.errors`.
 """
@@ -18,6 +19,13 @@ from dpfl.privacy.mechanisms.gaussian import (
     add_gaussian_noise,
     add_gaussian_noise_per_client,
     gaussian_event,
+)
+from dpfl.privacy.mechanisms.log_range import (
+    agree_log_ranges,
+    layer_log_max_abs,
+    log_range_event,
+    log_range_reports,
+    log_range_sensitivity,
 )
 from dpfl.privacy.mechanisms.two_point import (
     two_point_event,
@@ -33,9 +41,14 @@ from dpfl.privacy.mechanisms.two_point import (
 __all__ = [
     "add_gaussian_noise",
     "add_gaussian_noise_per_client",
+    "agree_log_ranges",
     "clip_by_l2_norm",
     "clipped_sensitivity",
     "gaussian_event",
+    "layer_log_max_abs",
+    "log_range_event",
+    "log_range_reports",
+    "log_range_sensitivity",
     "per_client_l2_norms",
     "two_point_event",
     "two_point_flip_probability",
