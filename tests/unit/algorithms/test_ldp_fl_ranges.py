@@ -212,3 +212,19 @@ def test_private_minmax_run_is_the_independent_composition(runs: dict[str, tuple
     free = runs["global-model"][0]
     assert _certified(res, "server") > _certified(free, "server")
     assert _certified(res, "public") > _certified(free, "public")
+
+
+def test_ldp_fl_privacy_composes_the_range_report_into_both_statements() -> None:
+    from dpfl.privacy.accounting.shuffle import shuffled_two_point_epsilon
+
+    # one coordinate, ten million reports: shuffle amplification applies (see test_ldp_fl.py)
+    base = ldp_fl_privacy(0.5, 1, 1, 10**7, DELTA)
+    with_range = ldp_fl_privacy(0.5, 1, 1, 10**7, DELTA, 1.0)
+    assert with_range.unshuffled > base.unshuffled
+    # shuffled: the amplified bound at δ/2 plus the (unshuffled) Gaussian report at δ/2
+    gauss = dpa.get_epsilon_gaussian(1.0, DELTA / 2)  # closed form, one release, multiplier 1
+    amp = shuffled_two_point_epsilon(0.5, 10**7, 1, 1, DELTA / 2).epsilon
+    assert with_range.shuffled == pytest.approx(amp + gauss, rel=1e-9)
+    assert "range reports" in with_range.shuffled_note
+    exact = ldp_fl_privacy(0.5, 1, 1, 10**7, DELTA, 0.0)  # client-minmax: un-noised bounds
+    assert exact.unshuffled == math.inf and exact.with_shuffler == math.inf
