@@ -71,8 +71,8 @@ participant and round, against both observers:
   report against it too is an upper bound.
 
 The per-round metrics ``epsilon_*_unshuffled`` / ``_shuffled`` (:func:`ldp_fl_privacy`) state
-the same composition. The paper's claim (ε per weight,
-for the whole run) assumes split & shuffle make a client's weights unlinkable; 001's local random
+the same composition. The paper's claim (ε per weight, for the whole run) ignores the range
+agreement and assumes split & shuffle make a client's weights unlinkable; 001's local random
 delays do not achieve that, so the claim is reported next to the certificate, never instead.
 With a *trusted* shuffler the Feldman–McMillan–Talwar amplification
 (:func:`dpfl.privacy.accounting.shuffle.shuffled_two_point_epsilon`) gives a smaller ε per
