@@ -33,7 +33,7 @@ Ranges (option ``range``):
   ``self.layout`` (L parameter tensors), v_kl = log2(max |w| over the layer's finite weights),
   clipped into [log2 ``min_radius``, log2 ``max_radius``] (defaults 1e-4 and 10; a layer with no
   finite non-zero weight reports log2 ``min_radius``), plus N(0, σ²) from its own stream
-  (round, client, "noise"), σ = ``range_noise_multiplier`` × Δ with Δ = log2(max_radius /
+  (round, client, "range"), σ = ``range_noise_multiplier`` × Δ with Δ = log2(max_radius /
   min_radius)·sqrt(L) the L2 sensitivity of the clipped L-vector under replace-one (any input
   against any other: local DP). The agreed radius is r_l = ``range_scale`` × 2^(mean_k report_kl)
   clamped to [min_radius, max_radius], c = 0: a DP estimate of a *typical* client's max |w| (a
@@ -396,12 +396,12 @@ class LdpFl(PrivateAlgorithm):
 
         Row k of ``local_params`` is client ``info.clients[k]``'s trained model; its report
         (:func:`dpfl.privacy.mechanisms.log_range_reports`) draws its noise from that client's own
-        stream (round, client, "noise") — LDP-FL draws no other Gaussian noise. The radii are
+        stream (round, client, "range"). The radii are
         r_l = range_scale × 2^(mean report_l) clamped to [min_radius, max_radius]
         (:func:`dpfl.privacy.mechanisms.agree_log_ranges`); c = 0.
         """
         sizes = self._sizes()
-        gens = [info.seeds.generator(info.round_idx, int(c), "noise") for c in info.clients.tolist()]
+        gens = [info.seeds.generator(info.round_idx, int(c), "range") for c in info.clients.tolist()]
         reports = log_range_reports(local_params, sizes, self.min_radius, self.max_radius,
                                     self.range_noise_std(), gens)
         radii_t = agree_log_ranges(reports, self.options.range_scale, self.min_radius, self.max_radius)
