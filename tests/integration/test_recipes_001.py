@@ -52,7 +52,17 @@ def _tiny_cifar(root: Path, per_batch: int = 4, test: int = 10) -> None:
 def test_cifar10_smoke_on_a_tiny_cifar_format_data_set(tmp_path: Path) -> None:
     _tiny_cifar(tmp_path / "data")
     # The files are synthetic; the recipe's smoke configs set data.verify: false.
-    text, _ = _reproduce("001/cifar10", tmp_path, tmp_path / "data")
+    text, store = _reproduce("001/cifar10", tmp_path, tmp_path / "data")
     assert "| 10 | global-model |" in text and "| 10 | client-minmax |" in text
+    # the exact min-max is released without noise: its privacy cells are infinite; the DP one is finite
+    minmax = next(line for line in text.splitlines() if line.startswith("| 10 | client-minmax |"))
+    private = next(line for line in text.splitlines() if line.startswith("| 10 | private-minmax |"))
+    public = next(line for line in text.splitlines() if line.startswith("| 10 | global-model |"))
+    assert minmax.split("|")[6].strip() == "inf" and minmax.split("|")[8].strip() == "inf"
+    assert private.split("|")[6].strip() not in ("inf", "n/a")
+    assert float(private.split("|")[6]) >= float(public.split("|")[6])  # equal at the table's 4 digits
+    certified = {rec.name.split()[1]: float(rec.result["privacy"]["certified"]["headline"]["epsilon"])
+                 for rec in store.list() if rec.name.startswith("001-cifar10") and "eps=" in rec.name}
+    assert certified["private-minmax"] > certified["global-model"] and certified["client-minmax"] == float("inf")
     assert "| noise-free | fedavg |" in text
     assert (tmp_path / "reports" / "001_cifar10" / "smoke" / "cifar10.png").exists()
