@@ -31,7 +31,13 @@ def test_table1_smoke_reports_accuracy_and_both_epsilons(tmp_path: Path, shared_
     assert "| 10 | fixed |" in text and "(no amplification)" in text
     assert "ledger ε (run" in text and "reproduced**" in text
     records = store.list()
-    assert len(records) == 6 and all(r.status == "finished" for r in records)
+    assert len(records) == 8 and all(r.status == "finished" for r in records)  # 4 cells × 2 data sets
+    # the clip-only ablation: FedAvg with the fixed range, no randomizer, shown as not private
+    assert "∞: range clip only (ablation" in text and "none: no randomizer, not private" in text
+    assert "clipping the weights into the fixed range alone costs" in text
+    clip = [r for r in records if "clip-only" in r.name]
+    assert len(clip) == 2 and all(r.algorithm == "fedavg" for r in clip)
+    assert {r.config["algorithm"]["options"]["clip_radius"] for r in clip} == {0.075, 0.015}
     for rec in records:
         assert rec.result is not None and 0.0 <= rec.result["test_accuracy"] <= 1.0
         if rec.algorithm == "ldp-fl":

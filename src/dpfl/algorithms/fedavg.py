@@ -4,14 +4,22 @@ Each sampled client trains locally from the global model; the server replaces th
 the sample-size-weighted mean of the local models, w ← Σ_k p_k w_k with p_k = |D_k|/Σ_j |D_j|
 (000 eq. 2 without noise). Optional client transforms act on the update Δ_k = w_k − w before
 aggregation (used by benchmarks and by the private algorithms built on this one).
+
+Option ``clip_radius`` (with ``clip_center``, default 0): each client clips every weight of its
+trained local *model* into [c − r, c + r] before uploading — 001's fixed range (Algorithm 2's
+clipping step) without the two-point randomizer. An ablation, not a private algorithm: it
+separates what the range costs in accuracy from what the randomizer's noise costs (LDP-FL's
+per-id mean is an unbiased estimate of exactly this mean of clipped models, 001 Lemma 2).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dpfl.algorithms.base import Algorithm, RoundOutput, Uploads
 from dpfl.client.context import LocalResult, RoundInfo
@@ -21,19 +29,40 @@ from dpfl.server.aggregators import WeightedMean
 ClientTransform = Callable[[torch.Tensor, RoundInfo], tuple[torch.Tensor, dict[str, Any]]]
 
 
+class FedAvgOptions(BaseModel):
+    """Options of ``algorithm: {name: fedavg, options: {...}}`` (all optional)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    clip_radius: float | None = Field(None, gt=0, description="clip local model weights into "
+                                      "[clip_center − r, clip_center + r] before upload (ablation of 001's range)")
+    clip_center: float = Field(0.0, description="center c of the clipping range")
+
+    @model_validator(mode="after")
+    def _finite(self) -> FedAvgOptions:
+        for name in ("clip_radius", "clip_center"):
+            value = getattr(self, name)
+            if value is not None and not math.isfinite(value):
+                raise ValueError(f"`{name}` must be finite. Found {value!r}.")
+        return self
+
+
 class FedAvg(Algorithm):
     """See the module docstring.
 
     Args:
         sampler: the client sampler (``dpfl.sampling``); it draws from stream (t, server, "sample").
         client_transforms: applied in order to the stacked updates [K, P].
+        clip_range: ``(c, r)``: clip each trained local model into [c − r, c + r] first (ablation).
     """
 
     name = "fedavg"
 
-    def __init__(self, sampler: Any, client_transforms: Sequence[ClientTransform] = ()) -> None:
+    def __init__(self, sampler: Any, client_transforms: Sequence[ClientTransform] = (),
+                 clip_range: tuple[float, float] | None = None) -> None:
         self.sampler = sampler
         self.client_transforms = tuple(client_transforms)
+        self.clip_range = clip_range
 
     def sample(self, info_round: int, num_clients: int, seeds: SeedSequence) -> torch.Tensor:
         return self.sampler.sample(num_clients, seeds.generator(info_round, SERVER, "sample"))
@@ -41,6 +70,9 @@ class FedAvg(Algorithm):
     splits_rounds = True
 
     def client_step(self, global_params: torch.Tensor, local: LocalResult, info: RoundInfo) -> Uploads:
+        if self.clip_range is not None:
+            c, r = self.clip_range
+            local.params.clamp_(c - r, c + r)
         updates = local.params.sub_(global_params.to(local.params.device))  # in place: Δ_k = w_k − w
         for transform in self.client_transforms:
             updates, _ = transform(updates, info)
@@ -52,7 +84,7 @@ class FedAvg(Algorithm):
         return RoundOutput(new_global, {"update_norm_mean": float(uploads.params.norm(dim=1).mean())})
 
     def server_step(self, global_params: torch.Tensor, local: LocalResult, info: RoundInfo) -> RoundOutput:
-        if not self.client_transforms:
+        if not self.client_transforms or self.clip_range is not None:
             return super().server_step(global_params, local, info)
         # transforms report metrics on the stacked cohort (used by benchmarks)
         updates = local.params.sub_(global_params.to(local.params.device))

@@ -66,9 +66,10 @@ def parse_options(model: type[BaseModel], options: dict[str, Any], algorithm: st
 
 
 def _fedavg(options: dict[str, Any], sampler: Any, ctx: BuildContext) -> Algorithm:
-    if options:
-        raise ConfigError(f"fedavg takes no `algorithm.options`; found {sorted(options)}.")
-    return FedAvg(sampler)
+    from dpfl.algorithms.fedavg import FedAvgOptions
+
+    opts = parse_options(FedAvgOptions, options, "fedavg")
+    return FedAvg(sampler, clip_range=None if opts.clip_radius is None else (opts.clip_center, opts.clip_radius))
 
 
 Factory = Callable[[dict[str, Any], Any, BuildContext], Algorithm]

@@ -21,7 +21,7 @@ def test_table1_reduced_has_ten_repetitions_of_every_cell() -> None:
     runs = get_recipe("001/table1").build("reduced")
     reps = Counter((r.coords["dataset"], r.coords["epsilon"]) for r in runs)
     for dataset in REDUCED:
-        assert {e for d, e in reps if d == dataset} == {None, 0.1, 0.5, 1.0, 5.0, 10.0}
+        assert {e for d, e in reps if d == dataset} == {None, math.inf, 0.1, 0.5, 1.0, 5.0, 10.0}  # inf: clip only
         assert all(v == 10 for (d, _), v in reps.items() if d == dataset)
     for r in runs:
         st = REDUCED[r.coords["dataset"]]
@@ -98,10 +98,10 @@ def test_002_reduced_grids_and_rounds() -> None:
 def test_002_reduced_server_points_and_shared_c10_run(tmp_path: Path) -> None:
     fig5 = get_recipe("002/fig5").build("reduced")
     fig6 = get_recipe("002/fig6").build("reduced")
-    assert sorted(r.coords["x"] for r in fig5 if r.coords["side"] == "server") == [20]
+    assert sorted(r.coords["x"] for r in fig5 if r.coords["side"] == "server") == [20, 60, 100, 140, 200]
     assert [r.coords["x"] for r in fig6 if r.coords["side"] == "server"] == [10.0]
     ids5 = {run_id(r.config) for r in fig5}
-    assert {r.label for r in fig6 if run_id(r.config) in ids5} == {"client C=10"}
+    assert {r.label for r in fig6 if run_id(r.config) in ids5} == {"client C=10", "server C=10"}  # Fig. 5 N = 100
     server_n100 = next(r for r in get_recipe("002/fig5").build("full") if r.label == "server N=100")
     assert next(r for r in fig6 if r.label == "server C=10").config.name == server_n100.config.name
     # Theorem 2's comparison matches points by N, not by position
@@ -120,4 +120,4 @@ def test_table1_full_puts_the_headline_cells_first() -> None:
     runs = get_recipe("001/table1").build("full")
     assert [(r.coords["dataset"], r.coords["epsilon"], r.coords["rep"]) for r in runs[:4]] == [
         ("mnist", 1.0, 0), ("fashion-mnist", 5.0, 0), ("mnist", None, 0), ("fashion-mnist", None, 0)]
-    assert len(runs) == 120 and {r.config.sampling.kind for r in runs} == {"all"}
+    assert len(runs) == 140 and {r.config.sampling.kind for r in runs} == {"all"}  # 7 cells × 2 × 10

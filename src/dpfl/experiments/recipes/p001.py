@@ -37,6 +37,9 @@ PAPER = "001_8ad797a147f2b989.txt"
 EPSILONS = (0.1, 0.5, 1.0, 5.0, 10.0)
 DELTA = 1e-5
 NOISE_FREE = "noise-free"
+#: the ablation cell of Table 1 (not in the paper): FedAvg with every local model clipped into the
+#: fixed range (c, r) and no randomizer — what the range alone costs; keyed as ε = ∞
+CLIP_ONLY = math.inf
 
 #: 001 Table 1 (accuracy, %).
 PAPER_TABLE1: dict[str, dict[Any, float]] = {
@@ -142,9 +145,12 @@ _TABLE_SCALE: dict[str, dict[str, Any]] = {
 def _shared_run(dataset: str, eps: float | None, *, n: int, k: int | None, spc: int | None, rounds: int,
                 seed: int, eval_every: int, coords: dict[str, Any]) -> RecipeRun:
     """A run named from its settings only (recipes that need the same run share its id)."""
-    what = "noise-free" if eps is None else f"eps={eps:g}"
+    what = "noise-free" if eps is None else ("clip-only" if eps == CLIP_ONLY else f"eps={eps:g}")
     label = f"{dataset} {what} n={n}" + (f" k={k}" if k else "") + f" spc={spc or 'all'} T={rounds} rep={seed}"
-    algo = _FEDAVG if eps is None else _ldp(dataset, eps)
+    if eps == CLIP_ONLY:
+        algo = {"name": "fedavg", "options": {"clip_radius": SETTINGS[dataset]["radius"], "clip_center": 0.0}}
+    else:
+        algo = _FEDAVG if eps is None else _ldp(dataset, eps)
     frac = 1.0 if not k else k / n
     cfg = _config(f"001 {label} eval={eval_every}", dataset, n=n, spc=spc, rounds=rounds,
                   lr=SETTINGS[dataset]["lr"], seed=seed, algorithm=algo, eval_every=eval_every, fraction=frac)
@@ -162,12 +168,13 @@ def _table1_build(scale: str) -> list[RecipeRun]:
     for rep in range(max(s["reps"].values())):
         for dataset in ("mnist", "fashion-mnist"):
             headline = REDUCED[dataset]["headline"]
-            for eps in (None, *s["eps"][dataset]):
-                kind = "noise-free" if eps is None else ("headline" if eps == headline else "other")
-                if rep < s["reps"][kind]:
+            for eps in (None, CLIP_ONLY, *s["eps"][dataset]):
+                kind = ("noise-free" if eps is None else "ablation" if eps == CLIP_ONLY
+                        else "headline" if eps == headline else "other")
+                if rep < s["reps"]["noise-free" if kind == "ablation" else kind]:
                     phase = 0 if rep == 0 else (1 if kind != "other" else 2)
                     # at full scale (one run ≈ 10–25 min here) the headline cells come first of all
-                    first = 0 if scale != "full" else {"headline": 0, "noise-free": 1, "other": 2}[kind]
+                    first = 0 if scale != "full" else {"headline": 0, "noise-free": 1, "other": 2, "ablation": 3}[kind]
                     cells.append((phase, rep, first, dataset, eps, kind))
     runs = []
     for _, rep, _, dataset, eps, kind in sorted(cells, key=lambda c: c[:3]):
@@ -254,10 +261,16 @@ def _accuracy_table(ctx: ReportContext, dataset: str, model: str, extra_key: str
         eps = key[1]
         accs = [a for a in (_acc(rec) for _, rec, _ in items) if a is not None]
         if not accs:
-            lines.append(f"| {'noise-free' if eps is None else f'{eps:g}'} | — | no finished run (of {len(items)}) "
-                         "| 0 | — | — | — | — | — | — |")
+            name = "noise-free" if eps is None else ("∞ (clip only)" if eps == CLIP_ONLY else f"{eps:g}")
+            lines.append(f"| {name} | — | no finished run (of {len(items)}) | 0 | — | — | — | — | — | — |")
             continue
         mean, std = _mean_std(accs)
+        if eps == CLIP_ONLY:
+            means[CLIP_ONLY] = (mean, std)
+            lines.append(f"| ∞: range clip only (ablation, not in the paper) | fedavg, weights clipped to "
+                         f"[−{SETTINGS[dataset]['radius']:g}, {SETTINGS[dataset]['radius']:g}] | {mean:.2f} ± {std:.2f} | "
+                         f"{len(accs)} | — | none: no randomizer, not private | — | — | — | — |")
+            continue
         if eps is None:
             mode = "fedavg"
         else:
@@ -280,7 +293,7 @@ def _accuracy_table(ctx: ReportContext, dataset: str, model: str, extra_key: str
 def _verdicts(dataset: str, means: dict[Any, tuple[float, float]]) -> list[str]:
     out = []
     free = means.get(None)
-    eps_keys = sorted(k for k in means if k is not None)
+    eps_keys = sorted(k for k in means if k is not None and k != CLIP_ONLY)
     if free is not None:
         close = [e for e in eps_keys if e >= COMPARABLE_FROM[dataset]]
         if close:
@@ -297,6 +310,16 @@ def _verdicts(dataset: str, means: dict[Any, tuple[float, float]]) -> list[str]:
         out.append(f"- {dataset}: paper — accuracy collapses to ≈10% at ε ∈ {{{', '.join(f'{e:g}' for e in COLLAPSE_AT[dataset])}}}. "
                    "Ours: " + ", ".join(f"ε={e:g}: {a:.1f}%" for e, a in accs.items())
                    + f" → **{'reproduced' if ok else 'not reproduced'}** (threshold 20%).")
+    clip = means.get(CLIP_ONLY)
+    head = REDUCED.get(dataset, {}).get("headline")
+    if free is not None and clip is not None:
+        line = (f"- {dataset}: where the accuracy goes (ours, not a paper claim): clipping the weights into the "
+                f"fixed range alone costs {free[0] - clip[0]:.2f} points (noise-free {free[0]:.2f}% → clip only "
+                f"{clip[0]:.2f}%)")
+        if head in means:
+            line += (f"; the randomizer at ε = {head:g} costs {clip[0] - means[head][0]:.2f} more "
+                     f"(→ {means[head][0]:.2f}%)")
+        out.append(line + ".")
     if len(eps_keys) >= 2:
         seq = [means[e] for e in eps_keys]
         viol = [(eps_keys[i], eps_keys[i + 1]) for i in range(len(seq) - 1)
@@ -330,7 +353,7 @@ def _plot_accuracy_vs_eps(ctx: ReportContext, series: dict[str, dict[Any, tuple[
 
     fig, axes = plt.subplots(1, max(1, len(series)), figsize=(5 * max(1, len(series)), 3.6), squeeze=False)
     for ax, (label, means) in zip(axes[0], series.items(), strict=False):
-        eps = sorted(k for k in means if k is not None and not isinstance(k, tuple))
+        eps = sorted(k for k in means if k is not None and not isinstance(k, tuple) and k != CLIP_ONLY)
         if eps:
             ax.errorbar(eps, [means[e][0] for e in eps], yerr=[means[e][1] for e in eps], marker="o",
                         capsize=3, label="ours")
@@ -340,6 +363,8 @@ def _plot_accuracy_vs_eps(ctx: ReportContext, series: dict[str, dict[Any, tuple[
             ax.plot(pe, [pp[e] for e in pe], "s--", color="gray", label="paper (Table 1)")
         if None in means:
             ax.axhline(means[None][0], color="C2", ls=":", label="noise-free (ours)")
+        if CLIP_ONLY in means:
+            ax.axhline(means[CLIP_ONLY][0], color="C3", ls="-.", label="range clip only, no noise (ours)")
         ax.set_xscale("log")
         ax.set_xlabel("ε per weight")
         ax.set_ylabel("test accuracy (%)")
@@ -390,7 +415,8 @@ def _mechanism_section(ctx: ReportContext, dataset: str) -> list[str]:
     cfg0 = runs[0][0].config
     k = int(cfg0.sampling.clients_per_round or cfg0.partition.num_clients)
     n_paper, rounds = int(SETTINGS[dataset]["n"]), int(cfg0.rounds)
-    eps_list = sorted({float(r.coords["epsilon"]) for r, _ in runs if r.coords["epsilon"] is not None})
+    eps_list = sorted({float(r.coords["epsilon"]) for r, _ in runs
+                       if r.coords["epsilon"] is not None and r.coords["epsilon"] != CLIP_ONLY})
     out = [f"#### Why: the two-point randomizer's noise against the weights ({dataset})", "",
            "Each client sends c ± r(e^ε+1)/(e^ε−1) for every weight; the server's per-id mean of the k reports "
            "of a round is unbiased with per-weight std between √((a² − r²)/k) (weight at the range edge) and a/√k "
@@ -413,7 +439,7 @@ def _mechanism_section(ctx: ReportContext, dataset: str) -> list[str]:
     if ref is None:
         return out
     ldp = {float(r.coords["epsilon"]): _final_model(rec) for r, rec in runs
-           if r.coords["epsilon"] is not None and r.coords["rep"] == 0}
+           if r.coords["epsilon"] is not None and r.coords["epsilon"] != CLIP_ONLY and r.coords["rep"] == 0}
     out += ["", f"Measured on the final models of repetition 0 (noise-free vs LDP-FL: same seed, so same partition, "
             f"initialization and sampled clients); per layer, RMS of the noise-free weights, the share of them "
             f"outside [c − r, c + r] = [−{radius:g}, {radius:g}] (clipped before randomizing), and RMS of "
