@@ -120,4 +120,6 @@ def test_table1_full_puts_the_headline_cells_first() -> None:
     runs = get_recipe("001/table1").build("full")
     assert [(r.coords["dataset"], r.coords["epsilon"], r.coords["rep"]) for r in runs[:4]] == [
         ("mnist", 1.0, 0), ("fashion-mnist", 5.0, 0), ("mnist", None, 0), ("fashion-mnist", None, 0)]
+    assert [(r.coords["dataset"], r.coords["epsilon"]) for r in runs[4:6]] == [
+        ("mnist", math.inf), ("fashion-mnist", math.inf)]  # then the clip-only ablation
     assert len(runs) == 140 and {r.config.sampling.kind for r in runs} == {"all"}  # 7 cells × 2 × 10

@@ -174,7 +174,7 @@ def _table1_build(scale: str) -> list[RecipeRun]:
                 if rep < s["reps"]["noise-free" if kind == "ablation" else kind]:
                     phase = 0 if rep == 0 else (1 if kind != "other" else 2)
                     # at full scale (one run ≈ 10–25 min here) the headline cells come first of all
-                    first = 0 if scale != "full" else {"headline": 0, "noise-free": 1, "other": 2, "ablation": 3}[kind]
+                    first = 0 if scale != "full" else {"headline": 0, "noise-free": 1, "ablation": 2, "other": 3}[kind]
                     cells.append((phase, rep, first, dataset, eps, kind))
     runs = []
     for _, rep, _, dataset, eps, kind in sorted(cells, key=lambda c: c[:3]):
