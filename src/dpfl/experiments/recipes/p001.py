@@ -265,10 +265,11 @@ def _accuracy_table(ctx: ReportContext, dataset: str, model: str, extra_key: str
             lines.append(f"| {name} | — | no finished run (of {len(items)}) | 0 | — | — | — | — | — | — |")
             continue
         mean, std = _mean_std(accs)
+        acc_s = f"{mean:.2f} ± {std:.2f}" if len(accs) > 1 else f"{mean:.2f} (one run: no std)"
         if eps == CLIP_ONLY:
             means[CLIP_ONLY] = (mean, std)
             lines.append(f"| ∞: range clip only (ablation, not in the paper) | fedavg, weights clipped to "
-                         f"[−{SETTINGS[dataset]['radius']:g}, {SETTINGS[dataset]['radius']:g}] | {mean:.2f} ± {std:.2f} | "
+                         f"[−{SETTINGS[dataset]['radius']:g}, {SETTINGS[dataset]['radius']:g}] | {acc_s} | "
                          f"{len(accs)} | — | none: no randomizer, not private | — | — | — | — |")
             continue
         if eps is None:
@@ -279,13 +280,13 @@ def _accuracy_table(ctx: ReportContext, dataset: str, model: str, extra_key: str
         paper = PAPER_TABLE1.get(dataset, {}).get(NOISE_FREE if eps is None else eps)
         paper_s = "—" if paper is None else f"{paper:.2f}"
         if eps is None:
-            lines.append(f"| noise-free | {mode} | {mean:.2f} ± {std:.2f} | {len(accs)} | {paper_s} | — | — | — | — | — |")
+            lines.append(f"| noise-free | {mode} | {acc_s} | {len(accs)} | {paper_s} | — | — | — | — | — |")
             continue
         cfg = items[0][0].config
         n = cfg.sampling.clients_per_round or cfg.partition.num_clients
         cells = _privacy_cells(model, dataset, float(eps), int(cfg.rounds), int(n), _range_z(cfg))
         ledger = _ledger_eps(items[0][1])
-        lines.append(f"| {cells[0]} | {mode} | {mean:.2f} ± {std:.2f} | {len(accs)} | {paper_s} | {cells[1]} | {cells[2]} | "
+        lines.append(f"| {cells[0]} | {mode} | {acc_s} | {len(accs)} | {paper_s} | {cells[1]} | {cells[2]} | "
                      f"{_fmt_eps(ledger)} | {cells[3]} | {cells[4]} |")
     return lines, means
 
