@@ -113,7 +113,8 @@ def test_002_reduced_server_points_and_shared_c10_run(tmp_path: Path) -> None:
                                      config=SimpleNamespace(rounds=10)), rec, []))
     text = get_recipe("002/fig5").report(
         ReportContext(get_recipe("002/fig5"), "reduced", None, runs, tmp_path))  # type: ignore[arg-type]
-    assert "N = 20: 0.0100, 100: 0.1000" in text and "**does not hold**" in text
+    assert "20: 0.0100 (final round only; tolerance 0.02); 100: 0.1000 (final round only" in text
+    assert "holds at 1 of 2" in text and "**does not hold**" in text
 
 
 def test_table1_full_puts_the_headline_cells_first() -> None:
@@ -123,3 +124,22 @@ def test_table1_full_puts_the_headline_cells_first() -> None:
     assert [(r.coords["dataset"], r.coords["epsilon"]) for r in runs[4:6]] == [
         ("mnist", math.inf), ("fashion-mnist", math.inf)]  # then the clip-only ablation
     assert len(runs) == 140 and {r.config.sampling.kind for r in runs} == {"all"}  # 7 cells × 2 × 10
+
+
+def test_002_theorem2_compares_last_half_means_with_a_standard_error_tolerance(tmp_path: Path) -> None:
+    # client and server fluctuate around the same level: the final rounds differ by 0.06, the
+    # last-half means by 0.023 (tolerance max(0.02, 3 SE) = 0.07); a real gap of 0.2 is still caught
+    client = [0.60, 0.62, 0.58, 0.63, 0.57, 0.63]
+    server = [0.61, 0.59, 0.62, 0.58, 0.61, 0.57]
+    far = [a - 0.2 for a in server]
+    runs = []
+    for side, n, accs in (("client", 100, client), ("server", 100, server), ("client", 200, client),
+                          ("server", 200, far)):
+        rows = [{"test_accuracy": a} for a in accs]
+        rec = SimpleNamespace(result={"test_accuracy": accs[-1], "test_loss": 1.0, "rounds": 6, "privacy": None})
+        runs.append((SimpleNamespace(label=f"{side} N={n}", coords={"side": side, "x": n},
+                                     config=SimpleNamespace(rounds=6)), rec, rows))
+    text = get_recipe("002/fig5").report(
+        ReportContext(get_recipe("002/fig5"), "reduced", None, runs, tmp_path))  # type: ignore[arg-type]
+    assert "100: final 0.0600, last-3-round means 0.6100 vs 0.5867" in text
+    assert "holds at 1 of 2" in text and "**does not hold**" in text

@@ -393,9 +393,24 @@ def _report_sweep(ctx: ReportContext, xname: str, fig_no: int, expect: str) -> s
     client = dict(series["client"])
     diffs = {x: abs(client[x] - a) for x, a in series["server"] if x in client}
     if diffs:
-        lines.append(f"- Theorem 2, same accuracy client vs server side (|Δacc| at {xname} = "
-                     + ", ".join(f"{x:g}: {d:.4f}" for x, d in sorted(diffs.items()))
-                     + f"; max <= 0.02): {_judge(ctx.scale, max(diffs.values()) <= 0.02)}")
+        # As for Figs. 3–4: one round's accuracy fluctuates by several points under this noise, so
+        # the sides are compared on the mean accuracy over the last half of the evaluated rounds,
+        # within max(0.02, 3 standard errors of the difference); the final-round gap is shown too.
+        rows_by = {(run.coords["side"], run.coords["x"]): rows for run, _, rows in ctx.runs}
+        parts, oks = [], []
+        for x in sorted(diffs):
+            tc, ts = _tail(rows_by[("client", x)], "test_accuracy"), _tail(rows_by[("server", x)], "test_accuracy")
+            if tc[2] >= 2 and ts[2] >= 2:
+                tol = max(0.02, 3 * math.hypot(tc[1], ts[1]))
+                ok = abs(tc[0] - ts[0]) <= tol
+                parts.append(f"{x:g}: final {diffs[x]:.4f}, last-{tc[2]}-round means {tc[0]:.4f} vs {ts[0]:.4f} "
+                             f"(|Δ| {abs(tc[0] - ts[0]):.4f} vs tolerance {tol:.4f})")
+            else:
+                ok = diffs[x] <= 0.02
+                parts.append(f"{x:g}: {diffs[x]:.4f} (final round only; tolerance 0.02)")
+            oks.append(ok)
+        lines.append(f"- Theorem 2, same accuracy client vs server side, per {xname} — "
+                     + "; ".join(parts) + f" → holds at {sum(oks)} of {len(oks)}: {_judge(ctx.scale, all(oks))}")
     if ctx.scale == "smoke":
         lines += ["", "Scale **smoke**: 2 rounds, 1 local epoch, 20–30 samples per client — a pipeline check, "
                   "not evidence for or against the paper's trend; run `--scale full` for the figure."]
