@@ -539,7 +539,10 @@ TABLE1 = Recipe(
     notes=(
         "2-layer CNN = dpfl's `cnn2` (variant 'reddi', 1,199,882 weights; the paper does not give its layers). "
         "Local training E = 1 epoch, batch 10 (the paper does not state E, B). Noise-free = `fedavg` (equal "
-        "client sizes: the same unweighted mean as Alg. 1 line 8). Reduced scale: the paper's n (100 / 200), "
+        "client sizes: the same unweighted mean as Alg. 1 line 8). 'Clip only' (an ablation, not in the paper) "
+        "= `fedavg` with `clip_radius` = r: every local model clipped into the fixed range, no randomizer — LDP-FL's "
+        "per-id mean is an unbiased estimate of exactly this model (001 Lemma 2), so it separates what the range "
+        "costs from what the randomizer's noise costs. Reduced scale: the paper's n (100 / 200), "
         "(c, r), lr, rounds (10 / 15) and every ε of Table 1, but k = 20 clients per round (f_r = 0.2 / 0.1 "
         "instead of all) and 60 / 30 training samples per client instead of 600 / 300; 10 repetitions of every "
         "cell (different seeds: partition, initialization, sampled clients, randomizer); test accuracy after the "
