@@ -7,7 +7,7 @@ from pathlib import Path
 import dp_accounting as dpa
 import pytest
 
-from dpfl.errors import PrivacyPreconditionError
+from dpfl.errors import ConfigError, PrivacyPreconditionError
 from dpfl.experiments.config import parse_config
 from dpfl.experiments.runner import run_experiment
 from dpfl.experiments.store import RunStore
@@ -54,12 +54,25 @@ def test_public_epsilon_matches_dp_accounting_and_is_stored(shared_data: Path, t
 
 
 def test_target_epsilon_stops_before_exceeding(shared_data: Path, tmp_path: Path) -> None:
-    cfg = _cfg(shared_data, rounds=50, privacy={"delta": 1e-3, "target_epsilon": 12.0, "secure_aggregation": True})
+    # the headline is the server's (each upload carries σ/sqrt(|P_t|)): more noise, so that the
+    # target is reached after a few rounds rather than before the first
+    algorithm = {"name": "dp-fedavg", "options": {"noise_multiplier": 6.0, "clip_norm": 0.5}}
+    cfg = _cfg(shared_data, rounds=50, algorithm=algorithm, privacy={"delta": 1e-3, "target_epsilon": 4.0})
     res = run_experiment(cfg, RunStore(tmp_path / "s.sqlite"))
     assert res.status == "stopped"
     assert 0 < res.rounds_done < 50
-    assert res.final["privacy"]["certified"]["headline"]["epsilon_rdp"] <= 12.0
+    assert res.final["privacy"]["certified"]["headline"]["epsilon_rdp"] <= 4.0
     assert "target_epsilon" in res.final["stop_reason"]
+
+
+def test_secure_aggregation_is_refused_while_no_runtime_implements_it(shared_data: Path, tmp_path: Path) -> None:
+    """Uploads reach the server in the clear on every runtime: a certificate that lets the
+    server see only the sum would be false, so a run refuses the setting before it starts."""
+    cfg = _cfg(shared_data, privacy={"delta": 1e-3, "secure_aggregation": True})
+    store = RunStore(tmp_path / "s.sqlite")
+    with pytest.raises(ConfigError, match="secure_aggregation.*in the clear"):
+        run_experiment(cfg, store)
+    assert store.list() == []
 
 
 def test_strict_refuses_a_round_whose_certified_epsilon_exceeds_the_claim(shared_data: Path, tmp_path: Path) -> None:

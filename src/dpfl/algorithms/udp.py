@@ -52,7 +52,9 @@ local-step norm is a simulation-only diagnostic (``local_step_norm_mean``), neve
 (sum over every round run; q amortizes the rounds a client sat out). The ledger certifies per
 observer: the server sees each upload unamplified (sensitivity Δℓ_k, noise σ_k), the public sees
 the weighted mean (noise sqrt(Σ p_k² σ_k²), sensitivity max_k p_k Δℓ_k), amplified by the secret
-fixed-size sample — the same model as ``dpfl account udp``. Privacy unit: one record;
+sample and priced at the worst cohort of the round's size over all clients (unequal sizes or
+per-client ε: the client with the largest p_k Δℓ_k / σ_k among the smallest others;
+:mod:`dpfl.privacy.accounting.cohorts`), not at the cohort drawn. Privacy unit: one record;
 relation: replace-one.
 
 References:
@@ -76,6 +78,7 @@ from dpfl.client.context import LocalProblem, LocalResult, RoundInfo
 from dpfl.errors import ConfigError
 from dpfl.models import per_sample_loss
 from dpfl.privacy.accounting.claimed import udp_claimed_epsilon
+from dpfl.privacy.accounting.cohorts import secret_cohort_size, worst_cohort_broadcast
 from dpfl.privacy.accounting.ledger import Release, federated_round_releases
 from dpfl.privacy.calibration import udp_noise_std, udp_noise_std_after_change, udp_sensitivity
 from dpfl.privacy.mechanisms import add_gaussian_noise_per_client
@@ -274,12 +277,17 @@ class Udp(PrivateAlgorithm):
     def releases(self, info: RoundInfo, num_samples: torch.Tensor, secure_aggregation: bool) -> list[Release]:
         stds = self._commit(info.round_idx)
         ids = [int(c) for c in info.clients.tolist()]
+        size = secret_cohort_size(self.sampler.describe(), len(ids))
+        worst = None if size is None else worst_cohort_broadcast(
+            cohort_size=size, noise_stds=stds, sensitivities=self.sensitivities, weighting="samples",
+            sizes=self.sizes)
         return federated_round_releases(
             ids,
             [stds[c] for c in ids],
             [self.sensitivities[c] for c in ids],
-            self._weights(ids),
+            self._weights(ids) if ids else [],
             secure_aggregation=secure_aggregation,
+            worst_cohort=worst,
         )
 
     # ------------------------------------------------------------------ the round, split at the wire

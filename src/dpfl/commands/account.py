@@ -338,8 +338,9 @@ def _dpfedavg(args: argparse.Namespace) -> int:
         "cohort sum with the clipped update norm S as sensitivity (add/remove one client)"])
     observers = {"public": public}
     notes = [
-        "004 Alg. 1 divides by the realized cohort size |P_t|; the central guarantee is the "
-        "standard one for a fixed denominator (McMahan et al. 2018)",
+        "dpfl divides the cohort sum by the expected cohort size pN (fixed denominator, McMahan et "
+        "al. 2018), for which this is exact; 004 Alg. 1 divides by the realized |P_t|, which this "
+        "does not cover",
         "not covered: LUS's sparsity mask is data-dependent; it is covered only if noise is added "
         "to every coordinate (not just the kept ones)",
     ]
@@ -348,7 +349,8 @@ def _dpfedavg(args: argparse.Namespace) -> int:
         k_part, d_left, part_notes = _participation(rounds, q, delta / 2.0 if q < 1 else delta)
         if args.secure_aggregation:
             z_upload = z
-            extra = ["secure aggregation: the server sees only the sum of the cohort's uploads"]
+            extra = ["what-if: secure aggregation (the server sees only the sum of the cohort's uploads); "
+                     "no dpfl runtime implements it yet, and `dpfl run` refuses the setting"]
             d_server = d_left
         else:
             k_max = binomial_upper_bound(clients, q, delta / (4.0 * rounds)) if q < 1 else clients
@@ -702,7 +704,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--rounds", type=int, required=True, help="T")
     p.add_argument("--clients", type=int, help="N (enables the server observer)")
     p.add_argument("--secure-aggregation", action="store_true",
-                   help="the server sees only the sum of the uploads")
+                   help="what-if: the server sees only the sum of the uploads (no dpfl runtime "
+                        "implements secure aggregation yet; runs refuse it)")
     _common(p)
     p.set_defaults(func=_dpfedavg)
 

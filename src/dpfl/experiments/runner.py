@@ -298,6 +298,12 @@ def run_experiment(
     algorithm's; checkpoints and the final model file hold the wrapper's ``state_dict`` (which
     must include the inner one), so a resumed wrapped run continues exactly.
     """
+    if config.privacy.secure_aggregation:
+        raise ConfigError(
+            "`privacy.secure_aggregation: true` is not available for runs: no dpfl runtime implements "
+            "secure aggregation yet, so every client's upload reaches the server in the clear and a "
+            "certificate that lets the server see only the sum would be false. Remove the setting; "
+            "`dpfl account ... --secure-aggregation` gives the what-if figure.")
     exp = build_experiment(config)
     if remote is not None and not exp.algorithm.splits_rounds:
         raise ConfigError(
@@ -410,6 +416,10 @@ def run_experiment(
                     assert isinstance(algo, PrivateAlgorithm)
                     releases = algo.releases_for_arrivals(info, uploads.clients, uploads.num_samples,
                                                           config.privacy.secure_aggregation)
+            elif algo.releases_empty_rounds:  # an empty cohort: the round's noise is still released
+                out = algo.aggregate(params, Uploads.empty(int(params.numel()), params.device), info)
+                params = out.global_params
+                metrics.update(out.metrics)
             if ledger is not None and releases is not None:
                 assert isinstance(algo, PrivateAlgorithm)
                 entry = ledger.record_round(t, releases, sampling=algo.sampler.describe(),
