@@ -95,3 +95,31 @@ def test_resume_restores_the_ledger(shared_data: Path, tmp_path: Path) -> None:
     fresh = run_experiment(cfg, RunStore(tmp_path / "b.sqlite"))
     assert resumed.final["params_sha256"] == fresh.final["params_sha256"]
     assert resumed.final["privacy"]["certified"] == fresh.final["privacy"]["certified"]
+
+
+def test_crd_headline_is_the_budget_fixed_before_the_run(shared_data: Path, tmp_path: Path) -> None:
+    """udp-crd planned for T = 8 rounds, discounted (ζ large, β = 1/2) to 2 rounds. Its noise and
+    length were chosen from the test loss, so what it spent is not a guarantee; the headline is
+    plain UDP's 8 rounds at the Thm 1 noise (RDP), the budget its Rényi filter enforced."""
+    from dpfl.algorithms.udp import local_sensitivity
+    from dpfl.privacy.calibration import udp_noise_std
+
+    n, rounds, eps, delta, lr, clip = 6, 8, 4.0, 1e-3, 0.5, 1.0
+    algorithm = {"name": "udp-crd", "options": {"epsilon": eps, "clip_norm": clip, "threshold": 10.0,
+                                                "discount": 0.5}}
+    cfg = _cfg(shared_data, rounds=rounds, algorithm=algorithm, sampling={"kind": "all"},
+               partition={"kind": "iid", "num_clients": n, "samples_per_client": 20},
+               local={"lr": lr, "batch_size": None}, privacy={"delta": delta})
+    res = run_experiment(cfg, RunStore(tmp_path / "s.sqlite"))
+    assert res.rounds_done == 2  # T: 8 → ⌊8/2⌋ = 4 → ⌊(4 − 1)/2⌋ + 1 = 2
+    priv = res.final["privacy"]
+    # dp-accounting directly: each client's upload, every one of the 8 planned rounds, at Thm 1's σ
+    sens = local_sensitivity(lr, clip, 20)
+    sigma0 = udp_noise_std(eps, delta, sens, 1.0, rounds)
+    acc = dpa.rdp.RdpAccountant(neighboring_relation=dpa.NeighboringRelation.REPLACE_ONE)
+    acc.compose(dpa.GaussianDpEvent(sigma0 / sens), rounds)
+    server = priv["certified"]["observers"]["server"]
+    assert server["epsilon"] == pytest.approx(acc.get_epsilon(delta), rel=1e-6)
+    assert server["method"] == "rdp"
+    assert priv["spent"]["observers"]["server"]["epsilon_rdp"] < server["epsilon"]
+    assert "Renyi filter" in priv["certified_basis"]

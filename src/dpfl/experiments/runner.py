@@ -340,9 +340,17 @@ def run_experiment(
         emit(n["kind"], n["message"])
     ledger = _make_ledger(exp)
     algo = exp.algorithm
+    budget: PrivacyLedger | None = None  # a Rényi filter's ex-ante budget (adaptive algorithms)
     if isinstance(algo, PrivateAlgorithm):
         for line in algo.not_covered():
             emit("not-covered", line)
+        plan = algo.privacy_filter_plan(exp.data.num_clients, exp.seeds)
+        if plan is not None:
+            budget = _make_ledger(exp)
+            assert budget is not None
+            budget.pld_every = 0
+            for i, (planned, parts) in enumerate(plan):
+                budget.record_round(i, planned, sampling=algo.sampler.describe(), participants=parts)
 
     params = exp.init_params.clone()
     start_round = 0
@@ -386,6 +394,12 @@ def run_experiment(
                     stop_reason = (f"stopped before round {t + 1}: it would take the certified epsilon above "
                                    f"privacy.target_epsilon = {target:g}")
                     emit("target-epsilon", stop_reason, t)
+                    break
+                if budget is not None and not ledger.within_budget(budget, releases, participants=clients.tolist()):
+                    status = "stopped"
+                    stop_reason = (f"stopped before round {t + 1}: it would take a client's RDP above the "
+                                   "budget fixed before the run at some order (Renyi filter)")
+                    emit("privacy-filter", stop_reason, t)
                     break
                 claim = _claim_value(claimed_after) if algo.claim_comparable else None
                 if claim is not None and ledger.would_exceed(releases, claim, participants=clients.tolist()):
@@ -469,6 +483,11 @@ def run_experiment(
     if ledger is not None:
         assert isinstance(algo, PrivateAlgorithm)
         certs = ledger.certify_all("best") if ledger.rounds_recorded else None
+        spent = None
+        if budget is not None:
+            # adaptively chosen noise: the guarantee is the budget the filter enforced (RDP only: the
+            # filter holds order by order); what happened is shown as spent, not as a guarantee
+            spent, certs = certs, budget.certify_all("rdp")
         final["privacy"] = {
             "claimed_epsilon": ledger.claimed_epsilon,
             "claim_notion": algo.claim_notion(),
@@ -477,6 +496,11 @@ def run_experiment(
             "not_covered": algo.not_covered(),
             "claim_comparable": algo.claim_comparable,
         }
+        if spent is not None:
+            final["privacy"]["spent"] = spent
+            final["privacy"]["certified_basis"] = (
+                "ex-ante budget of a Renyi filter (Feldman & Zrnic 2021): the run's noise and length were "
+                "chosen from data; 'spent' composes the releases that happened and is not a guarantee")
         if ledger.rounds_recorded and exp.data.num_clients <= 5000:
             final["privacy"]["client_epsilons_rdp"] = {
                 obs: {str(c): e for c, e in ledger.client_epsilons(obs, "rdp").items()} for obs in ("server", "public")

@@ -799,6 +799,63 @@ class PrivacyLedger:
             worst = max(worst, self._worst_rdp(obs, trial_state)[0])
         return worst > target_epsilon
 
+    # ------------------------------------------------------------------ Rényi filter
+
+    def _trial_states(self, releases: Sequence[Release], participants: Iterable[int]) -> dict[str, _ObserverState]:
+        """Each observer's RDP state after these releases (nothing is recorded)."""
+        parts = self._check_round(releases, self.sampling, participants)
+        out: dict[str, _ObserverState] = {}
+        for obs in OBSERVERS:
+            st = self._state[obs]
+            trial = _ObserverState(st.n_orders)
+            trial.shared_rdp = st.shared_rdp.copy()
+            trial.index = dict(st.index)
+            trial.ids = list(st.ids)
+            trial.rows = st.rows.copy()
+            trial.counts = [Counter() for _ in st.ids]
+            for rel in releases:
+                if rel.observer != obs:
+                    continue
+                shared, clients, event = self._targets(rel, parts)
+                if shared is not None and not isinstance(shared, dpa.NoOpDpEvent):
+                    trial.shared_rdp += rdp_vector(shared, self.relation, self.rdp_orders)
+                if clients and not isinstance(event, dpa.NoOpDpEvent):
+                    vec = rdp_vector(event, self.relation, self.rdp_orders)
+                    trial.rows[[trial.row(c) for c in clients]] += vec
+            out[obs] = trial
+        return out
+
+    def _per_client_rdp(self, st: _ObserverState) -> np.ndarray:
+        """[num_clients, orders]: every client's RDP curve (shared stream plus its own rows)."""
+        full = np.tile(st.shared_rdp, (self.num_clients, 1))
+        for cid, i in st.index.items():
+            full[cid] += st.rows[i]
+        return full
+
+    def within_budget(self, budget: PrivacyLedger, next_round_releases: Sequence[Release], *,
+                      participants: Iterable[int]) -> bool:
+        """Whether, after these releases, every client's RDP curve stays at or below its curve in
+        ``budget`` at *every* order, for every observer (a Rényi filter).
+
+        A run whose noise is chosen adaptively (from the data) has a valid ex-ante guarantee when
+        it halts before any order of its composed RDP would exceed a budget fixed before the run:
+        then it is (α, B(α))-RDP at every order α of the budget (Feldman & Zrnic 2021, Theorem 3.1
+        with the privacy filter of Definition 3.2, applied order by order), and the budget's ε is
+        a guarantee. Nothing is recorded.
+
+        References:
+            V. Feldman, T. Zrnic, "Individual Privacy Accounting via a Rényi Filter", NeurIPS 2021.
+        """
+        if budget.num_clients != self.num_clients or budget.rdp_orders != self.rdp_orders:
+            raise ConfigError("a budget ledger must have the run's clients and RDP orders.")
+        trial = self._trial_states(next_round_releases, participants)
+        for obs in OBSERVERS:
+            spent = self._per_client_rdp(trial[obs])
+            allowed = budget._per_client_rdp(budget._state[obs])
+            if np.any(spent > allowed * (1 + 1e-9) + 1e-12):
+                return False
+        return True
+
     # ------------------------------------------------------------------ claimed vs certified
 
     def compare_with_claimed(self, *, strict: bool = False) -> dict[str, Any]:

@@ -320,3 +320,20 @@ def test_decaying_noise_under_poisson_groups_pld_conservatively(monkeypatch: pyt
     exact = direct.get_epsilon(1e-5)
     assert exact <= cert.epsilon_pld <= exact * 1.03
     assert any("grid" in n for n in cert.notes)
+
+
+def test_renyi_filter_admits_rounds_only_within_the_budget_at_every_order() -> None:
+    """Budget: two rounds of z = 1 for clients 0–3. After one round at z = 1, a second at z = 1
+    fits exactly; one at z = 0.9 exceeds at every order; one at z = 0.5 for client 0 alone also
+    exceeds (per client)."""
+    budget, run = _ledger(AllClients(), n=4), _ledger(AllClients(), n=4)
+    for t in range(2):
+        budget.record_round(t, federated_round_releases(range(4), 1.0, 1.0, [0.25] * 4), sampling=AllClients(),
+                            participants=range(4))
+    run.record_round(0, federated_round_releases(range(4), 1.0, 1.0, [0.25] * 4), sampling=AllClients(),
+                     participants=range(4))
+    assert run.within_budget(budget, federated_round_releases(range(4), 1.0, 1.0, [0.25] * 4), participants=range(4))
+    assert not run.within_budget(budget, federated_round_releases(range(4), 0.9, 1.0, [0.25] * 4),
+                                 participants=range(4))
+    assert not run.within_budget(budget, [Release.gaussian("server", 0.5, 1.0, [0])], participants=[0])
+    assert run.rounds_recorded == 1  # nothing recorded by the check
