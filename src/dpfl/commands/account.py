@@ -242,22 +242,33 @@ def _udp(args: argparse.Namespace) -> int:
     sampler = FixedSizeSampler(k)
     weights = [1.0 / k] * k
 
-    def public_event(z_client: float) -> dpa.DpEvent:
+    def public_event(z_client: float, cohort_known: bool | None = None) -> dpa.DpEvent:
         agg = aggregate_noise_std([z_client * sens] * k, weights)
         z_pub = agg / (sens / k)  # sensitivity of the mean: max weight × Δℓ
-        if args.public_knows_cohort:
+        if cohort_known if cohort_known is not None else args.public_knows_cohort:
             return dpa.SelfComposedDpEvent(gaussian_event(z_pub, 1.0), k_server)
         return dpa.SelfComposedDpEvent(sampler.wrap_event(gaussian_event(z_pub, 1.0), clients), rounds)
 
-    pub_delta = d_left if args.public_knows_cohort else delta
-    public = certify(public_event(z), pub_delta, relation=relation, privacy_unit=unit,
-                     observer="public", pld_discretization=disc)
-    public = _with_delta(public, delta, [
-        "the public sees the mean of the K uploads: noise std sigma/sqrt(K) against sensitivity "
-        "Delta/K (000 eq. 2 with p_i = 1/K)",
-        "the cohort is known to the public" if args.public_knows_cohort
-        else "the cohort is secret: amplified by sampling K of U without replacement",
-    ])
+    mean_note = ("the public sees the mean of the K uploads: noise std sigma/sqrt(K) against sensitivity "
+                 "Delta/K (000 eq. 2 with p_i = 1/K, equal client sizes)")
+    known = _with_delta(certify(public_event(z, True), d_left, relation=relation, privacy_unit=unit,
+                                observer="public", pld_discretization=disc), delta,
+                        [mean_note, "the cohort is known to the public: charged per participation, "
+                         f"unamplified ({part_notes[0] if part_notes else 'every round'})"])
+    pub_delta = d_left if args.public_knows_cohort else delta  # the statement the inverse calibrates
+    if args.public_knows_cohort:
+        public = known
+    else:
+        # both are valid statements when the cohort is secret (knowing it can only help the
+        # observer): report the smaller
+        secret = _with_delta(certify(public_event(z, False), delta, relation=relation, privacy_unit=unit,
+                                     observer="public", pld_discretization=disc), delta,
+                             [mean_note, "the cohort is secret: amplified by sampling K of U without replacement"])
+        public = min((secret, known), key=lambda c: c.epsilon)
+        other = known if public is secret else secret
+        public = _with_delta(public, delta, [
+            f"the smaller of two valid statements; the other ({'cohort known' if other is known else 'cohort secret'}) "
+            f"gives {other.epsilon:.4g}"])
     observers = {"server": server, "public": public}
     result: dict[str, Any] = {
         "algorithm": "udp",
