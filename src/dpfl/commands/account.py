@@ -677,6 +677,53 @@ def _ldpfl(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- registration
 
 
+def _config(args: argparse.Namespace) -> int:
+    """``dpfl account CONFIG``: :func:`dpfl.experiments.runner.dry_run` of the config."""
+    from dpfl.experiments.config import load_config
+    from dpfl.experiments.runner import dry_run
+
+    config = load_config(args.config, args.set or [])
+    notices: list[str] = []
+    out = dry_run(config, notice=notices.append)
+    priv = out["privacy"]
+    if priv is None:
+        raise ConfigError(f"algorithm {config.algorithm.name!r} adds no noise: there is no privacy to account.")
+    if args.json:
+        sys.stdout.write(json.dumps(_jsonable({**out, "notices": notices}), indent=2) + "\n")
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    console.print(f"[bold]dpfl account[/bold] {args.config}  ({config.algorithm.name}, dry run of "
+                  f"{out['rounds']} rounds: no training)")
+    claimed = priv["claimed_epsilon"]
+    if isinstance(claimed, dict):
+        claimed = max(claimed.values()) if claimed else None
+    console.print(f"  claimed epsilon: [bold]{'—' if claimed is None else f'{claimed:.4g}'}[/bold]  — "
+                  f"{priv['claim_notion']}")
+    certs = priv["certified"]
+    if certs is not None:
+        table = Table(title=f"certified epsilon at delta = {priv['delta']:g}")
+        for col in ("observer", "epsilon", "method", "rdp", "pld", "unit", "relation"):
+            table.add_column(col)
+        head = certs["headline"]["observer"]
+        for name, c in certs["observers"].items():
+            f = (lambda x: "—" if x is None else f"{float(x):.4g}")  # noqa: E731
+            table.add_row(name + (" (headline)" if name == head else ""), f(c["epsilon"]), c["method"],
+                          f(c.get("epsilon_rdp")), f(c.get("epsilon_pld")), c["privacy_unit"], c["relation"])
+        console.print(table)
+    if priv.get("certified_basis"):
+        console.print(f"  basis: {priv['certified_basis']}")
+    if out["stop_reason"]:
+        console.print(f"  the run would stop early: {out['stop_reason']}")
+    for line in priv.get("not_covered", []):
+        console.print(f"  not covered: {line}")
+    for line in dict.fromkeys(notices):
+        console.print(f"  [yellow]notice:[/yellow] {line}")
+    return 0
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--delta", type=float, required=True, help="delta of the certified epsilon")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -690,7 +737,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "account", help="claimed vs certified epsilon for an algorithm's parameters",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
-    sub = account.add_subparsers(dest="account_command", metavar="ALGORITHM", required=True)
+    sub = account.add_subparsers(dest="account_command", metavar="ALGORITHM | CONFIG", required=True)
+
+    p = sub.add_parser(
+        "config", help="dry run of a run config: the run's own sampling, calibration and ledger "
+                       "(`dpfl account CONFIG` is short for `dpfl account config CONFIG`)")
+    p.add_argument("config", help="a YAML file or a built-in config name")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config value (repeatable)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=_config)
 
     p = sub.add_parser("udp", help="000 UDP (Theorem 1 noise)")
     g = p.add_mutually_exclusive_group()
