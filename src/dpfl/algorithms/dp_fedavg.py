@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
@@ -116,6 +117,88 @@ def _expected_cohort(sampler: Any, num_clients: int) -> float:
     return float(num_clients)
 
 
+@dataclass(frozen=True)
+class NoisePlan:
+    """Every noise number of one DP-FedAvg round, from one calibration.
+
+    The clients add ``client_std`` each (local variant) and the server adds ``server_std`` to the
+    sum (central variant) or tops the sum up to ``sum_std`` when fewer than ``cohort`` uploads
+    arrive; the count query of adaptive clipping likewise. :meth:`releases` states exactly these
+    numbers to the ledger, so what is added and what is certified cannot drift apart.
+
+    Attributes:
+        clip_norm: S_t. cohort: |P_t|. denominator: m = qN (the fixed denominator).
+        central: the server adds all the noise. sum_std: S_t·z_Δ, the noise the sum carries.
+        client_std: S_t·z_Δ/sqrt(|P_t|) per client (local variant), else 0.
+        count_std: σ_b of the count query (0 without adaptive clipping).
+        count_client_std: σ_b/sqrt(|P_t|) per client (local variant), else 0.
+        amplified: the cohort is a secret sample (the broadcast is amplified by it).
+    """
+
+    clip_norm: float
+    cohort: int
+    denominator: float
+    central: bool
+    sum_std: float
+    client_std: float
+    count_std: float
+    count_client_std: float
+    amplified: bool
+
+    @property
+    def server_std(self) -> float:
+        """Noise the server adds to the update sum in every round (central variant)."""
+        return self.sum_std if self.central else 0.0
+
+    @property
+    def count_server_std(self) -> float:
+        """Noise the server adds to the count in every round (central variant)."""
+        return self.count_std if self.central else 0.0
+
+    def topup_std(self, arrived: int) -> float:
+        """What the server adds to the sum when ``arrived`` of the cohort's uploads arrived (local)."""
+        if self.central or arrived >= self.cohort and arrived:
+            return 0.0
+        return math.sqrt(max(0.0, self.sum_std**2 - arrived * self.client_std**2))
+
+    def count_topup_std(self, arrived: int) -> float:
+        """The same top-up for the count query."""
+        if self.central or self.count_std == 0 or arrived >= self.cohort and arrived:
+            return 0.0
+        return math.sqrt(max(0.0, self.count_std**2 - arrived * self.count_client_std**2))
+
+    def releases(self, ids: list[int], secure_aggregation: bool) -> list[Release]:
+        """The releases of this round's rows ``ids``: each upload (server), and the broadcast —
+        the sum's Gaussian, std S_t·z_Δ against S_t over m, the same for every cohort (public)."""
+        k, m = len(ids), self.denominator
+        # the sum carries S·z_Δ: the clients' shares, or the server's (central, or an empty round)
+        top = self.sum_std if self.client_std == 0 else 0.0
+        update = federated_round_releases(
+            ids, self.client_std, self.clip_norm, [1.0 / m] * k, server_noise_std=top / m,
+            secure_aggregation=secure_aggregation, worst_cohort=self._bound(self.sum_std / m, self.clip_norm / m))
+        if self.count_std == 0:
+            return update
+        top_c = self.count_std if self.count_client_std == 0 else 0.0
+        count = federated_round_releases(
+            ids, self.count_client_std, COUNT_SENSITIVITY, [1.0] * k, server_noise_std=top_c,
+            secure_aggregation=secure_aggregation, worst_cohort=self._bound(self.count_std, COUNT_SENSITIVITY))
+        # The server sees the two per-client releases (no amplification: they compose exactly).
+        out = [r for r in update + count if r.observer == "server"]
+        # The public sees both queries about the *same* sampled cohort: record them as the one
+        # Gaussian they are jointly (Andrew et al. 2021, Thm 1), amplified once by the sample.
+        (pub_u,) = [r for r in update if r.observer == "public"]
+        (pub_c,) = [r for r in count if r.observer == "public"]
+        z = combined_noise_multiplier(pub_u.noise_std / pub_u.sensitivity, pub_c.noise_std / pub_c.sensitivity)
+        out.append(Release.gaussian("public", z if math.isfinite(z) else 0.0, 1.0 if math.isfinite(z) else 0.0, None,
+                                    cohort_bound=pub_u.cohort_bound and pub_c.cohort_bound))
+        return out
+
+    def _bound(self, std: float, sensitivity: float) -> BroadcastBound | None:
+        """The broadcast's numbers hold for every cohort (fixed denominator): say so, so the
+        ledger may amplify it by a secret sample (None: full participation)."""
+        return BroadcastBound(std, sensitivity, -1, 1) if self.amplified else None
+
+
 class DpFedAvg(PrivateAlgorithm):
     """See the module docstring."""
 
@@ -147,7 +230,9 @@ class DpFedAvg(PrivateAlgorithm):
         self.clip_norm = float(options.clip_norm)  # S_t: changes only with adaptive clipping
         # m: the fixed denominator of the cohort sum (expected cohort size, public)
         self.denominator = _expected_cohort(sampler, num_clients)
-        self._round_clip: tuple[int, float] | None = None  # (round, S_t) of the last aggregate
+        # the latest round's noise plan, keyed by (round, cohort size): fixed before aggregate()
+        # moves S_t on, so releases, declarations, top-ups and the ledger all use the same numbers
+        self._plan_of_round: tuple[tuple[int, int], NoisePlan] | None = None
         self._layer_sizes: list[int] | None = None
         self._rule: QuantileClipRule | None = None
         self.count_noise_std = 0.0
@@ -184,95 +269,51 @@ class DpFedAvg(PrivateAlgorithm):
     def sample(self, info_round: int, num_clients: int, seeds: SeedSequence) -> torch.Tensor:
         return self.sampler.sample(num_clients, seeds.generator(info_round, SERVER, "sample"))
 
-    # ------------------------------------------------------------------ noise
+    # ------------------------------------------------------------------ noise: one calibration
 
-    def _client_noise_std(self, cohort: int) -> float:
-        if self.options.variant == "central" or self.update_multiplier == 0:
-            return 0.0
-        return dpfedavg_client_noise_std(self.clip_norm, self.update_multiplier, cohort)
+    def plan(self, cohort: int) -> NoisePlan:
+        """Every noise number of a round with |P_t| = ``cohort``, from S_t and the calibrated
+        multipliers: the only place they are computed (the clients add, the server tops up,
+        and the ledger is told, all from this plan)."""
+        local = self.options.variant == "local"
+        z = self.update_multiplier
+        client_std = dpfedavg_client_noise_std(self.clip_norm, z, cohort) if local and z > 0 and cohort else 0.0
+        count_client = (self.count_noise_std / math.sqrt(cohort)
+                        if local and self._rule is not None and self.count_noise_std > 0 and cohort else 0.0)
+        return NoisePlan(
+            clip_norm=self.clip_norm, cohort=int(cohort), denominator=self.denominator, central=not local,
+            sum_std=self.clip_norm * z, client_std=client_std,
+            count_std=self.count_noise_std if self._rule is not None else 0.0, count_client_std=count_client,
+            amplified=secret_cohort_size(self.sampler.describe(), 0) is not None,
+        )
 
-    def _server_noise_std(self) -> float:
-        """Std on the cohort *sum* (central variant): S_t·z_Δ."""
-        if self.options.variant != "central":
-            return 0.0
-        return self.clip_norm * self.update_multiplier
-
-    def _sum_noise_std(self) -> float:
-        """Std of the noise the sum must carry, whoever adds it: S_t·z_Δ."""
-        return self.clip_norm * self.update_multiplier
-
-    def _count_stds(self, cohort: int) -> tuple[float, float]:
-        """(per-client, server) std of the noise on the centered count Σ(b_i − ½)."""
-        if self._rule is None or self.count_noise_std == 0:
-            return 0.0, 0.0
-        if self.options.variant == "central":
-            return 0.0, self.count_noise_std
-        if not cohort:
-            return 0.0, 0.0  # the server's top-up carries all of it (see aggregate)
-        return self.count_noise_std / math.sqrt(cohort), 0.0
-
-    def _broadcast_bound(self, std: float, sensitivity: float) -> BroadcastBound | None:
-        """The broadcast's numbers hold for every cohort (fixed denominator): say so, so the
-        ledger may amplify it by a secret sample (None: full participation, nothing to amplify)."""
-        if secret_cohort_size(self.sampler.describe(), 0) is None:
-            return None
-        return BroadcastBound(std, sensitivity, -1, 1)
+    def _round_plan(self, info: RoundInfo) -> NoisePlan:
+        """The plan of round ``info.round_idx`` for its cohort, fixed the first time it is asked
+        for (before :meth:`aggregate` moves S_t on), so every later question gets the same one."""
+        key = (info.round_idx, info.cohort)
+        if self._plan_of_round is None or self._plan_of_round[0] != key:
+            self._plan_of_round = (key, self.plan(info.cohort))
+        return self._plan_of_round[1]
 
     def releases(self, info: RoundInfo, num_samples: torch.Tensor, secure_aggregation: bool) -> list[Release]:
         """The rows ``info.clients`` aggregated, each noised for a cohort of ``info.cohort``; the
         broadcast is the sum's Gaussian (std S_t·z_Δ against S_t) over the fixed denominator m,
         the same for every cohort, the empty one included."""
-        k = int(info.clients.numel())
-        ids = info.clients.tolist()
-        m = self.denominator
-        client_std = self._client_noise_std(info.cohort) if k else 0.0
-        # the sum carries S·z_Δ in total: the clients' shares, or the server's (central variant,
-        # or an empty round's top-up)
-        top = self._sum_noise_std() if client_std == 0 else 0.0
-        update = federated_round_releases(
-            ids, client_std, self.clip_norm, [1.0 / m] * k,
-            server_noise_std=top / m, secure_aggregation=secure_aggregation,
-            worst_cohort=self._broadcast_bound(self._sum_noise_std() / m, self.clip_norm / m),
-        )
-        if self._rule is None:
-            return update
-        client_cs, _ = self._count_stds(info.cohort if k else 0)
-        top_c = self.count_noise_std if client_cs == 0 else 0.0
-        count = federated_round_releases(
-            ids, client_cs, COUNT_SENSITIVITY, [1.0] * k,
-            server_noise_std=top_c, secure_aggregation=secure_aggregation,
-            worst_cohort=self._broadcast_bound(self.count_noise_std, COUNT_SENSITIVITY),
-        )
-        # The server sees the two per-client releases (no amplification: they compose exactly).
-        out = [r for r in update + count if r.observer == "server"]
-        # The public sees both queries about the *same* sampled cohort: record them as the one
-        # Gaussian they are jointly (Andrew et al. 2021, Thm 1), amplified once by the sample.
-        (pub_u,) = [r for r in update if r.observer == "public"]
-        (pub_c,) = [r for r in count if r.observer == "public"]
-        z = combined_noise_multiplier(pub_u.noise_std / pub_u.sensitivity, pub_c.noise_std / pub_c.sensitivity)
-        out.append(Release.gaussian("public", z if math.isfinite(z) else 0.0, 1.0 if math.isfinite(z) else 0.0, None,
-                                    cohort_bound=pub_u.cohort_bound and pub_c.cohort_bound))
-        return out
+        del num_samples
+        return self._round_plan(info).releases(info.clients.tolist(), secure_aggregation)
 
     def releases_for_arrivals(self, info: RoundInfo, arrived: torch.Tensor, num_samples: torch.Tensor,
                               secure_aggregation: bool) -> list[Release]:
         """After dropouts: :meth:`aggregate` tops the noise of the broadcast up to the plan, so
         the public release is the planned one; the server saw only the uploads that arrived (or,
         with secure aggregation, their sum *without* the top-up it adds itself)."""
-        # aggregate() may already have moved S_t (adaptive clipping): account with the round's own
-        current = self.clip_norm
-        if self._round_clip is not None and self._round_clip[0] == info.round_idx:
-            self.clip_norm = self._round_clip[1]
-        try:
-            if int(arrived.numel()) == info.cohort:
-                return self.releases(info, num_samples, secure_aggregation)
-            planned = self.releases(info, num_samples, secure_aggregation)
-            if not int(arrived.numel()):
-                return [r for r in planned if r.observer == "public"]
-            actual = self.releases(info.for_clients(arrived), num_samples, secure_aggregation)
-            return [r for r in actual if r.observer == "server"] + [r for r in planned if r.observer == "public"]
-        finally:
-            self.clip_norm = current
+        del num_samples
+        plan = self._round_plan(info)
+        planned = plan.releases(info.clients.tolist(), secure_aggregation)
+        if int(arrived.numel()) == info.cohort:
+            return planned
+        actual = plan.releases(arrived.tolist(), secure_aggregation)
+        return [r for r in actual if r.observer == "server"] + [r for r in planned if r.observer == "public"]
 
     # ------------------------------------------------------------------ the round
 
@@ -284,8 +325,8 @@ class DpFedAvg(PrivateAlgorithm):
         variant plus N(0, S_t²σ²/|P_t| I) from the client's own stream; with adaptive clipping
         also the client's (noised, in the local variant) centered bit b_k − ½."""
         o = self.options
-        k = info.cohort
-        clip = self.clip_norm
+        plan = self._round_plan(info)
+        clip = plan.clip_norm
         updates = local.params.sub_(global_params.to(local.params.device))
         rows = int(info.clients.numel())
         declared: dict[str, torch.Tensor] = {}
@@ -297,7 +338,7 @@ class DpFedAvg(PrivateAlgorithm):
             diagnostics["dense_update_norm"] = updates.norm(dim=1).detach().to(torch.float64).cpu()
             updates = sparsify_updates(updates, local.final_grads.to(updates.device), self._layer_sizes, o.lus_sparsity)
         clipped, norms = clip_by_l2_norm(updates, clip)
-        client_std = self._client_noise_std(k)
+        client_std = plan.client_std
         dev = clipped.device
         gens = [info.seeds.generator(info.round_idx, int(c), "noise", device=dev) for c in info.clients.tolist()]
         if client_std > 0:
@@ -307,7 +348,7 @@ class DpFedAvg(PrivateAlgorithm):
         if self._rule is not None:
             # the count noise is drawn after the update noise from the same per-client streams
             counts = QuantileClipRule.centered_bits(norms.detach().cpu(), clip).to(torch.float64)
-            client_cs, _ = self._count_stds(k)
+            client_cs = plan.count_client_std
             if client_cs > 0:
                 z = torch.stack([torch.randn((), generator=g, dtype=torch.float64, device=g.device).cpu() for g in gens])
                 counts = counts + client_cs * z
@@ -317,10 +358,11 @@ class DpFedAvg(PrivateAlgorithm):
 
     def declared_plan(self, info: RoundInfo, client: int) -> dict[str, float]:
         del client
-        plan = {"noise_std": self._client_noise_std(info.cohort)}
+        plan = self._round_plan(info)
+        declared = {"noise_std": plan.client_std}
         if self._rule is not None:
-            plan["count_noise_std"] = self._count_stds(info.cohort)[0]
-        return plan
+            declared["count_noise_std"] = plan.count_client_std
+        return declared
 
     def aggregate(self, global_params: torch.Tensor, uploads: Uploads, info: RoundInfo) -> RoundOutput:
         """004 Alg. 1 lines 7–9 with a fixed denominator: the sum of the uploads that arrived
@@ -333,41 +375,38 @@ class DpFedAvg(PrivateAlgorithm):
         likewise for the count): the recorded guarantee stays true, never silently weaker.
         """
         o = self.options
-        k = info.cohort
+        plan = self._round_plan(info)
+        k = plan.cohort
         arrived = uploads.num_rows
-        clip = self.clip_norm
+        clip = plan.clip_norm
         dev = uploads.params.device if uploads.params.numel() else global_params.device
-        client_std = self._client_noise_std(k) if k else 0.0
-        client_cs, server_cs = self._count_stds(k)
+        client_std = plan.client_std
         missing = k - arrived
         if missing < 0:
             raise ConfigError(f"dp-fedavg: {arrived} uploads for a cohort of {k}")
         total = (uploads.params.sum(0) if arrived else torch.zeros_like(global_params)).to(dev)
-        topup_std = math.sqrt(max(0.0, self._sum_noise_std() ** 2 - arrived * client_std**2)) \
-            if o.variant == "local" else 0.0
-        if topup_std > 0 and (missing or not arrived):
+        topup_std = plan.topup_std(arrived)
+        if topup_std > 0:
             topup = info.seeds.generator(info.round_idx, SERVER, "topup", device=dev)
             total = add_gaussian_noise(total.unsqueeze(0), topup_std, topup)[0]
         server_gen = info.seeds.generator(info.round_idx, SERVER, "server_noise", device=dev)
-        server_std = self._server_noise_std()
-        if server_std > 0:
-            total = add_gaussian_noise(total.unsqueeze(0), server_std, server_gen)[0]
-        mean = total / self.denominator
+        if plan.server_std > 0:
+            total = add_gaussian_noise(total.unsqueeze(0), plan.server_std, server_gen)[0]
+        mean = total / plan.denominator
         new_global = global_params + o.server_lr * mean.to(global_params.device)
-        self._round_clip = (info.round_idx, clip)  # releases_for_arrivals runs after the update below
         norms = uploads.diagnostics.get("update_norm")  # simulation only: a client never sends its norm
         metrics: dict[str, Any] = {"clip_norm": clip} if arrived else {"clip_norm": clip, "arrived": 0}
         if "dense_update_norm" in uploads.diagnostics:
             metrics["dense_update_norm_mean"] = float(uploads.diagnostics["dense_update_norm"].mean())
         if self._rule is not None:
             total_count = float(uploads.declared["count"].sum()) if arrived else 0.0
-            top_cs = math.sqrt(max(0.0, self.count_noise_std**2 - arrived * client_cs**2)) \
-                if o.variant == "local" and self.count_noise_std > 0 else 0.0
-            if top_cs > 0 and (missing or not arrived):
+            top_cs = plan.count_topup_std(arrived)
+            if top_cs > 0:
                 topup_c = info.seeds.generator(info.round_idx, SERVER, "topup_count")
                 total_count += float(torch.randn((), generator=topup_c, dtype=torch.float64)) * top_cs
-            if server_cs > 0:
-                total_count += float(torch.randn((), generator=server_gen, dtype=torch.float64, device=dev)) * server_cs
+            if plan.count_server_std > 0:
+                total_count += float(torch.randn((), generator=server_gen, dtype=torch.float64,
+                                                 device=dev)) * plan.count_server_std
             frac = self._rule.unclipped_fraction(total_count)
             self.clip_norm = self._rule.next_clip(clip, frac)
             metrics["unclipped_fraction_noised"] = frac

@@ -55,6 +55,7 @@ References:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import tempfile
 from collections.abc import Callable, Iterator
@@ -99,12 +100,15 @@ class _Adapter:
 @contextlib.contextmanager
 def _dpfedavg_guard(algo: DpFedAvg, real_k: int, num_canaries: int) -> Iterator[None]:
     del num_canaries
-    original = algo._client_noise_std
-    algo._client_noise_std = lambda cohort: original(real_k)  # type: ignore[method-assign]
+    original = algo.plan
+    # the real clients' noise stays calibrated to the real cohort; the rows are real + canaries
+    algo.plan = lambda cohort: dataclasses.replace(original(real_k), cohort=cohort)  # type: ignore[method-assign]
+    algo._plan_of_round = None
     try:
         yield
     finally:
-        del algo._client_noise_std  # back to the class method
+        del algo.plan  # back to the class method
+        algo._plan_of_round = None
 
 
 def _check_dpfedavg(algo: DpFedAvg) -> None:
