@@ -157,3 +157,33 @@ def test_table_output(capsys: pytest.CaptureFixture[str]) -> None:
     assert _run([a for a in DPFEDAVG if a != "--json"] + COARSE) == 0
     text = capsys.readouterr().out
     assert "certified epsilon" in text and "public" in text and "claimed epsilon" in text
+
+
+def test_udp_public_is_the_smaller_of_the_two_valid_statements(capsys: pytest.CaptureFixture[str]) -> None:
+    """Cohort secret (amplified) and cohort known (per participation, Binomial tail) are both valid
+    for a secret cohort; the smaller is reported and the other is named in a note."""
+    out = _json(UDP + COARSE, capsys)
+    known = _json([*UDP, *COARSE, "--public-knows-cohort"], capsys)["observers"]["public"]["epsilon"]
+    public = out["observers"]["public"]
+    assert public["epsilon"] <= known + 1e-12
+    assert any("the smaller of two valid statements" in n for n in public["notes"])
+
+
+def test_pld_discretization_must_be_positive() -> None:
+    with pytest.raises(ConfigError, match=r"discretization.*-1"):
+        _run([*DPFEDAVG, "--pld-discretization", "-1"])
+
+
+def test_a_billion_rounds_answer_fast_by_rdp(capsys: pytest.CaptureFixture[str]) -> None:
+    """10^9 sampled rounds: the PLD self-composition would take minutes, so it is skipped with a
+    note and RDP (linear in the count) answers; equal to dp_accounting's RDP called directly."""
+    argv = [x if x != "1000" else "1000000000" for x in DPFEDAVG]
+    out = _json(argv, capsys)
+    public = out["observers"]["public"]
+    assert public["method"] == "rdp"
+    from dpfl.privacy.accounting.certify import DEFAULT_RDP_ORDERS
+
+    direct = rdp.RdpAccountant(list(DEFAULT_RDP_ORDERS)).compose(
+        dpa.PoissonSampledDpEvent(0.04, dpa.GaussianDpEvent(1.0)), 1_000_000_000).get_epsilon(2.94e-4)
+    assert public["epsilon"] == pytest.approx(direct, rel=1e-9)
+    assert any("PLD: skipped" in n for n in public["notes"])

@@ -86,6 +86,8 @@ DEFAULT_RDP_ORDERS: tuple[float, ...] = tuple(round(1 + i / 100, 2) for i in ran
 #: Above this many randomized-response compositions a discretized PLD is not attempted (its
 #: support grows with the count); RDP and pure composition are reported instead.
 MAX_PLD_RANDOMIZED_RESPONSE = 2_000
+#: Above this many compositions of sampled events the PLD is not attempted either.
+MAX_PLD_SAMPLED_COMPOSITIONS = 1_000_000
 
 
 def _json_number(x: float | None) -> float | str | None:
@@ -367,7 +369,19 @@ def pld_epsilon(
     discretization: float = DEFAULT_PLD_DISCRETIZATION,
 ) -> tuple[float | None, list[str]]:
     """(ε by PLD or None when unsupported/skipped, notes); see the module docstring."""
+    if isinstance(discretization, bool) or not isinstance(discretization, (int, float)) or not (
+            math.isfinite(discretization) and discretization > 0):
+        raise ConfigError(f"the PLD discretization (`--pld-discretization`) must be a finite number > 0. "
+                          f"Found {discretization!r}.")
     view, notes = _pld_view(event, relation)
+    sampled_count = sum(c for leaf, c in leaves(view)
+                        if isinstance(leaf, (dpa.PoissonSampledDpEvent, dpa.SampledWithoutReplacementDpEvent)))
+    if sampled_count > MAX_PLD_SAMPLED_COMPOSITIONS:
+        notes.append(
+            f"PLD: skipped for {sampled_count:,} sampled compositions (a discretized PLD is attempted "
+            f"up to {MAX_PLD_SAMPLED_COMPOSITIONS:,}: beyond, its self-composition takes minutes); RDP "
+            "(closed-form in the count) and pure composition are reported.")
+        return None, notes
     rr_count = sum(c for leaf, c in leaves(view) if isinstance(leaf, dpa.RandomizedResponseDpEvent))
     if rr_count > MAX_PLD_RANDOMIZED_RESPONSE:
         notes.append(
