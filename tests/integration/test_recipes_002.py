@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,12 @@ from dpfl.data.cifar import encode_cifar_batch
 from dpfl.experiments.config import parse_config
 from dpfl.experiments.recipes import get_recipe
 from dpfl.experiments.recipes.base import reproduce
-from dpfl.experiments.recipes.p002 import C_VALUES_FULL, N_VALUES_FULL, replay_client_ledger
+from dpfl.experiments.recipes.p002 import (
+    C_VALUES_FULL,
+    N_VALUES_FULL,
+    replay_client_ledger,
+    stored_client_epsilons,
+)
 from dpfl.experiments.runner import run_experiment
 from dpfl.experiments.store import RunStore
 
@@ -53,8 +59,15 @@ def test_fig7_10_smoke_per_client_ledger(shared_data: Path, tmp_path: Path) -> N
     order_claimed = sorted(claimed, key=claimed.get)
     assert sorted(srv, key=srv.get) == order_claimed
     assert len({round(v, 6) for v in srv.values()}) > 1
-    # the replayed worst client is the run's own headline against the server (RDP)
+    # the replayed worst client is the run's own headline against the server (RDP), and every
+    # client's replayed ε is the one the run stored
     assert max(srv.values()) == pytest.approx(rows[-1]["epsilon_certified_rdp"]["server"], rel=1e-9)
+    stored = stored_client_epsilons(rec, "server")
+    assert stored.keys() == srv.keys() and all(stored[c] == pytest.approx(srv[c], rel=1e-9) for c in srv)
+    # adaptive thresholds (η_c = 0.1): every client's norm is released exactly, ε = ∞ for both
+    adaptive = next(r for r in store.list() if r.name == "002-fig7-10-pmidp-adaptive-mu20-sd10")
+    for obs in ("server", "public"):
+        assert all(math.isinf(v) for v in stored_client_epsilons(adaptive, obs).values())
     # PMIDP and the basic scheme drew the same budgets from the run seed
     basic = next(r for r in store.list() if r.name == "002-fig7-10-midp-client-mu20-sd15")
     assert basic.result["privacy"]["claimed_epsilon"] == pytest.approx(min(claimed.values()), rel=1e-6)
