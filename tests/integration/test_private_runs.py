@@ -123,3 +123,34 @@ def test_crd_headline_is_the_budget_fixed_before_the_run(shared_data: Path, tmp_
     assert server["method"] == "rdp"
     assert priv["spent"]["observers"]["server"]["epsilon_rdp"] < server["epsilon"]
     assert "Renyi filter" in priv["certified_basis"]
+
+
+def test_a_round_whose_arrivals_would_exceed_the_filter_is_not_broadcast(shared_data: Path, tmp_path: Path) -> None:
+    """udp-crd, K = 3 of 6, on a remote cohort where only one upload arrives: its weight is 1
+    instead of 1/3, so the broadcast would release more than the budget fixed before the run.
+    The server saw the upload (charged); the aggregate is withheld and the run stops."""
+    import torch
+
+    from dpfl.client.context import LocalResult, RoundInfo
+
+    def one_arrives(params, info, algo, emit):  # type: ignore[no-untyped-def]
+        keep = info.clients[:1]
+        sub = RoundInfo(info.round_idx, info.num_clients, keep, info.seeds, cohort_size=info.cohort)
+        return algo.client_step(params, LocalResult(params.repeat(1, 1), torch.zeros(1), torch.tensor([20])), sub)
+
+    algorithm = {"name": "udp-crd", "options": {"epsilon": 4.0, "clip_norm": 1.0}}
+    kw = {"algorithm": algorithm, "sampling": {"kind": "fixed", "clients_per_round": 3},
+          "partition": {"kind": "iid", "num_clients": 6, "samples_per_client": 20},
+          "local": {"lr": 0.5, "batch_size": None}, "privacy": {"delta": 1e-3}}
+    # T = 1: the budget is one round at the worst 3-cohort; one arrival at weight 1 exceeds it
+    res = run_experiment(_cfg(shared_data, rounds=1, **kw), RunStore(tmp_path / "a.sqlite"), remote=one_arrives)
+    assert res.status == "stopped" and "not broadcast" in res.final["stop_reason"]
+    assert res.rounds_done == 0
+    spent = res.final["privacy"]["spent"]["observers"]
+    assert spent["public"]["epsilon"] == 0.0 and spent["server"]["epsilon"] > 0.0
+    # T = 4: the filter lets rounds through while the budget lasts, then stops; never above it
+    res = run_experiment(_cfg(shared_data, rounds=4, **kw), RunStore(tmp_path / "b.sqlite"), remote=one_arrives)
+    assert res.status == "stopped" and res.rounds_done < 4
+    priv = res.final["privacy"]
+    for obs in ("server", "public"):
+        assert priv["spent"]["observers"][obs]["epsilon_rdp"] <= priv["certified"]["observers"][obs]["epsilon_rdp"]

@@ -59,7 +59,7 @@ from dpfl.client.context import LocalProblem, LocalResult, RoundInfo
 from dpfl.client.lus import sparsify_updates
 from dpfl.errors import ConfigError
 from dpfl.privacy.accounting.claimed import dpfedavg_claimed_epsilon, dpfedavg_noise_multiplier
-from dpfl.privacy.accounting.cohorts import BroadcastBound, secret_cohort_size
+from dpfl.privacy.accounting.cohorts import broadcast_mode
 from dpfl.privacy.accounting.ledger import Release, federated_round_releases
 from dpfl.privacy.calibration import (
     combined_noise_multiplier,
@@ -132,7 +132,9 @@ class NoisePlan:
         client_std: S_t·z_Δ/sqrt(|P_t|) per client (local variant), else 0.
         count_std: σ_b of the count query (0 without adaptive clipping).
         count_client_std: σ_b/sqrt(|P_t|) per client (local variant), else 0.
-        amplified: the cohort is a secret sample (the broadcast is amplified by it).
+        amplified: the cohort is a secret sample of interchangeable clients (the broadcast may be
+            amplified by it: every client adds the same share, and the fixed denominator makes
+            the numbers every cohort's).
     """
 
     clip_norm: float
@@ -171,17 +173,21 @@ class NoisePlan:
         """The releases of this round's rows ``ids``: each upload (server), and the broadcast —
         the sum's Gaussian, std S_t·z_Δ against S_t over m, the same for every cohort (public)."""
         k, m = len(ids), self.denominator
-        # the sum carries S·z_Δ: the clients' shares, or the server's (central, or an empty round)
+        if not k:
+            # an empty cohort: the server's noise alone is broadcast — one draw of the sampled
+            # mechanism like every other round (the empty cohort is one of its outcomes)
+            return [Release.gaussian("public", self.sum_std / m, self.clip_norm / m, None, amplifiable=self.amplified)]
+        # the sum carries S·z_Δ: the clients' shares, or the server's (central variant)
         top = self.sum_std if self.client_std == 0 else 0.0
         update = federated_round_releases(
             ids, self.client_std, self.clip_norm, [1.0 / m] * k, server_noise_std=top / m,
-            secure_aggregation=secure_aggregation, worst_cohort=self._bound(self.sum_std / m, self.clip_norm / m))
+            secure_aggregation=secure_aggregation, amplifiable=self.amplified)
         if self.count_std == 0:
             return update
         top_c = self.count_std if self.count_client_std == 0 else 0.0
         count = federated_round_releases(
             ids, self.count_client_std, COUNT_SENSITIVITY, [1.0] * k, server_noise_std=top_c,
-            secure_aggregation=secure_aggregation, worst_cohort=self._bound(self.count_std, COUNT_SENSITIVITY))
+            secure_aggregation=secure_aggregation, amplifiable=self.amplified)
         # The server sees the two per-client releases (no amplification: they compose exactly).
         out = [r for r in update + count if r.observer == "server"]
         # The public sees both queries about the *same* sampled cohort: record them as the one
@@ -190,13 +196,8 @@ class NoisePlan:
         (pub_c,) = [r for r in count if r.observer == "public"]
         z = combined_noise_multiplier(pub_u.noise_std / pub_u.sensitivity, pub_c.noise_std / pub_c.sensitivity)
         out.append(Release.gaussian("public", z if math.isfinite(z) else 0.0, 1.0 if math.isfinite(z) else 0.0, None,
-                                    cohort_bound=pub_u.cohort_bound and pub_c.cohort_bound))
+                                    amplifiable=self.amplified))
         return out
-
-    def _bound(self, std: float, sensitivity: float) -> BroadcastBound | None:
-        """The broadcast's numbers hold for every cohort (fixed denominator): say so, so the
-        ledger may amplify it by a secret sample (None: full participation)."""
-        return BroadcastBound(std, sensitivity, -1, 1) if self.amplified else None
 
 
 class DpFedAvg(PrivateAlgorithm):
@@ -284,7 +285,7 @@ class DpFedAvg(PrivateAlgorithm):
             clip_norm=self.clip_norm, cohort=int(cohort), denominator=self.denominator, central=not local,
             sum_std=self.clip_norm * z, client_std=client_std,
             count_std=self.count_noise_std if self._rule is not None else 0.0, count_client_std=count_client,
-            amplified=secret_cohort_size(self.sampler.describe(), 0) is not None,
+            amplified=broadcast_mode(self.sampler.describe(), self.relation, self.privacy_unit, True) != "shared",
         )
 
     def _round_plan(self, info: RoundInfo) -> NoisePlan:

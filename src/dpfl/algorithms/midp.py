@@ -67,7 +67,7 @@ from dpfl.algorithms.private import PrivateAlgorithm
 from dpfl.client.context import LocalResult, RoundInfo
 from dpfl.errors import ConfigError
 from dpfl.privacy.accounting.claimed import midp_claimed_epsilon, pmidp_claimed_epsilon
-from dpfl.privacy.accounting.cohorts import BroadcastBound, secret_cohort_size
+from dpfl.privacy.accounting.cohorts import broadcast_mode, interchangeable
 from dpfl.privacy.accounting.ledger import Release, federated_round_releases
 from dpfl.privacy.calibration import (
     midp_client_noise_std,
@@ -169,7 +169,7 @@ def round_releases(
     server_noise_std: float = 0.0,
     secure_aggregation: bool = False,
     per_client_public: bool = False,
-    worst_cohort: BroadcastBound | None = None,
+    amplifiable: bool = False,
 ) -> list[Release]:
     """The releases of one MI-DP round: enforced sensitivity 2C_k per upload (replace-one).
 
@@ -179,7 +179,7 @@ def round_releases(
     sens = 2.0 * clip_norms if isinstance(clip_norms, (int, float)) else [2.0 * c for c in clip_norms]
     return federated_round_releases(
         client_ids, client_noise_stds, sens, weights, server_noise_std=server_noise_std,
-        secure_aggregation=secure_aggregation, per_client_public=per_client_public, worst_cohort=worst_cohort)
+        secure_aggregation=secure_aggregation, per_client_public=per_client_public, amplifiable=amplifiable)
 
 
 def _weights(weighting: str, num_samples: torch.Tensor) -> WeightedMean:
@@ -297,45 +297,40 @@ class MidpScheme(PrivateAlgorithm):
         have_sq = float((agg.weights.double() ** 2).sum()) * plan.client_std**2
         return agg, plan.client_std, math.sqrt(max(0.0, target**2 - have_sq))
 
-    def _worst_cohort(self, rows: int) -> BroadcastBound | None:
-        """The broadcast of the worst cohort under a secret sample (None: full participation).
-
-        Both schemes put noise of std C·max p / sqrt(d(e^{2ε/d} − 1)) on the aggregate (eq. 4.7,
-        and eq. 4.9 summed with the weights p_k), against the shift max p·2C: the multiplier
-        1 / (2 sqrt(d(e^{2ε/d} − 1))) depends on the cohort's smallest budget ε only, and is
-        smallest for the cohort of the |P| largest budgets (:mod:`dpfl.privacy.accounting.cohorts`).
-        """
-        size = secret_cohort_size(self.sampler.describe(), rows)
-        if size is None:
-            return None
-        eps = float(np.sort(self.budgets)[::-1][size - 1])
-        c = self.options.clip_norm
-        return BroadcastBound(midp_server_noise_std(eps, c, 1.0, self.dim), 2.0 * c, -1, size)
+    def _public_mode(self) -> str:
+        """How the public's view is recorded: amplified by a secret sample only when every client
+        has the same budget (the noise follows the cohort's smallest ε_k, eq. 4.7 / 4.9) and the
+        same weight rule (uniform, or equal data sets); else per participant at the drawn cohort
+        (:mod:`dpfl.privacy.accounting.cohorts`)."""
+        sizes = None if self.options.weighting == "uniform" or self.client_sizes is None else self.client_sizes.tolist()
+        same = interchangeable(self.budgets, sizes) and (sizes is not None or self.options.weighting == "uniform")
+        return broadcast_mode(self.sampler.describe(), self.relation, self.privacy_unit, same)
 
     def releases(self, info: RoundInfo, num_samples: torch.Tensor, secure_aggregation: bool) -> list[Release]:
         if info.clients.numel() == 0:
-            return round_releases([], 0.0, self.options.clip_norm, [], worst_cohort=self._worst_cohort(0))
+            return []
         plan = self._round_plan(info, num_samples)
         agg = _weights(self.options.weighting, num_samples)
         client_std, server_std = plan.client_std, plan.server_std
         weights = agg.weights.double().tolist()
         self._claimed = float(midp_claimed_epsilon(
             [self.options.clip_norm], weights, [client_std] * len(weights), server_std, self.dim).max())
+        mode = self._public_mode()
         return round_releases(info.clients.tolist(), client_std, self.options.clip_norm, weights,
                               server_noise_std=server_std, secure_aggregation=secure_aggregation,
-                              worst_cohort=self._worst_cohort(int(info.clients.numel())))
+                              per_client_public=mode == "per_client", amplifiable=mode == "amplified")
 
     def releases_for_arrivals(self, info: RoundInfo, arrived: torch.Tensor, num_samples: torch.Tensor,
                               secure_aggregation: bool) -> list[Release]:
         """The arrivals' uploads (σ_c each, planned for the whole cohort) and the broadcast with
         the noise :meth:`aggregate` really added for them (see :meth:`_arrivals`)."""
-        worst = self._worst_cohort(info.cohort)
         if int(arrived.numel()) == 0:
-            return round_releases([], 0.0, self.options.clip_norm, [], worst_cohort=worst)
+            return []
         agg, client_std, server_std = self._arrivals(info, arrived, num_samples)
+        mode = self._public_mode()
         return round_releases(arrived.tolist(), client_std, self.options.clip_norm, agg.weights.double().tolist(),
                               server_noise_std=server_std, secure_aggregation=secure_aggregation,
-                              worst_cohort=worst)
+                              per_client_public=mode == "per_client", amplifiable=mode == "amplified")
 
     # ------------------------------------------------------------------ the round, split at the wire
 

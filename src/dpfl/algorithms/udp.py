@@ -51,10 +51,11 @@ local-step norm is a simulation-only diagnostic (``local_step_norm_mean``), neve
 **Claimed vs certified.** The claimed ε_i is 000's own formula for the noise actually added
 (sum over every round run; q amortizes the rounds a client sat out). The ledger certifies per
 observer: the server sees each upload unamplified (sensitivity Δℓ_k, noise σ_k), the public sees
-the weighted mean (noise sqrt(Σ p_k² σ_k²), sensitivity max_k p_k Δℓ_k), amplified by the secret
-sample and priced at the worst cohort of the round's size over all clients (unequal sizes or
-per-client ε: the client with the largest p_k Δℓ_k / σ_k among the smallest others;
-:mod:`dpfl.privacy.accounting.cohorts`), not at the cohort drawn. Privacy unit: one record;
+the weighted mean (noise sqrt(Σ p_k² σ_k²)), each participant charged p_k Δℓ_k at the cohort
+drawn, unamplified: the privacy unit is a record, and a cohort without the client consists of
+other clients' whole models, so sampling clients does not amplify a record's guarantee
+(:mod:`dpfl.privacy.accounting.cohorts`); with full participation one broadcast (sensitivity
+max_k p_k Δℓ_k) is charged to everybody. Privacy unit: one record;
 relation: replace-one.
 
 References:
@@ -78,7 +79,7 @@ from dpfl.client.context import LocalProblem, LocalResult, RoundInfo
 from dpfl.errors import ConfigError
 from dpfl.models import per_sample_loss
 from dpfl.privacy.accounting.claimed import udp_claimed_epsilon
-from dpfl.privacy.accounting.cohorts import secret_cohort_size, worst_cohort_broadcast
+from dpfl.privacy.accounting.cohorts import broadcast_mode, worst_cohort_multipliers
 from dpfl.privacy.accounting.ledger import Release, federated_round_releases
 from dpfl.privacy.calibration import udp_noise_std, udp_noise_std_after_change, udp_sensitivity
 from dpfl.privacy.mechanisms import add_gaussian_noise_per_client
@@ -284,17 +285,15 @@ class Udp(PrivateAlgorithm):
 
     def _releases_at(self, stds: list[float], ids: list[int], secure_aggregation: bool) -> list[Release]:
         """The releases of a round whose rows are ``ids``, every client's noise std ``stds``."""
-        size = secret_cohort_size(self.sampler.describe(), len(ids))
-        worst = None if size is None else worst_cohort_broadcast(
-            cohort_size=size, noise_stds=stds, sensitivities=self.sensitivities, weighting="samples",
-            sizes=self.sizes)
+        # a record-level unit: sampling clients never amplifies the public's view (cohorts.py)
+        mode = broadcast_mode(self.sampler.describe(), self.relation, self.privacy_unit, False)
         return federated_round_releases(
             ids,
             [stds[c] for c in ids],
             [self.sensitivities[c] for c in ids],
             self._weights(ids) if ids else [],
             secure_aggregation=secure_aggregation,
-            worst_cohort=worst,
+            per_client_public=mode == "per_client",
         )
 
     # ------------------------------------------------------------------ the round, split at the wire
@@ -461,14 +460,27 @@ class UdpCrd(Udp):
         return {"crd_T": self.current_rounds, "crd_triggered": bool(triggered), "crd_test_loss": after}
 
     def privacy_filter_plan(self, num_clients: int, seeds: Any) -> list[tuple[list[Release], list[int]]]:
-        """Plain UDP's T rounds at the Thm 1 noise, with the cohorts this run's sampler draws: the
-        budget CRD's adaptive noise and length must stay within (a Rényi filter)."""
+        """The budget CRD's adaptive noise and length must stay within (a Rényi filter), fixed
+        before the run and independent of the cohorts drawn: T rounds at the Thm 1 noise with
+        every client taking part — against the server its upload (σ_i against Δℓ_i), against
+        the public the broadcast of the worst cohort containing it (per client, at the smallest
+        cohort a round can have; :func:`dpfl.privacy.accounting.cohorts.worst_cohort_multipliers`).
+        CRD keeps Σ_t 1/σ_t² within Thm 1's budget (eq. 25), so in a round whose uploads all
+        arrive the filter never binds; it binds after dropouts (fewer arrivals, larger weights).
+        """
+        del seeds
         stds = self._thm1_stds()
-        plan = []
-        for t in range(self.total_rounds):
-            ids = [int(c) for c in self.sampler.sample(num_clients, seeds.generator(t, SERVER, "sample")).tolist()]
-            plan.append((self._releases_at(stds, ids, False), ids))
-        return plan
+        ids = list(range(num_clients))
+        desc = self.sampler.describe()
+        releases = [Release.gaussian("server", stds[c], self.sensitivities[c], [c]) for c in ids]
+        if broadcast_mode(desc, self.relation, self.privacy_unit, False) == "shared":
+            releases += [r for r in self._releases_at(stds, ids, False) if r.observer == "public"]
+        else:
+            smallest = int(desc["num_sampled"]) if desc["kind"] == "fixed_size" else 1
+            z = worst_cohort_multipliers(cohort_size=smallest, noise_stds=stds, sensitivities=self.sensitivities,
+                                         weighting="samples", sizes=self.sizes)
+            releases += [Release.gaussian("public", float(z[c]), 1.0, [c]) for c in ids]
+        return [(releases, ids) for _ in range(self.total_rounds)]
 
     def not_covered(self) -> list[str]:
         return super().not_covered() + [

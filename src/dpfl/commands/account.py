@@ -239,36 +239,23 @@ def _udp(args: argparse.Namespace) -> int:
     k_server, d_left, part_notes = _participation(rounds, q, delta)
     server = _server_gaussian(z, k_server, d_left, delta, relation, unit, part_notes, disc)
 
-    sampler = FixedSizeSampler(k)
     weights = [1.0 / k] * k
 
-    def public_event(z_client: float, cohort_known: bool | None = None) -> dpa.DpEvent:
+    def public_event(z_client: float) -> dpa.DpEvent:
         agg = aggregate_noise_std([z_client * sens] * k, weights)
         z_pub = agg / (sens / k)  # sensitivity of the mean: max weight × Δℓ
-        if cohort_known if cohort_known is not None else args.public_knows_cohort:
-            return dpa.SelfComposedDpEvent(gaussian_event(z_pub, 1.0), k_server)
-        return dpa.SelfComposedDpEvent(sampler.wrap_event(gaussian_event(z_pub, 1.0), clients), rounds)
+        return dpa.SelfComposedDpEvent(gaussian_event(z_pub, 1.0), k_server)
 
     mean_note = ("the public sees the mean of the K uploads: noise std sigma/sqrt(K) against sensitivity "
                  "Delta/K (000 eq. 2 with p_i = 1/K, equal client sizes)")
-    known = _with_delta(certify(public_event(z, True), d_left, relation=relation, privacy_unit=unit,
-                                observer="public", pld_discretization=disc), delta,
-                        [mean_note, "the cohort is known to the public: charged per participation, "
-                         f"unamplified ({part_notes[0] if part_notes else 'every round'})"])
-    pub_delta = d_left if args.public_knows_cohort else delta  # the statement the inverse calibrates
-    if args.public_knows_cohort:
-        public = known
-    else:
-        # both are valid statements when the cohort is secret (knowing it can only help the
-        # observer): report the smaller
-        secret = _with_delta(certify(public_event(z, False), delta, relation=relation, privacy_unit=unit,
-                                     observer="public", pld_discretization=disc), delta,
-                             [mean_note, "the cohort is secret: amplified by sampling K of U without replacement"])
-        public = min((secret, known), key=lambda c: c.epsilon)
-        other = known if public is secret else secret
-        public = _with_delta(public, delta, [
-            f"the smaller of two valid statements; the other ({'cohort known' if other is known else 'cohort secret'}) "
-            f"gives {other.epsilon:.4g}"])
+    # a record-level unit: sampling clients does not amplify a record's guarantee (a cohort
+    # without the client is other clients' whole models), so the public is charged per
+    # participation, unamplified, like a public that knows the cohort
+    public = _with_delta(certify(public_event(z), d_left, relation=relation, privacy_unit=unit,
+                                 observer="public", pld_discretization=disc), delta,
+                         [mean_note, "charged per participation, unamplified: sampling clients does not amplify a "
+                          f"record-level guarantee ({part_notes[0] if part_notes else 'every round'})"])
+    pub_delta = d_left
     observers = {"server": server, "public": public}
     result: dict[str, Any] = {
         "algorithm": "udp",
@@ -758,7 +745,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--clip", type=float, required=True, help="per-sample gradient clip C")
     p.add_argument("--samples-per-client", type=int, required=True, help="|D_i|")
     p.add_argument("--public-knows-cohort", action="store_true",
-                   help="the public learns who was sampled (no amplification for it)")
+                   help="accepted for compatibility: the public figure never assumes amplification by "
+                        "client sampling (UDP protects records)")
     _common(p)
     p.set_defaults(func=_udp)
 

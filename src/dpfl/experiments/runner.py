@@ -267,11 +267,12 @@ def _make_budget(exp: Experiment) -> PrivacyLedger | None:
     plan = algo.privacy_filter_plan(exp.data.num_clients, exp.seeds)
     if plan is None:
         return None
-    budget = _make_ledger(exp)
-    assert budget is not None
-    budget.pld_every = 0
+    # the plan names its participants itself (it does not depend on the cohorts drawn)
+    budget = PrivacyLedger(num_clients=exp.data.num_clients, sampler={"kind": "all"},
+                           delta=exp.config.privacy.delta, relation=algo.relation,
+                           privacy_unit=algo.privacy_unit, pld_every=0)
     for i, (planned, parts) in enumerate(plan):
-        budget.record_round(i, planned, sampling=algo.sampler.describe(), participants=parts)
+        budget.record_round(i, planned, sampling={"kind": "all"}, participants=parts, certify_round=False)
     return budget
 
 
@@ -322,6 +323,21 @@ def _privacy_gate(algo: PrivateAlgorithm, ledger: PrivacyLedger, budget: Privacy
     return _Gate(releases, claimed_after, None, exceeded_noted)
 
 
+def _arrivals_exceed(ledger: PrivacyLedger, budget: PrivacyLedger | None, releases: list[Any],
+                     arrived: list[int], config: RunConfig, t: int) -> str | None:
+    """Why the aggregate of a round's arrivals must not be broadcast (None: it may be): the
+    releases of the arrivals would exceed the Rényi filter's budget or the target ε, which the
+    gate checked only for the planned cohort."""
+    if budget is not None and not ledger.within_budget(budget, releases, participants=arrived):
+        return (f"stopped in round {t + 1}: with {len(arrived)} arrivals its broadcast would take a client's RDP "
+                "above the budget fixed before the run (Renyi filter); the aggregate was not broadcast")
+    target = config.privacy.target_epsilon
+    if target is not None and ledger.would_exceed(releases, target, participants=arrived):
+        return (f"stopped in round {t + 1}: with {len(arrived)} arrivals its broadcast would take the certified "
+                f"epsilon above privacy.target_epsilon = {target:g}; the aggregate was not broadcast")
+    return None
+
+
 def privacy_result(algo: PrivateAlgorithm, ledger: PrivacyLedger, budget: PrivacyLedger | None,
                    config: RunConfig) -> dict[str, Any]:
     """The privacy part of a run's result: claimed ε, certified ε per observer, and (adaptive
@@ -346,9 +362,15 @@ def privacy_result(algo: PrivateAlgorithm, ledger: PrivacyLedger, budget: Privac
             "ex-ante budget of a Renyi filter (Feldman & Zrnic 2021): the run's noise and length were "
             "chosen from data; 'spent' composes the releases that happened and is not a guarantee")
     if ledger.rounds_recorded and ledger.num_clients <= 5000:
+        # per client, the guarantee: the budget under a filter (what was spent next to it)
+        guarantee = budget if budget is not None else ledger
         out["client_epsilons_rdp"] = {
-            obs: {str(c): e for c, e in ledger.client_epsilons(obs, "rdp").items()} for obs in ("server", "public")
+            obs: {str(c): e for c, e in guarantee.client_epsilons(obs, "rdp").items()} for obs in ("server", "public")
         }
+        if budget is not None:
+            out["client_epsilons_rdp_spent"] = {
+                obs: {str(c): e for c, e in ledger.client_epsilons(obs, "rdp").items()} for obs in ("server", "public")
+            }
     return out
 
 
@@ -362,6 +384,8 @@ def dry_run(config: RunConfig, notice: NoticeFn | None = None) -> dict[str, Any]
     the same in both); PMIDP-FL with adaptive thresholds (infinite either way); adaptive clipping
     in DP-FedAvg (the clip norm moves, the multiplier does not). An algorithm that ends a run
     early from data (CRD) is dry-run for its planned rounds: the "spent" figure is the plan's.
+    A dry run assumes every upload arrives: a deployment whose round loses uploads records what
+    its arrivals really released (more, for weights renormalized over fewer clients).
 
     Returns:
         ``{"rounds": rounds planned, "stop_reason": ..., "privacy": {...}}`` (``privacy`` is None
@@ -538,13 +562,25 @@ def run_experiment(
                 if uploads.num_rows:
                     metrics["train_loss"] = float(uploads.train_loss.mean())
                 metrics["arrived"] = uploads.num_rows
+                previous = params
                 out = algo.aggregate(params, uploads, info)
                 params = out.global_params
                 metrics.update(out.metrics)
                 if releases is not None and uploads.num_rows < clients.numel():
-                    assert isinstance(algo, PrivateAlgorithm)
+                    assert isinstance(algo, PrivateAlgorithm) and ledger is not None
                     releases = algo.releases_for_arrivals(info, uploads.clients, uploads.num_samples,
                                                           config.privacy.secure_aggregation)
+                    withheld = _arrivals_exceed(ledger, budget, releases, uploads.clients.tolist(), config, t)
+                    if withheld is not None:
+                        # fewer arrivals can release more than planned (larger weights): the
+                        # uploads reached the server and are charged; the aggregate is withheld
+                        ledger.record_round(t, [r for r in releases if r.observer == "server"],
+                                            sampling=algo.sampler.describe(), participants=participants.tolist(),
+                                            claimed_epsilon=claimed_after)
+                        params = previous
+                        status, stop_reason = "stopped", withheld
+                        emit("privacy-filter" if budget is not None else "target-epsilon", withheld, t)
+                        break
             elif algo.releases_empty_rounds:  # an empty cohort: the round's noise is still released
                 out = algo.aggregate(params, Uploads.empty(int(params.numel()), params.device), info)
                 params = out.global_params

@@ -156,7 +156,7 @@ def test_an_empty_round_releases_the_sum_query_noise_and_is_charged(variant: str
     assert abs(float(out.global_params.std()) / (s * z / (q * n)) - 1) < 0.02
     assert out.metrics["arrived"] == 0
     (pub,) = algo.releases(info, torch.zeros(0, dtype=torch.long), False)
-    assert pub.observer == "public" and pub.client_ids is None and pub.cohort_bound
+    assert pub.observer == "public" and pub.client_ids is None and pub.amplifiable
     assert pub.noise_std / pub.sensitivity == pytest.approx(z, rel=1e-12)
     ledger = PrivacyLedger(num_clients=n, sampler=algo.sampler, delta=1e-3, relation="add_remove",
                            privacy_unit="client", pld_every=0)

@@ -67,7 +67,6 @@ from dpfl.privacy.accounting.certify import (
     pld_epsilon,
     rdp_vector,
 )
-from dpfl.privacy.accounting.cohorts import BroadcastBound
 from dpfl.privacy.accounting.events import (
     MechanismKind,
     SamplerLike,
@@ -118,10 +117,10 @@ class Release:
             ``None`` = a broadcast about the whole cohort (amplified if the sample is secret).
         epsilon: two-point: the per-coordinate ε.
         num_coordinates: two-point: coordinates per report (d).
-        cohort_bound: a broadcast (``client_ids=None``) whose numbers hold for *every* cohort
-            that could contain any client (:mod:`.cohorts`), not just the drawn one. The ledger
-            amplifies a broadcast by a secret sample only when this is true: pricing the drawn
-            cohort's weights under a secret sample under-charges the clients it did not draw.
+        amplifiable: a broadcast (``client_ids=None``) about a secret sample of interchangeable
+            clients at a client-level unit, whose numbers are every cohort's (:mod:`.cohorts`):
+            the ledger amplifies a broadcast by the sample only when this is true, and refuses
+            any other broadcast under client sampling (record it per participant instead).
     """
 
     observer: Observer
@@ -131,7 +130,7 @@ class Release:
     client_ids: tuple[int, ...] | None = None
     epsilon: float | None = None
     num_coordinates: int = 1
-    cohort_bound: bool = False
+    amplifiable: bool = False
 
     def __post_init__(self) -> None:
         if self.observer not in OBSERVERS:
@@ -151,11 +150,11 @@ class Release:
     @classmethod
     def gaussian(
         cls, observer: Observer, noise_std: float, sensitivity: float, client_ids: Iterable[int] | None = None,
-        *, cohort_bound: bool = False,
+        *, amplifiable: bool = False,
     ) -> Release:
         """A Gaussian release (noise std and enforced sensitivity)."""
         ids = None if client_ids is None else tuple(int(c) for c in client_ids)
-        return cls(observer, "gaussian", float(noise_std), float(sensitivity), ids, cohort_bound=cohort_bound)
+        return cls(observer, "gaussian", float(noise_std), float(sensitivity), ids, amplifiable=amplifiable)
 
     @classmethod
     def exact(cls, observer: Observer, client_ids: Iterable[int]) -> Release:
@@ -188,7 +187,7 @@ class Release:
             "client_ids": None if self.client_ids is None else list(self.client_ids),
             "epsilon": self.epsilon,
             "num_coordinates": self.num_coordinates,
-            "cohort_bound": self.cohort_bound,
+            "amplifiable": self.amplifiable,
         }
 
     @classmethod
@@ -203,7 +202,7 @@ class Release:
             client_ids=None if ids is None else tuple(int(c) for c in ids),
             epsilon=None if data.get("epsilon") is None else float(data["epsilon"]),
             num_coordinates=int(data.get("num_coordinates", 1)),
-            cohort_bound=bool(data.get("cohort_bound", False)),
+            amplifiable=bool(data.get("amplifiable", False)),
         )
 
 
@@ -216,7 +215,7 @@ def federated_round_releases(
     server_noise_std: float = 0.0,
     secure_aggregation: bool = False,
     per_client_public: bool = False,
-    worst_cohort: BroadcastBound | None = None,
+    amplifiable: bool = False,
 ) -> list[Release]:
     """The releases of one weighted-aggregation round, computed from the clients that *arrived*.
 
@@ -234,11 +233,10 @@ def federated_round_releases(
         server_noise_std: noise the server adds to the aggregate before broadcasting.
         secure_aggregation: the server sees only the sum of the uploads.
         per_client_public: record the public release per client (sensitivity w_k Δ_k).
-        worst_cohort: the broadcast of the worst cohort of this size over the whole population
-            (:func:`.cohorts.worst_cohort_broadcast`); the broadcast release is then priced at the
-            smaller multiplier of it and the drawn cohort, and may be amplified by a secret sample
-            (``cohort_bound``). Without it the broadcast prices the drawn cohort only, which the
-            ledger accepts unamplified (full participation) and refuses to amplify.
+        amplifiable: the clients are interchangeable and the unit is a client
+            (:func:`.cohorts.broadcast_mode` says "amplified"): the broadcast may be amplified by
+            the secret sample. Under client sampling a broadcast that is not must be recorded per
+            participant (``per_client_public``); the ledger refuses it otherwise.
 
     Returns:
         the releases, grouped so that clients with equal numbers share one release.
@@ -258,12 +256,7 @@ def federated_round_releases(
         )
     releases: list[Release] = []
     if n == 0:
-        # nobody's data entered the broadcast; under a secret sample the round is still one draw
-        # of the sampled mechanism (the empty cohort is one of its outcomes): charge it as such
-        if worst_cohort is not None and not per_client_public:
-            releases.append(Release.gaussian("public", worst_cohort.noise_std, worst_cohort.sensitivity, None,
-                                             cohort_bound=True))
-        return releases
+        return releases  # a noise-only broadcast says nothing about any client
     client_part = aggregate_noise_std(sig, w)
     total = aggregate_noise_std(sig, w, server_noise_std)
     # server
@@ -283,17 +276,7 @@ def federated_round_releases(
         releases += [Release.gaussian("public", total, d, c) for d, c in pub.items()]
     else:
         agg_sens = max(wk * dk for wk, dk in zip(w, sens, strict=True))
-        if worst_cohort is None:
-            releases.append(Release.gaussian("public", total, agg_sens, None))
-        else:
-            drawn_z = math.inf if agg_sens == 0 else total / agg_sens
-            # the drawn cohort is one of those priced, so worst <= drawn up to rounding: the worst
-            # numbers (the same every round) are used unless the drawn ones are clearly smaller
-            if worst_cohort.noise_multiplier <= drawn_z * (1 + 1e-9):
-                releases.append(Release.gaussian("public", worst_cohort.noise_std, worst_cohort.sensitivity, None,
-                                                 cohort_bound=True))
-            else:
-                releases.append(Release.gaussian("public", total, agg_sens, None, cohort_bound=True))
+        releases.append(Release.gaussian("public", total, agg_sens, None, amplifiable=amplifiable))
     return releases
 
 
@@ -516,12 +499,11 @@ class PrivacyLedger:
         if release.client_ids is not None:
             return None, list(release.client_ids), event
         if release.observer == "public" and self.sample_secret:
-            if self.sampling["kind"] != "all" and not release.cohort_bound:
+            if self.sampling["kind"] != "all" and not (release.amplifiable and self.privacy_unit == "client"):
                 raise PrivacyPreconditionError(
-                    "a broadcast release priced at the drawn cohort cannot be amplified by the secret "
-                    f"{self.sampling['kind']} sample: every cohort that could contain a client must be "
-                    "priced (pass `worst_cohort` to federated_round_releases, or state the release per "
-                    "client)."
+                    f"a broadcast cannot be amplified by the secret {self.sampling['kind']} client sample "
+                    f"unless the clients are interchangeable and the privacy unit is a client (here: "
+                    f"{self.privacy_unit}); record it per participant (dpfl.privacy.accounting.cohorts)."
                 )
             if self._sampler is not None:
                 return self._sampler.wrap_event(event, self.num_clients), [], event

@@ -14,7 +14,6 @@ from dp_accounting.rdp import rdp_privacy_accountant as rdp
 
 from dpfl.errors import ConfigError, PrivacyPreconditionError
 from dpfl.privacy.accounting.certify import certify
-from dpfl.privacy.accounting.cohorts import worst_cohort_broadcast
 from dpfl.privacy.accounting.ledger import (
     ClaimExceededWarning,
     PrivacyLedger,
@@ -42,9 +41,7 @@ def _gauss_rdp_eps(z: float, count: int, delta: float = 1e-5) -> float:
 
 def test_poisson_sampler_with_a_fixed_size_round_is_an_error() -> None:
     ledger = _ledger(PoissonSampler(0.3))
-    worst = worst_cohort_broadcast(cohort_size=1, noise_stds=[1.0] * 10, sensitivities=[1.0] * 10,
-                                   weighting="uniform")
-    rel = federated_round_releases([1, 2, 3], 1.0, 1.0, [1 / 3] * 3, worst_cohort=worst)
+    rel = federated_round_releases([1, 2, 3], 1.0, 1.0, [1 / 3] * 3, amplifiable=True)
     with pytest.raises(PrivacyPreconditionError, match="sampling mismatch"):
         ledger.record_round(0, rel, sampling=FixedSizeSampler(3).describe(), participants=[1, 2, 3])
     with pytest.raises(PrivacyPreconditionError, match="sampling mismatch"):
@@ -55,15 +52,19 @@ def test_poisson_sampler_with_a_fixed_size_round_is_an_error() -> None:
         ledger.record_round(1, rel, sampling=PoissonSampler(0.31).describe(), participants=[1, 2, 3])
 
 
-def test_a_broadcast_priced_at_the_drawn_cohort_is_not_amplified() -> None:
-    """Amplifying by a secret sample needs every cohort priced (cohorts.py): a broadcast that
-    states only the drawn cohort's weights is refused under fixed-size and Poisson sampling,
-    and accepted (unamplified) under full participation."""
+def test_a_broadcast_is_amplified_only_when_declared_amplifiable_at_a_client_unit() -> None:
+    """Amplifying by a secret client sample needs interchangeable clients and a client-level unit
+    (cohorts.py): any other broadcast is refused under fixed-size and Poisson sampling, and
+    accepted (unamplified) under full participation."""
     for sampler in (FixedSizeSampler(3), PoissonSampler(0.3)):
         ledger = _ledger(sampler)
         rel = federated_round_releases([1, 2, 3], 1.0, 1.0, [1 / 3] * 3)
-        with pytest.raises(PrivacyPreconditionError, match="every cohort"):
+        with pytest.raises(PrivacyPreconditionError, match="interchangeable"):
             ledger.record_round(0, rel, sampling=sampler, participants=[1, 2, 3])
+        records = _ledger(sampler, privacy_unit="record")
+        with pytest.raises(PrivacyPreconditionError, match="record"):
+            records.record_round(0, federated_round_releases([1, 2, 3], 1.0, 1.0, [1 / 3] * 3, amplifiable=True),
+                                 sampling=sampler, participants=[1, 2, 3])
     full = _ledger(AllClients(), n=3)
     full.record_round(0, federated_round_releases([0, 1, 2], 1.0, 1.0, [1 / 3] * 3), sampling=AllClients(),
                       participants=[0, 1, 2])
@@ -132,7 +133,7 @@ def test_public_amplification_only_for_a_secret_sample() -> None:
     sampler = PoissonSampler(q)
     for t in range(rounds):
         ids = sampler.sample(50, gen).tolist()
-        rel = [Release.gaussian("public", z, 1.0, None, cohort_bound=True)]
+        rel = [Release.gaussian("public", z, 1.0, None, amplifiable=True)]
         secret.record_round(t, rel, sampling=sampler.describe(), participants=ids)
         known.record_round(t, rel, sampling=sampler.describe(), participants=ids)
     amplified = dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(z)), rounds)
@@ -248,13 +249,11 @@ def test_to_dict_from_dict_round_trip_continues_identically() -> None:
     sampler = FixedSizeSampler(3)
     gen = torch.Generator().manual_seed(0)
     ledger = PrivacyLedger(num_clients=8, sampler=sampler, delta=1e-5, relation="replace_one",
-                           privacy_unit="record", pld_every=2, pld_discretization=COARSE)
+                           privacy_unit="client", pld_every=2, pld_discretization=COARSE)
     plans = []
     for t in range(6):
         ids = sampler.sample(8, gen).tolist()
-        worst = worst_cohort_broadcast(cohort_size=3, noise_stds=[2.0 + 0.1 * t] * 8, sensitivities=[1.0] * 8,
-                                       weighting="uniform")
-        plans.append((t, federated_round_releases(ids, 2.0 + 0.1 * t, 1.0, [1 / 3] * 3, worst_cohort=worst), ids))
+        plans.append((t, federated_round_releases(ids, 2.0 + 0.1 * t, 1.0, [1 / 3] * 3, amplifiable=True), ids))
     for t, rel, ids in plans[:4]:
         ledger.record_round(t, rel, sampling=sampler.describe(), participants=ids,
                             claimed_epsilon={i: 1.0 + t for i in ids})
@@ -311,7 +310,7 @@ def test_decaying_noise_under_poisson_groups_pld_conservatively(monkeypatch: pyt
     zs = [1.3 - 0.003 * t for t in range(rounds)]
     ledger = _ledger(PoissonSampler(q), n=40, pld_discretization=COARSE)
     for t, z in enumerate(zs):
-        ledger.record_round(t, [Release.gaussian("public", z, 1.0, None, cohort_bound=True)],
+        ledger.record_round(t, [Release.gaussian("public", z, 1.0, None, amplifiable=True)],
                             sampling={"kind": "poisson", "sample_rate": q}, participants=[])
     cert = ledger.certify("public")
     direct = pld.PLDAccountant(dpa.NeighboringRelation.ADD_OR_REMOVE_ONE, value_discretization_interval=COARSE)
