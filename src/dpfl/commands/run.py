@@ -72,6 +72,7 @@ class RoundProgress:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from dpfl.errors import ConfigError
     from dpfl.experiments.config import load_config
     from dpfl.experiments.runner import run_experiment
     from dpfl.plots.curves import plot_run
@@ -87,7 +88,11 @@ def _run(args: argparse.Namespace) -> int:
         started = time.perf_counter()
         result = run_experiment(config, store, progress=progress, notice=loud, restart=args.restart)
     final = result.final
-    plot = plot_run(store, result.run_id)
+    try:
+        plot: object = plot_run(store, result.run_id)
+    except ConfigError as err:  # e.g. a read-only store folder: the run itself is fine
+        print(f"dpfl: warning: {err}", file=sys.stderr)
+        plot = "not written"
     acc = final.get("test_accuracy")
     print(f"run {result.run_id} ({config.name}): {result.status} after {result.rounds_done} rounds"
           f" in {time.perf_counter() - started:.1f} s")
@@ -150,16 +155,30 @@ def _runs(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from dpfl.errors import ConfigError
+
     store = RunStore(args.store)
+    if not store.exists():
+        raise ConfigError(f"no run store at {store.path} (`dpfl run` creates it; see --store)")
     table = Table(title=f"runs in {store.path}")
     for col in ("run id", "name", "algorithm", "data", "model", "status", "rounds", "test acc"):
         table.add_column(col)
+    unreadable: list[str] = []
     for r in store.list():
-        rows = store.rounds(r.run_id)
+        problem = r.problem
+        try:
+            rounds = str(len(store.rounds(r.run_id)))
+        except ConfigError as err:
+            problem, rounds = problem or str(err), "?"
         acc = (r.result or {}).get("test_accuracy")
-        table.add_row(r.run_id, r.name, r.algorithm, r.dataset, r.model, r.status,
-                      str(len(rows)), f"{acc:.4f}" if acc is not None else "")
+        status = r.status if problem is None else f"{r.status} (unreadable)"
+        table.add_row(r.run_id, r.name, r.algorithm, r.dataset, r.model, status, rounds,
+                      f"{acc:.4f}" if isinstance(acc, int | float) else "")
+        if problem is not None:
+            unreadable.append(f"run {r.run_id}: {problem}" if not problem.startswith("run ") else problem)
     Console().print(table)
+    for line in unreadable:
+        print(f"dpfl: warning: {line}", file=sys.stderr)
     return 0
 
 
