@@ -18,7 +18,7 @@ def _cfg(shared: Path, **over: object):
         "name": "dpfedavg-tiny",
         "seed": 1,
         "rounds": 6,
-        "data": {"name": "mnist", "dir": str(shared)},
+        "data": {"name": "mnist", "dir": str(shared), "verify": False},
         "partition": {"kind": "iid", "num_clients": 50, "samples_per_client": 20},
         "model": {"name": "logistic"},
         "algorithm": {"name": "dp-fedavg", "options": {"noise_multiplier": 1.0, "clip_norm": 0.5}},
@@ -31,9 +31,9 @@ def _cfg(shared: Path, **over: object):
     return parse_config(raw)
 
 
-def test_public_epsilon_matches_dp_accounting_and_is_stored(shared_data: Path, tmp_path: Path) -> None:
+def test_public_epsilon_matches_dp_accounting_and_is_stored(mnist_fixture: Path, tmp_path: Path) -> None:
     store = RunStore(tmp_path / "s.sqlite")
-    res = run_experiment(_cfg(shared_data), store)
+    res = run_experiment(_cfg(mnist_fixture), store)
     assert res.status == "finished"
     priv = res.final["privacy"]
     # Independent check: 6 rounds of Poisson(0.2)-sampled Gaussian with multiplier 1.0, add/remove.
@@ -53,8 +53,8 @@ def test_public_epsilon_matches_dp_accounting_and_is_stored(shared_data: Path, t
     assert "claim-exceeded" in kinds
 
 
-def test_target_epsilon_stops_before_exceeding(shared_data: Path, tmp_path: Path) -> None:
-    cfg = _cfg(shared_data, rounds=50, privacy={"delta": 1e-3, "target_epsilon": 12.0, "secure_aggregation": True})
+def test_target_epsilon_stops_before_exceeding(mnist_fixture: Path, tmp_path: Path) -> None:
+    cfg = _cfg(mnist_fixture, rounds=50, privacy={"delta": 1e-3, "target_epsilon": 12.0, "secure_aggregation": True})
     res = run_experiment(cfg, RunStore(tmp_path / "s.sqlite"))
     assert res.status == "stopped"
     assert 0 < res.rounds_done < 50
@@ -62,14 +62,14 @@ def test_target_epsilon_stops_before_exceeding(shared_data: Path, tmp_path: Path
     assert "target_epsilon" in res.final["stop_reason"]
 
 
-def test_strict_refuses_a_round_whose_certified_epsilon_exceeds_the_claim(shared_data: Path, tmp_path: Path) -> None:
-    cfg = _cfg(shared_data, privacy={"delta": 1e-3, "strict": True})
+def test_strict_refuses_a_round_whose_certified_epsilon_exceeds_the_claim(mnist_fixture: Path, tmp_path: Path) -> None:
+    cfg = _cfg(mnist_fixture, privacy={"delta": 1e-3, "strict": True})
     with pytest.raises(PrivacyPreconditionError, match="refusing"):
         run_experiment(cfg, RunStore(tmp_path / "s.sqlite"))
 
 
-def test_resume_restores_the_ledger(shared_data: Path, tmp_path: Path) -> None:
-    cfg = _cfg(shared_data)
+def test_resume_restores_the_ledger(mnist_fixture: Path, tmp_path: Path) -> None:
+    cfg = _cfg(mnist_fixture)
     store = RunStore(tmp_path / "a.sqlite")
 
     def crash(done: int, total: int, metrics: dict, elapsed: float) -> None:

@@ -161,7 +161,8 @@ def _runs(args: argparse.Namespace) -> int:
     if not store.exists():
         raise ConfigError(f"no run store at {store.path} (`dpfl run` creates it; see --store)")
     table = Table(title=f"runs in {store.path}")
-    for col in ("run id", "name", "algorithm", "data", "model", "status", "rounds", "test acc"):
+    table.add_column("run id", no_wrap=True, min_width=12)  # ids are copied from here: never cut
+    for col in ("name", "algorithm", "data", "model", "status", "rounds", "test acc"):
         table.add_column(col)
     unreadable: list[str] = []
     for r in store.list():
@@ -171,12 +172,13 @@ def _runs(args: argparse.Namespace) -> int:
         except ConfigError as err:
             problem, rounds = problem or str(err), "?"
         acc = (r.result or {}).get("test_accuracy")
-        status = r.status if problem is None else f"{r.status} (unreadable)"
+        status = r.status if problem is None else "unreadable"
         table.add_row(r.run_id, r.name, r.algorithm, r.dataset, r.model, status, rounds,
                       f"{acc:.4f}" if isinstance(acc, int | float) else "")
         if problem is not None:
             unreadable.append(f"run {r.run_id}: {problem}" if not problem.startswith("run ") else problem)
-    Console().print(table)
+    # piped output is read by scripts and people alike: do not cut ids or names at 80 columns
+    Console(width=None if sys.stdout.isatty() else 160).print(table)
     for line in unreadable:
         print(f"dpfl: warning: {line}", file=sys.stderr)
     return 0
