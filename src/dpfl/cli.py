@@ -54,6 +54,13 @@ def main(argv: list[str] | None = None) -> int:
 
         absl.logging.set_verbosity(absl.logging.ERROR)
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) > 1 and argv[0] == "account" and not argv[1].startswith("-"):
+        # `dpfl account CONFIG` is `dpfl account config CONFIG` (a dry run of that config)
+        account = parser._subparsers._group_actions[0].choices["account"]  # type: ignore[union-attr]
+        names = account._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+        if argv[1] not in names:
+            argv.insert(1, "config")
     try:
         args = parser.parse_args(argv)
     except SystemExit as stop:  # --help, or a usage error already printed

@@ -7,7 +7,7 @@ from pathlib import Path
 import dp_accounting as dpa
 import pytest
 
-from dpfl.errors import PrivacyPreconditionError
+from dpfl.errors import ConfigError, PrivacyPreconditionError
 from dpfl.experiments.config import parse_config
 from dpfl.experiments.runner import run_experiment
 from dpfl.experiments.store import RunStore
@@ -54,12 +54,25 @@ def test_public_epsilon_matches_dp_accounting_and_is_stored(mnist_fixture: Path,
 
 
 def test_target_epsilon_stops_before_exceeding(mnist_fixture: Path, tmp_path: Path) -> None:
-    cfg = _cfg(mnist_fixture, rounds=50, privacy={"delta": 1e-3, "target_epsilon": 12.0, "secure_aggregation": True})
+    # the headline is the server's (each upload carries σ/sqrt(|P_t|)): more noise, so that the
+    # target is reached after a few rounds rather than before the first
+    algorithm = {"name": "dp-fedavg", "options": {"noise_multiplier": 6.0, "clip_norm": 0.5}}
+    cfg = _cfg(mnist_fixture, rounds=50, algorithm=algorithm, privacy={"delta": 1e-3, "target_epsilon": 4.0})
     res = run_experiment(cfg, RunStore(tmp_path / "s.sqlite"))
     assert res.status == "stopped"
     assert 0 < res.rounds_done < 50
-    assert res.final["privacy"]["certified"]["headline"]["epsilon_rdp"] <= 12.0
+    assert res.final["privacy"]["certified"]["headline"]["epsilon_rdp"] <= 4.0
     assert "target_epsilon" in res.final["stop_reason"]
+
+
+def test_secure_aggregation_is_refused_while_no_runtime_implements_it(mnist_fixture: Path, tmp_path: Path) -> None:
+    """Uploads reach the server in the clear on every runtime: a certificate that lets the
+    server see only the sum would be false, so a run refuses the setting before it starts."""
+    cfg = _cfg(mnist_fixture, privacy={"delta": 1e-3, "secure_aggregation": True})
+    store = RunStore(tmp_path / "s.sqlite")
+    with pytest.raises(ConfigError, match="secure_aggregation.*in the clear"):
+        run_experiment(cfg, store)
+    assert store.list() == []
 
 
 def test_strict_refuses_a_round_whose_certified_epsilon_exceeds_the_claim(mnist_fixture: Path, tmp_path: Path) -> None:
@@ -82,3 +95,31 @@ def test_resume_restores_the_ledger(mnist_fixture: Path, tmp_path: Path) -> None
     fresh = run_experiment(cfg, RunStore(tmp_path / "b.sqlite"))
     assert resumed.final["params_sha256"] == fresh.final["params_sha256"]
     assert resumed.final["privacy"]["certified"] == fresh.final["privacy"]["certified"]
+
+
+def test_crd_headline_is_the_budget_fixed_before_the_run(mnist_fixture: Path, tmp_path: Path) -> None:
+    """udp-crd planned for T = 8 rounds, discounted (ζ large, β = 1/2) to 2 rounds. Its noise and
+    length were chosen from the test loss, so what it spent is not a guarantee; the headline is
+    plain UDP's 8 rounds at the Thm 1 noise (RDP), the budget its Rényi filter enforced."""
+    from dpfl.algorithms.udp import local_sensitivity
+    from dpfl.privacy.calibration import udp_noise_std
+
+    n, rounds, eps, delta, lr, clip = 6, 8, 4.0, 1e-3, 0.5, 1.0
+    algorithm = {"name": "udp-crd", "options": {"epsilon": eps, "clip_norm": clip, "threshold": 10.0,
+                                                "discount": 0.5}}
+    cfg = _cfg(mnist_fixture, rounds=rounds, algorithm=algorithm, sampling={"kind": "all"},
+               partition={"kind": "iid", "num_clients": n, "samples_per_client": 20},
+               local={"lr": lr, "batch_size": None}, privacy={"delta": delta})
+    res = run_experiment(cfg, RunStore(tmp_path / "s.sqlite"))
+    assert res.rounds_done == 2  # T: 8 → ⌊8/2⌋ = 4 → ⌊(4 − 1)/2⌋ + 1 = 2
+    priv = res.final["privacy"]
+    # dp-accounting directly: each client's upload, every one of the 8 planned rounds, at Thm 1's σ
+    sens = local_sensitivity(lr, clip, 20)
+    sigma0 = udp_noise_std(eps, delta, sens, 1.0, rounds)
+    acc = dpa.rdp.RdpAccountant(neighboring_relation=dpa.NeighboringRelation.REPLACE_ONE)
+    acc.compose(dpa.GaussianDpEvent(sigma0 / sens), rounds)
+    server = priv["certified"]["observers"]["server"]
+    assert server["epsilon"] == pytest.approx(acc.get_epsilon(delta), rel=1e-6)
+    assert server["method"] == "rdp"
+    assert priv["spent"]["observers"]["server"]["epsilon_rdp"] < server["epsilon"]
+    assert "Renyi filter" in priv["certified_basis"]

@@ -56,6 +56,12 @@ class Uploads:
     def num_rows(self) -> int:
         return int(self.clients.numel())
 
+    @staticmethod
+    def empty(num_params: int, device: torch.device | str = "cpu") -> Uploads:
+        """No rows: what the server has in a round whose cohort is empty or never arrived."""
+        return Uploads(torch.zeros(0, dtype=torch.long), torch.zeros(0, num_params, device=device),
+                       torch.zeros(0, dtype=torch.long), torch.zeros(0))
+
     def select(self, rows: torch.Tensor) -> Uploads:
         """The rows at positions ``rows`` (a LongTensor or a boolean mask)."""
         return Uploads(self.clients[rows], self.params[rows], self.num_samples[rows], self.train_loss[rows],
@@ -102,6 +108,9 @@ class Algorithm(abc.ABC):
     # Whether uploads go through an anonymizing shuffler (001 split & shuffle): on Flower they
     # are then sealed for a shuffler SuperNode and ``aggregate`` receives ``Uploads.shuffled``.
     shuffles_uploads: ClassVar[bool] = False
+    # Whether a round with an empty cohort still releases something (``aggregate`` is called
+    # with no rows), e.g. DP-FedAvg's fixed-denominator noise; otherwise the model is unchanged.
+    releases_empty_rounds: ClassVar[bool] = False
 
     def server_step(self, global_params: torch.Tensor, local: LocalResult, info: RoundInfo) -> RoundOutput:
         """Client transforms on the cohort's updates, then aggregation into the new global model."""

@@ -3,10 +3,17 @@
 Each round every client joins independently with probability p (the sampler); each sampled
 client runs Q local SGD steps (``local.steps``), clips its update Δ to L2 norm S, and — in the
 ``local`` variant of 004 Alg. 1 (LocalUpdate line 8) — adds N(0, S²σ²/|P_t| I) before
-uploading; the server averages the uploads *unweighted* and takes a server step
-w ← w + η_g · mean(Δ̃). In the ``central`` variant the server adds the same total noise once,
-N(0, (Sσ/|P_t|)² I), to the mean: the broadcast model is identically distributed, but the
-server sees clean uploads.
+uploading; the server sums the uploads, divides by the **expected** cohort size m = pN (the
+fixed-denominator estimator of McMahan et al. 2018; m = K for fixed-size sampling) and takes a
+server step w ← w + η_g · Σ Δ̃ / m. In the ``central`` variant the server adds the same total
+noise once, N(0, (Sσ)² I), to the sum: the broadcast model is identically distributed, but the
+server sees clean uploads. 004 Alg. 1 line 7 divides by the realized |P_t|; that estimator's
+denominator changes when a client is added, so the Gaussian sum query the certificate prices
+would not be what is released — dpfl uses the fixed denominator, whose release *is* that query
+(the sum's noise is Sσ whatever |P_t| is: the clients split it over the realized cohort, and
+the server tops up what did not arrive). An empty round (|P_t| = 0, possible under Poisson
+sampling) still releases w ← w + η_g · N(0, (Sσ)² I) / m, drawn by the server: the same
+mechanism with an empty sum, never an un-noised repeat of the model.
 
 Options on top of plain DP-FedAvg (``dp-fedavg-blur-lus`` sets the paper's defaults λ = 0.4,
 c = 0.7):
@@ -51,6 +58,7 @@ from dpfl.client.context import LocalProblem, LocalResult, RoundInfo
 from dpfl.client.lus import sparsify_updates
 from dpfl.errors import ConfigError
 from dpfl.privacy.accounting.claimed import dpfedavg_claimed_epsilon, dpfedavg_noise_multiplier
+from dpfl.privacy.accounting.cohorts import BroadcastBound, secret_cohort_size
 from dpfl.privacy.accounting.ledger import Release, federated_round_releases
 from dpfl.privacy.calibration import (
     combined_noise_multiplier,
@@ -137,6 +145,8 @@ class DpFedAvg(PrivateAlgorithm):
             self.noise_multiplier = dpfedavg_noise_multiplier(
                 options.target_epsilon, self._sample_rate(), rounds, delta)
         self.clip_norm = float(options.clip_norm)  # S_t: changes only with adaptive clipping
+        # m: the fixed denominator of the cohort sum (expected cohort size, public)
+        self.denominator = _expected_cohort(sampler, num_clients)
         self._round_clip: tuple[int, float] | None = None  # (round, S_t) of the last aggregate
         self._layer_sizes: list[int] | None = None
         self._rule: QuantileClipRule | None = None
@@ -181,35 +191,57 @@ class DpFedAvg(PrivateAlgorithm):
             return 0.0
         return dpfedavg_client_noise_std(self.clip_norm, self.update_multiplier, cohort)
 
-    def _server_noise_std(self, cohort: int) -> float:
-        """Std on the cohort *mean* (central variant): S_t·z_Δ/|P_t|."""
-        if self.options.variant != "central" or not cohort:
+    def _server_noise_std(self) -> float:
+        """Std on the cohort *sum* (central variant): S_t·z_Δ."""
+        if self.options.variant != "central":
             return 0.0
-        return self.clip_norm * self.update_multiplier / cohort
+        return self.clip_norm * self.update_multiplier
+
+    def _sum_noise_std(self) -> float:
+        """Std of the noise the sum must carry, whoever adds it: S_t·z_Δ."""
+        return self.clip_norm * self.update_multiplier
 
     def _count_stds(self, cohort: int) -> tuple[float, float]:
         """(per-client, server) std of the noise on the centered count Σ(b_i − ½)."""
-        if self._rule is None or self.count_noise_std == 0 or not cohort:
+        if self._rule is None or self.count_noise_std == 0:
             return 0.0, 0.0
         if self.options.variant == "central":
             return 0.0, self.count_noise_std
+        if not cohort:
+            return 0.0, 0.0  # the server's top-up carries all of it (see aggregate)
         return self.count_noise_std / math.sqrt(cohort), 0.0
 
+    def _broadcast_bound(self, std: float, sensitivity: float) -> BroadcastBound | None:
+        """The broadcast's numbers hold for every cohort (fixed denominator): say so, so the
+        ledger may amplify it by a secret sample (None: full participation, nothing to amplify)."""
+        if secret_cohort_size(self.sampler.describe(), 0) is None:
+            return None
+        return BroadcastBound(std, sensitivity, -1, 1)
+
     def releases(self, info: RoundInfo, num_samples: torch.Tensor, secure_aggregation: bool) -> list[Release]:
-        """The rows ``info.clients`` aggregated, each noised for a cohort of ``info.cohort``."""
+        """The rows ``info.clients`` aggregated, each noised for a cohort of ``info.cohort``; the
+        broadcast is the sum's Gaussian (std S_t·z_Δ against S_t) over the fixed denominator m,
+        the same for every cohort, the empty one included."""
         k = int(info.clients.numel())
         ids = info.clients.tolist()
+        m = self.denominator
+        client_std = self._client_noise_std(info.cohort) if k else 0.0
+        # the sum carries S·z_Δ in total: the clients' shares, or the server's (central variant,
+        # or an empty round's top-up)
+        top = self._sum_noise_std() if client_std == 0 else 0.0
         update = federated_round_releases(
-            ids, self._client_noise_std(info.cohort), self.clip_norm, [1.0 / k] * k,
-            server_noise_std=self._server_noise_std(k), secure_aggregation=secure_aggregation,
+            ids, client_std, self.clip_norm, [1.0 / m] * k,
+            server_noise_std=top / m, secure_aggregation=secure_aggregation,
+            worst_cohort=self._broadcast_bound(self._sum_noise_std() / m, self.clip_norm / m),
         )
-        if self._rule is None or not k:
+        if self._rule is None:
             return update
-        client_std, _ = self._count_stds(info.cohort)
-        _, server_std = self._count_stds(k)
+        client_cs, _ = self._count_stds(info.cohort if k else 0)
+        top_c = self.count_noise_std if client_cs == 0 else 0.0
         count = federated_round_releases(
-            ids, client_std, COUNT_SENSITIVITY, [1.0] * k,
-            server_noise_std=server_std, secure_aggregation=secure_aggregation,
+            ids, client_cs, COUNT_SENSITIVITY, [1.0] * k,
+            server_noise_std=top_c, secure_aggregation=secure_aggregation,
+            worst_cohort=self._broadcast_bound(self.count_noise_std, COUNT_SENSITIVITY),
         )
         # The server sees the two per-client releases (no amplification: they compose exactly).
         out = [r for r in update + count if r.observer == "server"]
@@ -218,7 +250,8 @@ class DpFedAvg(PrivateAlgorithm):
         (pub_u,) = [r for r in update if r.observer == "public"]
         (pub_c,) = [r for r in count if r.observer == "public"]
         z = combined_noise_multiplier(pub_u.noise_std / pub_u.sensitivity, pub_c.noise_std / pub_c.sensitivity)
-        out.append(Release.gaussian("public", z if math.isfinite(z) else 0.0, 1.0 if math.isfinite(z) else 0.0, None))
+        out.append(Release.gaussian("public", z if math.isfinite(z) else 0.0, 1.0 if math.isfinite(z) else 0.0, None,
+                                    cohort_bound=pub_u.cohort_bound and pub_c.cohort_bound))
         return out
 
     def releases_for_arrivals(self, info: RoundInfo, arrived: torch.Tensor, num_samples: torch.Tensor,
@@ -235,7 +268,7 @@ class DpFedAvg(PrivateAlgorithm):
                 return self.releases(info, num_samples, secure_aggregation)
             planned = self.releases(info, num_samples, secure_aggregation)
             if not int(arrived.numel()):
-                return []
+                return [r for r in planned if r.observer == "public"]
             actual = self.releases(info.for_clients(arrived), num_samples, secure_aggregation)
             return [r for r in actual if r.observer == "server"] + [r for r in planned if r.observer == "public"]
         finally:
@@ -244,6 +277,7 @@ class DpFedAvg(PrivateAlgorithm):
     # ------------------------------------------------------------------ the round
 
     splits_rounds = True
+    releases_empty_rounds = True
 
     def client_step(self, global_params: torch.Tensor, local: LocalResult, info: RoundInfo) -> Uploads:
         """004 Alg. 1 LocalUpdate: Δ = w_k − w (LUS-sparsified), clipped to S_t; in the local
@@ -289,49 +323,49 @@ class DpFedAvg(PrivateAlgorithm):
         return plan
 
     def aggregate(self, global_params: torch.Tensor, uploads: Uploads, info: RoundInfo) -> RoundOutput:
-        """004 Alg. 1 lines 7–9: the unweighted mean of the uploads that arrived, server noise in
-        the central variant, server step; adaptive clipping updates S_t from the noised count.
+        """004 Alg. 1 lines 7–9 with a fixed denominator: the sum of the uploads that arrived
+        over m = pN, server noise in the central variant, server step; adaptive clipping updates
+        S_t from the noised count.
 
-        If fewer clients arrive than the noise was split over (K' < K = |P_t|), the server tops
-        the sum up with N(0, (K − K')·σ_c² I) from its own stream, so that the broadcast carries
-        exactly the planned noise Sσ (and likewise for the count): the recorded guarantee stays
-        true, and is never silently weaker.
+        If fewer clients arrive than the noise was split over (K' < K = |P_t|, or an empty
+        round), the server tops the sum up with N(0, (K − K')·σ_c² I) from its own stream (all
+        of S_t·z_Δ when K = 0), so that the broadcast carries exactly the planned noise (and
+        likewise for the count): the recorded guarantee stays true, never silently weaker.
         """
         o = self.options
         k = info.cohort
         arrived = uploads.num_rows
         clip = self.clip_norm
-        dev = uploads.params.device
-        client_std = self._client_noise_std(k)
+        dev = uploads.params.device if uploads.params.numel() else global_params.device
+        client_std = self._client_noise_std(k) if k else 0.0
         client_cs, server_cs = self._count_stds(k)
         missing = k - arrived
         if missing < 0:
             raise ConfigError(f"dp-fedavg: {arrived} uploads for a cohort of {k}")
-        if arrived == 0:
-            return RoundOutput(global_params.clone(), {"clip_norm": clip, "arrived": 0})
-        if missing == 0:
-            mean = uploads.params.mean(0)
-        else:
-            total = uploads.params.sum(0)
-            if client_std > 0:
-                topup = info.seeds.generator(info.round_idx, SERVER, "topup", device=dev)
-                total = add_gaussian_noise(total.unsqueeze(0), client_std * math.sqrt(missing), topup)[0]
-            mean = total / arrived
+        total = (uploads.params.sum(0) if arrived else torch.zeros_like(global_params)).to(dev)
+        topup_std = math.sqrt(max(0.0, self._sum_noise_std() ** 2 - arrived * client_std**2)) \
+            if o.variant == "local" else 0.0
+        if topup_std > 0 and (missing or not arrived):
+            topup = info.seeds.generator(info.round_idx, SERVER, "topup", device=dev)
+            total = add_gaussian_noise(total.unsqueeze(0), topup_std, topup)[0]
         server_gen = info.seeds.generator(info.round_idx, SERVER, "server_noise", device=dev)
-        server_std = self._server_noise_std(arrived)
+        server_std = self._server_noise_std()
         if server_std > 0:
-            mean = add_gaussian_noise(mean.unsqueeze(0), server_std, server_gen)[0]
+            total = add_gaussian_noise(total.unsqueeze(0), server_std, server_gen)[0]
+        mean = total / self.denominator
         new_global = global_params + o.server_lr * mean.to(global_params.device)
         self._round_clip = (info.round_idx, clip)  # releases_for_arrivals runs after the update below
         norms = uploads.diagnostics.get("update_norm")  # simulation only: a client never sends its norm
-        metrics: dict[str, Any] = {"clip_norm": clip}
+        metrics: dict[str, Any] = {"clip_norm": clip} if arrived else {"clip_norm": clip, "arrived": 0}
         if "dense_update_norm" in uploads.diagnostics:
             metrics["dense_update_norm_mean"] = float(uploads.diagnostics["dense_update_norm"].mean())
         if self._rule is not None:
-            total_count = float(uploads.declared["count"].sum())
-            if missing and client_cs > 0:
+            total_count = float(uploads.declared["count"].sum()) if arrived else 0.0
+            top_cs = math.sqrt(max(0.0, self.count_noise_std**2 - arrived * client_cs**2)) \
+                if o.variant == "local" and self.count_noise_std > 0 else 0.0
+            if top_cs > 0 and (missing or not arrived):
                 topup_c = info.seeds.generator(info.round_idx, SERVER, "topup_count")
-                total_count += float(torch.randn((), generator=topup_c, dtype=torch.float64)) * client_cs * math.sqrt(missing)
+                total_count += float(torch.randn((), generator=topup_c, dtype=torch.float64)) * top_cs
             if server_cs > 0:
                 total_count += float(torch.randn((), generator=server_gen, dtype=torch.float64, device=dev)) * server_cs
             frac = self._rule.unclipped_fraction(total_count)
@@ -365,11 +399,7 @@ class DpFedAvg(PrivateAlgorithm):
                 "for the broadcast models under Poisson sampling")
 
     def not_covered(self) -> list[str]:
-        return [
-            "the cohort mean divides by the realized cohort size |P_t| (004 Alg. 1 line 7); the "
-            "certificate charges the broadcast as a Gaussian sum query of multiplier σ (exact for a "
-            "fixed denominator pN, McMahan et al. 2018), treating |P_t| as public"
-        ]
+        return []
 
     def state_dict(self) -> dict[str, Any]:
         return {"clip_norm": self.clip_norm}

@@ -67,6 +67,7 @@ from dpfl.algorithms.private import PrivateAlgorithm
 from dpfl.client.context import LocalResult, RoundInfo
 from dpfl.errors import ConfigError
 from dpfl.privacy.accounting.claimed import midp_claimed_epsilon, pmidp_claimed_epsilon
+from dpfl.privacy.accounting.cohorts import BroadcastBound, secret_cohort_size
 from dpfl.privacy.accounting.ledger import Release, federated_round_releases
 from dpfl.privacy.calibration import (
     midp_client_noise_std,
@@ -168,6 +169,7 @@ def round_releases(
     server_noise_std: float = 0.0,
     secure_aggregation: bool = False,
     per_client_public: bool = False,
+    worst_cohort: BroadcastBound | None = None,
 ) -> list[Release]:
     """The releases of one MI-DP round: enforced sensitivity 2C_k per upload (replace-one).
 
@@ -177,7 +179,7 @@ def round_releases(
     sens = 2.0 * clip_norms if isinstance(clip_norms, (int, float)) else [2.0 * c for c in clip_norms]
     return federated_round_releases(
         client_ids, client_noise_stds, sens, weights, server_noise_std=server_noise_std,
-        secure_aggregation=secure_aggregation, per_client_public=per_client_public)
+        secure_aggregation=secure_aggregation, per_client_public=per_client_public, worst_cohort=worst_cohort)
 
 
 def _weights(weighting: str, num_samples: torch.Tensor) -> WeightedMean:
@@ -295,9 +297,24 @@ class MidpScheme(PrivateAlgorithm):
         have_sq = float((agg.weights.double() ** 2).sum()) * plan.client_std**2
         return agg, plan.client_std, math.sqrt(max(0.0, target**2 - have_sq))
 
+    def _worst_cohort(self, rows: int) -> BroadcastBound | None:
+        """The broadcast of the worst cohort under a secret sample (None: full participation).
+
+        Both schemes put noise of std C·max p / sqrt(d(e^{2ε/d} − 1)) on the aggregate (eq. 4.7,
+        and eq. 4.9 summed with the weights p_k), against the shift max p·2C: the multiplier
+        1 / (2 sqrt(d(e^{2ε/d} − 1))) depends on the cohort's smallest budget ε only, and is
+        smallest for the cohort of the |P| largest budgets (:mod:`dpfl.privacy.accounting.cohorts`).
+        """
+        size = secret_cohort_size(self.sampler.describe(), rows)
+        if size is None:
+            return None
+        eps = float(np.sort(self.budgets)[::-1][size - 1])
+        c = self.options.clip_norm
+        return BroadcastBound(midp_server_noise_std(eps, c, 1.0, self.dim), 2.0 * c, -1, size)
+
     def releases(self, info: RoundInfo, num_samples: torch.Tensor, secure_aggregation: bool) -> list[Release]:
         if info.clients.numel() == 0:
-            return []
+            return round_releases([], 0.0, self.options.clip_norm, [], worst_cohort=self._worst_cohort(0))
         plan = self._round_plan(info, num_samples)
         agg = _weights(self.options.weighting, num_samples)
         client_std, server_std = plan.client_std, plan.server_std
@@ -305,17 +322,20 @@ class MidpScheme(PrivateAlgorithm):
         self._claimed = float(midp_claimed_epsilon(
             [self.options.clip_norm], weights, [client_std] * len(weights), server_std, self.dim).max())
         return round_releases(info.clients.tolist(), client_std, self.options.clip_norm, weights,
-                              server_noise_std=server_std, secure_aggregation=secure_aggregation)
+                              server_noise_std=server_std, secure_aggregation=secure_aggregation,
+                              worst_cohort=self._worst_cohort(int(info.clients.numel())))
 
     def releases_for_arrivals(self, info: RoundInfo, arrived: torch.Tensor, num_samples: torch.Tensor,
                               secure_aggregation: bool) -> list[Release]:
         """The arrivals' uploads (σ_c each, planned for the whole cohort) and the broadcast with
         the noise :meth:`aggregate` really added for them (see :meth:`_arrivals`)."""
+        worst = self._worst_cohort(info.cohort)
         if int(arrived.numel()) == 0:
-            return []
+            return round_releases([], 0.0, self.options.clip_norm, [], worst_cohort=worst)
         agg, client_std, server_std = self._arrivals(info, arrived, num_samples)
         return round_releases(arrived.tolist(), client_std, self.options.clip_norm, agg.weights.double().tolist(),
-                              server_noise_std=server_std, secure_aggregation=secure_aggregation)
+                              server_noise_std=server_std, secure_aggregation=secure_aggregation,
+                              worst_cohort=worst)
 
     # ------------------------------------------------------------------ the round, split at the wire
 
@@ -491,7 +511,22 @@ class PmidpFl(PrivateAlgorithm):
         claimed = pmidp_claimed_epsilon(clips, stds, self.dim)
         self._claimed.update({int(c): float(e) for c, e in zip(info.clients.tolist(), claimed, strict=True)})
         return round_releases(info.clients.tolist(), stds.tolist(), clips.tolist(), weights.tolist(),
-                              secure_aggregation=secure_aggregation, per_client_public=True)
+                              secure_aggregation=secure_aggregation, per_client_public=True) \
+            + self._threshold_releases(info.clients)
+
+    def _threshold_releases(self, clients: torch.Tensor) -> list[Release]:
+        """Adaptive clipping (η_c > 0) releases each participant's unclipped norm without noise.
+
+        C_{k,t+1} = C_{k,t} − η_c (C_{k,t} − ‖w_k^t‖) (eq. 5.18) is declared to the server with
+        the upload (it plans σ_{k,t+1} from it), so the server recovers ‖w_k^t‖ exactly; the
+        public sees it through the next rounds' noise scale σ_{k,t+1} ∝ C_{k,t+1} and weights
+        p_{k,t+1} ∝ 1/σ_{k,t+1} (eq. 5.32–5.33), a data-dependent noise that no accountant here
+        covers. Both observers: a non-private release (ε = ∞), as LDP-FL's exact ranges.
+        """
+        if self.options.clip_lr == 0 or not clients.numel():
+            return []
+        ids = clients.tolist()
+        return [Release.exact("server", ids), Release.exact("public", ids)]
 
     def releases_for_arrivals(self, info: RoundInfo, arrived: torch.Tensor, num_samples: torch.Tensor,
                               secure_aggregation: bool) -> list[Release]:
@@ -505,7 +540,8 @@ class PmidpFl(PrivateAlgorithm):
         clips, stds = self._planned(info, arrived)
         weights = pmidp_aggregation_weights(stds)
         return round_releases(arrived.tolist(), stds.tolist(), clips.tolist(), weights.tolist(),
-                              secure_aggregation=secure_aggregation, per_client_public=True)
+                              secure_aggregation=secure_aggregation, per_client_public=True) \
+            + self._threshold_releases(arrived)
 
     @staticmethod
     def weighted_by_declared_noise(noisy_uploads: torch.Tensor,
@@ -603,12 +639,12 @@ class PmidpFl(PrivateAlgorithm):
             out.append(
                 "adaptive clip norms C_{k,t} (002 eq. 5.17-5.18, eta_c = "
                 f"{self.options.clip_lr:g}) are computed from the clients' unclipped local-model "
-                "norms, i.e. from private data; the declared sigma_{k,t} (proportional to C_{k,t}) "
-                "reveals them to the server and the weights p_{k,t} reveal them to the public. The "
-                "certified epsilon covers the Gaussian releases at the enforced sensitivity "
-                "2 C_{k,t}, not this release of the norms. On real clients each upload also declares "
-                "C_{k,t+1}, from which the server recovers the unclipped norm exactly (each client "
-                "receives only its own C_{k,t})")
+                "norms, i.e. from private data, without noise: each upload declares C_{k,t+1}, from "
+                "which the server recovers the unclipped norm exactly, and the public sees it through "
+                "the data-dependent noise scale and weights of the next broadcasts. The certified "
+                "epsilon is therefore infinite against both observers (recorded as a non-private "
+                "release); set `clip_lr: 0` for a finite certificate. The paper's claimed epsilon "
+                "ignores this release")
         return out
 
     def state_dict(self) -> dict[str, Any]:

@@ -29,7 +29,9 @@ the *certified* ε (the ledger) uses 2C, per observer:
   amplification); the paper's uplink eavesdropper sees at most L of a client's uploads, the
   honest-but-curious server sees all of them;
 * public — sees the broadcast Σ p_i w̃_i + n_D: noise sqrt(Σ p_i² σ_U² + σ_D²) against
-  max_i p_i · 2C, amplified by the secret K-of-N schedule under K-random scheduling.
+  max_i p_i · 2C, amplified by the secret K-of-N schedule under K-random scheduling — priced at
+  the worst K-cohort over all N clients (with weights by samples: a large client with the K − 1
+  smallest others), not at the cohort drawn (:mod:`dpfl.privacy.accounting.cohorts`).
 
 Privacy unit "client" under replace-one: a parameter clip bounds any change of a client's data,
 which covers the paper's unit (one record) too.
@@ -53,6 +55,11 @@ from dpfl.client.context import LocalProblem, LocalResult, RoundInfo
 from dpfl.client.local import LocalTraining
 from dpfl.errors import ConfigError, PrivacyPreconditionError
 from dpfl.privacy.accounting.claimed import nbafl_claimed_epsilon
+from dpfl.privacy.accounting.cohorts import (
+    BroadcastBound,
+    secret_cohort_size,
+    worst_cohort_broadcast,
+)
 from dpfl.privacy.accounting.ledger import Release, federated_round_releases
 from dpfl.privacy.calibration import (
     nbafl_downlink_noise_std,
@@ -124,6 +131,7 @@ class NbAfl(PrivateAlgorithm):
         self.options = options
         self.sampler = sampler
         self.num_clients = int(client_sizes.numel())
+        self.client_sizes = [int(n) for n in client_sizes.tolist()]
         self.min_samples = int(client_sizes.min())
         self.rounds = int(rounds)
         self.delta = float(delta)
@@ -197,8 +205,20 @@ class NbAfl(PrivateAlgorithm):
             return WeightedMean.uniform(int(num_samples.numel()))
         return WeightedMean.by_samples(num_samples)
 
+    def _worst_cohort(self, rows: int) -> BroadcastBound | None:
+        """The broadcast of the worst K-cohort over all clients (the secret K-random schedule
+        amplifies the public view only if every cohort is priced: :mod:`dpfl.privacy.accounting.cohorts`)."""
+        size = secret_cohort_size(self.sampler.describe(), rows)
+        if size is None:
+            return None
+        n = self.num_clients
+        return worst_cohort_broadcast(
+            cohort_size=size, noise_stds=[self.uplink_noise_std] * n, sensitivities=[2.0 * self.options.clip_norm] * n,
+            weighting=self.options.weights, sizes=self.client_sizes, server_noise_std=self.downlink_noise_std)
+
     def releases(self, info: RoundInfo, num_samples: torch.Tensor, secure_aggregation: bool) -> list[Release]:
-        weights = self._aggregator(num_samples).weights.tolist()
+        weights = self._aggregator(num_samples).weights.tolist() if num_samples.numel() else []
+        no_noise = self.uplink_noise_std == 0 and self.downlink_noise_std == 0
         return federated_round_releases(
             info.clients.tolist(),
             self.uplink_noise_std,
@@ -208,7 +228,8 @@ class NbAfl(PrivateAlgorithm):
             secure_aggregation=secure_aggregation,
             # no noise at all: charge the broadcast to the cohort, unamplified (ε = ∞ either way;
             # the accountant cannot wrap a non-private event in K-of-N sampling)
-            per_client_public=self.uplink_noise_std == 0 and self.downlink_noise_std == 0,
+            per_client_public=no_noise,
+            worst_cohort=None if no_noise else self._worst_cohort(int(info.clients.numel())),
         )
 
     splits_rounds = True

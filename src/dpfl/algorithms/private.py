@@ -60,6 +60,19 @@ class PrivateAlgorithm(Algorithm):
         """One line: the notion, unit and δ of :meth:`claimed_epsilon`."""
         return f"{self.name}: (ε, δ)-DP per {self.privacy_unit}"
 
+    def privacy_filter_plan(self, num_clients: int, seeds: Any) -> list[tuple[list[Release], list[int]]] | None:
+        """Rounds (releases, participants) fixed before the run whose composition is the run's
+        privacy budget, for algorithms whose noise or length is chosen adaptively from data.
+
+        None (the default): the releases are fixed by the settings, and the composition of what
+        happened is the guarantee. Otherwise the runner halts before a round that would take any
+        client's RDP above this plan at any order (a Rényi filter,
+        :meth:`dpfl.privacy.accounting.ledger.PrivacyLedger.within_budget`), and the plan's
+        certificate is the headline; the composition of what happened is shown as spent.
+        """
+        del num_clients, seeds
+        return None
+
     def not_covered(self) -> list[str]:
         """Data-dependent choices the certified ε does not account for (stated in the report)."""
         return []

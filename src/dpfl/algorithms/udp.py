@@ -52,7 +52,9 @@ local-step norm is a simulation-only diagnostic (``local_step_norm_mean``), neve
 (sum over every round run; q amortizes the rounds a client sat out). The ledger certifies per
 observer: the server sees each upload unamplified (sensitivity Δℓ_k, noise σ_k), the public sees
 the weighted mean (noise sqrt(Σ p_k² σ_k²), sensitivity max_k p_k Δℓ_k), amplified by the secret
-fixed-size sample — the same model as ``dpfl account udp``. Privacy unit: one record;
+sample and priced at the worst cohort of the round's size over all clients (unequal sizes or
+per-client ε: the client with the largest p_k Δℓ_k / σ_k among the smallest others;
+:mod:`dpfl.privacy.accounting.cohorts`), not at the cohort drawn. Privacy unit: one record;
 relation: replace-one.
 
 References:
@@ -76,6 +78,7 @@ from dpfl.client.context import LocalProblem, LocalResult, RoundInfo
 from dpfl.errors import ConfigError
 from dpfl.models import per_sample_loss
 from dpfl.privacy.accounting.claimed import udp_claimed_epsilon
+from dpfl.privacy.accounting.cohorts import secret_cohort_size, worst_cohort_broadcast
 from dpfl.privacy.accounting.ledger import Release, federated_round_releases
 from dpfl.privacy.calibration import udp_noise_std, udp_noise_std_after_change, udp_sensitivity
 from dpfl.privacy.mechanisms import add_gaussian_noise_per_client
@@ -238,14 +241,18 @@ class Udp(PrivateAlgorithm):
 
     # ------------------------------------------------------------------ noise schedule
 
-    def _noise_stds(self, round_idx: int) -> list[float]:
-        """σ_i for round ``round_idx`` (all clients); Thm 1 with the fixed T."""
-        if self.history:
-            return self.history[-1]
+    def _thm1_stds(self) -> list[float]:
+        """σ_i of Thm 1 (eq. 10) for the T fixed before the run, every client."""
         return [
             udp_noise_std(e, d, s, self.sample_rate, self.total_rounds)
             for e, d, s in zip(self.epsilons, self.deltas, self.sensitivities, strict=True)
         ]
+
+    def _noise_stds(self, round_idx: int) -> list[float]:
+        """σ_i for round ``round_idx`` (all clients); Thm 1 with the fixed T."""
+        if self.history:
+            return self.history[-1]
+        return self._thm1_stds()
 
     def _commit(self, round_idx: int) -> list[float]:
         if round_idx < len(self.history):
@@ -272,14 +279,22 @@ class Udp(PrivateAlgorithm):
         return [x / total for x in n]
 
     def releases(self, info: RoundInfo, num_samples: torch.Tensor, secure_aggregation: bool) -> list[Release]:
-        stds = self._commit(info.round_idx)
-        ids = [int(c) for c in info.clients.tolist()]
+        return self._releases_at(self._commit(info.round_idx), [int(c) for c in info.clients.tolist()],
+                                 secure_aggregation)
+
+    def _releases_at(self, stds: list[float], ids: list[int], secure_aggregation: bool) -> list[Release]:
+        """The releases of a round whose rows are ``ids``, every client's noise std ``stds``."""
+        size = secret_cohort_size(self.sampler.describe(), len(ids))
+        worst = None if size is None else worst_cohort_broadcast(
+            cohort_size=size, noise_stds=stds, sensitivities=self.sensitivities, weighting="samples",
+            sizes=self.sizes)
         return federated_round_releases(
             ids,
             [stds[c] for c in ids],
             [self.sensitivities[c] for c in ids],
-            self._weights(ids),
+            self._weights(ids) if ids else [],
             secure_aggregation=secure_aggregation,
+            worst_cohort=worst,
         )
 
     # ------------------------------------------------------------------ the round, split at the wire
@@ -445,14 +460,24 @@ class UdpCrd(Udp):
         self.trajectory.append(self.current_rounds)
         return {"crd_T": self.current_rounds, "crd_triggered": bool(triggered), "crd_test_loss": after}
 
+    def privacy_filter_plan(self, num_clients: int, seeds: Any) -> list[tuple[list[Release], list[int]]]:
+        """Plain UDP's T rounds at the Thm 1 noise, with the cohorts this run's sampler draws: the
+        budget CRD's adaptive noise and length must stay within (a Rényi filter)."""
+        stds = self._thm1_stds()
+        plan = []
+        for t in range(self.total_rounds):
+            ids = [int(c) for c in self.sampler.sample(num_clients, seeds.generator(t, SERVER, "sample")).tolist()]
+            plan.append((self._releases_at(stds, ids, False), ids))
+        return plan
+
     def not_covered(self) -> list[str]:
         return super().not_covered() + [
             "CRD's stopping rule compares the test loss of successive global models (000 Alg. 2 line 17) "
-            "on data the server holds; it looks at data, and the number of rounds and the later noise "
-            "stds depend on it. The certified epsilon composes the releases that actually happened; "
-            "this is sound for RDP because CRD never lets the spent budget sum 1/sigma^2 exceed the one "
-            "fixed before the run (a Renyi filter, Feldman & Zrnic 2021), while a PLD certificate of "
-            "adaptively chosen noise has no such guarantee — read the RDP number for CRD runs"
+            "on data the server holds; the number of rounds and the later noise stds depend on it. The "
+            "composition of the releases that happened is therefore not a guarantee (adaptively chosen "
+            "noise): the certified epsilon is the budget fixed before the run - plain UDP's T rounds at "
+            "the Thm 1 noise (RDP) - and the run halts before any round that would exceed it at any RDP "
+            "order (a Renyi filter, Feldman & Zrnic 2021). The spent figure is shown separately"
         ]
 
     def state_dict(self) -> dict[str, Any]:

@@ -242,22 +242,33 @@ def _udp(args: argparse.Namespace) -> int:
     sampler = FixedSizeSampler(k)
     weights = [1.0 / k] * k
 
-    def public_event(z_client: float) -> dpa.DpEvent:
+    def public_event(z_client: float, cohort_known: bool | None = None) -> dpa.DpEvent:
         agg = aggregate_noise_std([z_client * sens] * k, weights)
         z_pub = agg / (sens / k)  # sensitivity of the mean: max weight × Δℓ
-        if args.public_knows_cohort:
+        if cohort_known if cohort_known is not None else args.public_knows_cohort:
             return dpa.SelfComposedDpEvent(gaussian_event(z_pub, 1.0), k_server)
         return dpa.SelfComposedDpEvent(sampler.wrap_event(gaussian_event(z_pub, 1.0), clients), rounds)
 
-    pub_delta = d_left if args.public_knows_cohort else delta
-    public = certify(public_event(z), pub_delta, relation=relation, privacy_unit=unit,
-                     observer="public", pld_discretization=disc)
-    public = _with_delta(public, delta, [
-        "the public sees the mean of the K uploads: noise std sigma/sqrt(K) against sensitivity "
-        "Delta/K (000 eq. 2 with p_i = 1/K)",
-        "the cohort is known to the public" if args.public_knows_cohort
-        else "the cohort is secret: amplified by sampling K of U without replacement",
-    ])
+    mean_note = ("the public sees the mean of the K uploads: noise std sigma/sqrt(K) against sensitivity "
+                 "Delta/K (000 eq. 2 with p_i = 1/K, equal client sizes)")
+    known = _with_delta(certify(public_event(z, True), d_left, relation=relation, privacy_unit=unit,
+                                observer="public", pld_discretization=disc), delta,
+                        [mean_note, "the cohort is known to the public: charged per participation, "
+                         f"unamplified ({part_notes[0] if part_notes else 'every round'})"])
+    pub_delta = d_left if args.public_knows_cohort else delta  # the statement the inverse calibrates
+    if args.public_knows_cohort:
+        public = known
+    else:
+        # both are valid statements when the cohort is secret (knowing it can only help the
+        # observer): report the smaller
+        secret = _with_delta(certify(public_event(z, False), delta, relation=relation, privacy_unit=unit,
+                                     observer="public", pld_discretization=disc), delta,
+                             [mean_note, "the cohort is secret: amplified by sampling K of U without replacement"])
+        public = min((secret, known), key=lambda c: c.epsilon)
+        other = known if public is secret else secret
+        public = _with_delta(public, delta, [
+            f"the smaller of two valid statements; the other ({'cohort known' if other is known else 'cohort secret'}) "
+            f"gives {other.epsilon:.4g}"])
     observers = {"server": server, "public": public}
     result: dict[str, Any] = {
         "algorithm": "udp",
@@ -338,8 +349,9 @@ def _dpfedavg(args: argparse.Namespace) -> int:
         "cohort sum with the clipped update norm S as sensitivity (add/remove one client)"])
     observers = {"public": public}
     notes = [
-        "004 Alg. 1 divides by the realized cohort size |P_t|; the central guarantee is the "
-        "standard one for a fixed denominator (McMahan et al. 2018)",
+        "dpfl divides the cohort sum by the expected cohort size pN (fixed denominator, McMahan et "
+        "al. 2018), for which this is exact; 004 Alg. 1 divides by the realized |P_t|, which this "
+        "does not cover",
         "not covered: LUS's sparsity mask is data-dependent; it is covered only if noise is added "
         "to every coordinate (not just the kept ones)",
     ]
@@ -348,7 +360,8 @@ def _dpfedavg(args: argparse.Namespace) -> int:
         k_part, d_left, part_notes = _participation(rounds, q, delta / 2.0 if q < 1 else delta)
         if args.secure_aggregation:
             z_upload = z
-            extra = ["secure aggregation: the server sees only the sum of the cohort's uploads"]
+            extra = ["what-if: secure aggregation (the server sees only the sum of the cohort's uploads); "
+                     "no dpfl runtime implements it yet, and `dpfl run` refuses the setting"]
             d_server = d_left
         else:
             k_max = binomial_upper_bound(clients, q, delta / (4.0 * rounds)) if q < 1 else clients
@@ -664,6 +677,53 @@ def _ldpfl(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- registration
 
 
+def _config(args: argparse.Namespace) -> int:
+    """``dpfl account CONFIG``: :func:`dpfl.experiments.runner.dry_run` of the config."""
+    from dpfl.experiments.config import load_config
+    from dpfl.experiments.runner import dry_run
+
+    config = load_config(args.config, args.set or [])
+    notices: list[str] = []
+    out = dry_run(config, notice=notices.append)
+    priv = out["privacy"]
+    if priv is None:
+        raise ConfigError(f"algorithm {config.algorithm.name!r} adds no noise: there is no privacy to account.")
+    if args.json:
+        sys.stdout.write(json.dumps(_jsonable({**out, "notices": notices}), indent=2) + "\n")
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    console.print(f"[bold]dpfl account[/bold] {args.config}  ({config.algorithm.name}, dry run of "
+                  f"{out['rounds']} rounds: no training)")
+    claimed = priv["claimed_epsilon"]
+    if isinstance(claimed, dict):
+        claimed = max(claimed.values()) if claimed else None
+    console.print(f"  claimed epsilon: [bold]{'—' if claimed is None else f'{claimed:.4g}'}[/bold]  — "
+                  f"{priv['claim_notion']}")
+    certs = priv["certified"]
+    if certs is not None:
+        table = Table(title=f"certified epsilon at delta = {priv['delta']:g}")
+        for col in ("observer", "epsilon", "method", "rdp", "pld", "unit", "relation"):
+            table.add_column(col)
+        head = certs["headline"]["observer"]
+        for name, c in certs["observers"].items():
+            f = (lambda x: "—" if x is None else f"{float(x):.4g}")  # noqa: E731
+            table.add_row(name + (" (headline)" if name == head else ""), f(c["epsilon"]), c["method"],
+                          f(c.get("epsilon_rdp")), f(c.get("epsilon_pld")), c["privacy_unit"], c["relation"])
+        console.print(table)
+    if priv.get("certified_basis"):
+        console.print(f"  basis: {priv['certified_basis']}")
+    if out["stop_reason"]:
+        console.print(f"  the run would stop early: {out['stop_reason']}")
+    for line in priv.get("not_covered", []):
+        console.print(f"  not covered: {line}")
+    for line in dict.fromkeys(notices):
+        console.print(f"  [yellow]notice:[/yellow] {line}")
+    return 0
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--delta", type=float, required=True, help="delta of the certified epsilon")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -677,7 +737,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "account", help="claimed vs certified epsilon for an algorithm's parameters",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
-    sub = account.add_subparsers(dest="account_command", metavar="ALGORITHM", required=True)
+    sub = account.add_subparsers(dest="account_command", metavar="ALGORITHM | CONFIG", required=True)
+
+    p = sub.add_parser(
+        "config", help="dry run of a run config: the run's own sampling, calibration and ledger "
+                       "(`dpfl account CONFIG` is short for `dpfl account config CONFIG`)")
+    p.add_argument("config", help="a YAML file or a built-in config name")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config value (repeatable)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=_config)
 
     p = sub.add_parser("udp", help="000 UDP (Theorem 1 noise)")
     g = p.add_mutually_exclusive_group()
@@ -702,7 +770,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--rounds", type=int, required=True, help="T")
     p.add_argument("--clients", type=int, help="N (enables the server observer)")
     p.add_argument("--secure-aggregation", action="store_true",
-                   help="the server sees only the sum of the uploads")
+                   help="what-if: the server sees only the sum of the uploads (no dpfl runtime "
+                        "implements secure aggregation yet; runs refuse it)")
     _common(p)
     p.set_defaults(func=_dpfedavg)
 

@@ -119,8 +119,9 @@ class PrivacyConfig(_Strict):
         delta: δ of every certified (ε, δ); also the δ a paper's formula is evaluated at.
         target_epsilon: stop before the round that would take the certified ε above this.
         strict: refuse to run a round whose certified ε would exceed the paper's claimed ε.
-        secure_aggregation: the server sees only the sum of the uploads (changes what the
-            server observer is certified against; the simulation itself is unchanged).
+        secure_aggregation: the server sees only the sum of the uploads. Refused by every run
+            until a runtime implements secure aggregation (uploads reach the server in the clear);
+            ``dpfl account --secure-aggregation`` is the what-if.
         pld_every: compute the tight (PLD) certificate every this many rounds (RDP every round).
     """
 

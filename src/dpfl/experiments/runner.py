@@ -329,6 +329,148 @@ def _make_ledger(exp: Experiment) -> PrivacyLedger | None:
     )
 
 
+def _make_budget(exp: Experiment) -> PrivacyLedger | None:
+    """The ex-ante budget of an algorithm whose noise or length is chosen from data (its Rényi
+    filter, :meth:`PrivateAlgorithm.privacy_filter_plan`), else None."""
+    algo = exp.algorithm
+    if not isinstance(algo, PrivateAlgorithm):
+        return None
+    plan = algo.privacy_filter_plan(exp.data.num_clients, exp.seeds)
+    if plan is None:
+        return None
+    budget = _make_ledger(exp)
+    assert budget is not None
+    budget.pld_every = 0
+    for i, (planned, parts) in enumerate(plan):
+        budget.record_round(i, planned, sampling=algo.sampler.describe(), participants=parts)
+    return budget
+
+
+@dataclass
+class _Gate:
+    """What the privacy gate of a round decided (before any training)."""
+
+    releases: list[Any]
+    claimed_after: float | dict[int, float] | None
+    stop_reason: str | None
+    exceeded_noted: bool
+
+
+def _privacy_gate(algo: PrivateAlgorithm, ledger: PrivacyLedger, budget: PrivacyLedger | None, info: RoundInfo,
+                  exp: Experiment, emit: EmitFn, exceeded_noted: bool) -> _Gate:
+    """The round's releases and claim, and whether the run must stop before it: the target ε, the
+    Rényi filter's budget, and (strict mode) the paper's claim. Shared by runs and dry runs."""
+    config = exp.config
+    t = info.round_idx
+    clients = info.clients.tolist()
+    with collect_range_warnings() as range_notices:
+        releases = algo.releases(info, exp.data.sizes(clients), config.privacy.secure_aggregation)
+        claimed_after = algo.claimed_epsilon(t + 1)
+    for w in range_notices:
+        emit("formula-range", str(w), t)
+    target = config.privacy.target_epsilon
+    if target is not None and ledger.would_exceed(releases, target, participants=clients):
+        reason = (f"stopped before round {t + 1}: it would take the certified epsilon above "
+                  f"privacy.target_epsilon = {target:g}")
+        emit("target-epsilon", reason, t)
+        return _Gate(releases, claimed_after, reason, exceeded_noted)
+    if budget is not None and not ledger.within_budget(budget, releases, participants=clients):
+        reason = (f"stopped before round {t + 1}: it would take a client's RDP above the "
+                  "budget fixed before the run at some order (Renyi filter)")
+        emit("privacy-filter", reason, t)
+        return _Gate(releases, claimed_after, reason, exceeded_noted)
+    claim = _claim_value(claimed_after) if algo.claim_comparable else None
+    if claim is not None and ledger.would_exceed(releases, claim, participants=clients):
+        msg = (f"round {t + 1}: the certified epsilon exceeds the paper's claimed epsilon "
+               f"{claim:.4g} ({algo.claim_notion()})")
+        if config.privacy.strict:
+            raise PrivacyPreconditionError(msg + "; refusing to run it (privacy.strict).")
+        if not exceeded_noted:
+            emit("claim-exceeded", msg + "; continuing (set privacy.strict to refuse).", t)
+            exceeded_noted = True
+    return _Gate(releases, claimed_after, None, exceeded_noted)
+
+
+def privacy_result(algo: PrivateAlgorithm, ledger: PrivacyLedger, budget: PrivacyLedger | None,
+                   config: RunConfig) -> dict[str, Any]:
+    """The privacy part of a run's result: claimed ε, certified ε per observer, and (adaptive
+    algorithms) what was spent next to the ex-ante guarantee."""
+    certs = ledger.certify_all("best") if ledger.rounds_recorded else None
+    spent = None
+    if budget is not None:
+        # adaptively chosen noise: the guarantee is the budget the filter enforced (RDP only: the
+        # filter holds order by order); what happened is shown as spent, not as a guarantee
+        spent, certs = certs, budget.certify_all("rdp")
+    out: dict[str, Any] = {
+        "claimed_epsilon": ledger.claimed_epsilon,
+        "claim_notion": algo.claim_notion(),
+        "certified": certs,
+        "delta": config.privacy.delta,
+        "not_covered": algo.not_covered(),
+        "claim_comparable": algo.claim_comparable,
+    }
+    if spent is not None:
+        out["spent"] = spent
+        out["certified_basis"] = (
+            "ex-ante budget of a Renyi filter (Feldman & Zrnic 2021): the run's noise and length were "
+            "chosen from data; 'spent' composes the releases that happened and is not a guarantee")
+    if ledger.rounds_recorded and ledger.num_clients <= 5000:
+        out["client_epsilons_rdp"] = {
+            obs: {str(c): e for c, e in ledger.client_epsilons(obs, "rdp").items()} for obs in ("server", "public")
+        }
+    return out
+
+
+def dry_run(config: RunConfig, notice: NoticeFn | None = None) -> dict[str, Any]:
+    """The privacy statement of a run without training it: the same algorithm objects, sampling,
+    calibration, privacy gate and ledger as :func:`run_experiment`, with no local training and no
+    aggregation (``dpfl account CONFIG``).
+
+    The result equals the run's own ``final["privacy"]`` whenever the releases do not depend on
+    training: every algorithm with fixed settings; CRD (whose headline is its ex-ante budget,
+    the same in both); PMIDP-FL with adaptive thresholds (infinite either way); adaptive clipping
+    in DP-FedAvg (the clip norm moves, the multiplier does not). An algorithm that ends a run
+    early from data (CRD) is dry-run for its planned rounds: the "spent" figure is the plan's.
+
+    Returns:
+        ``{"rounds": rounds planned, "stop_reason": ..., "privacy": {...}}`` (``privacy`` is None
+        for a non-private algorithm).
+    """
+    if config.privacy.secure_aggregation:
+        raise ConfigError(
+            "`privacy.secure_aggregation: true` is not available for runs: no dpfl runtime implements "
+            "secure aggregation yet; `dpfl account ALGORITHM ... --secure-aggregation` gives the what-if.")
+    exp = build_experiment(config)
+    algo = exp.algorithm
+    ledger = _make_ledger(exp)
+    if ledger is None or not isinstance(algo, PrivateAlgorithm):
+        return {"rounds": 0, "stop_reason": None, "privacy": None}
+    budget = _make_budget(exp)
+
+    def emit(kind: str, message: str, round_idx: int | None = None) -> None:
+        if notice is not None:
+            notice(f"{kind}: {message}")
+
+    stop_reason, rounds = None, 0
+    exceeded_noted = False
+    for t in range(config.rounds):
+        reason = algo.should_stop(t)
+        if reason:
+            stop_reason = reason
+            break
+        clients = algo.sample(t, exp.data.num_clients, exp.seeds)
+        info = RoundInfo(t, exp.data.num_clients, clients, exp.seeds)
+        gate = _privacy_gate(algo, ledger, budget, info, exp, emit, exceeded_noted)
+        exceeded_noted = gate.exceeded_noted
+        if gate.stop_reason is not None:
+            stop_reason = gate.stop_reason
+            break
+        ledger.record_round(t, gate.releases, sampling=algo.sampler.describe(), participants=clients.tolist(),
+                            claimed_epsilon=gate.claimed_after)
+        rounds = t + 1
+    return {"rounds": rounds, "stop_reason": stop_reason, "privacy": privacy_result(algo, ledger, budget, config)}
+
+
 def _claim_value(claimed: float | dict[int, float] | None) -> float | None:
     if isinstance(claimed, dict):
         return max(claimed.values()) if claimed else None
@@ -369,6 +511,12 @@ def run_experiment(
     algorithm's; checkpoints and the final model file hold the wrapper's ``state_dict`` (which
     must include the inner one), so a resumed wrapped run continues exactly.
     """
+    if config.privacy.secure_aggregation:
+        raise ConfigError(
+            "`privacy.secure_aggregation: true` is not available for runs: no dpfl runtime implements "
+            "secure aggregation yet, so every client's upload reaches the server in the clear and a "
+            "certificate that lets the server see only the sum would be false. Remove the setting; "
+            "`dpfl account ... --secure-aggregation` gives the what-if figure.")
     exp = build_experiment(config)
     if remote is not None and not exp.algorithm.splits_rounds:
         raise ConfigError(
@@ -434,6 +582,7 @@ def _run_rounds(
     for n in exp.notices:
         emit(n["kind"], n["message"])
     algo = exp.algorithm
+    budget = _make_budget(exp)  # a Rényi filter's ex-ante budget (adaptive algorithms), else None
     if isinstance(algo, PrivateAlgorithm):
         for line in algo.not_covered():
             emit("not-covered", line)
@@ -466,30 +615,14 @@ def _run_rounds(
             clients = algo.sample(t, exp.data.num_clients, exp.seeds)
             info = RoundInfo(t, exp.data.num_clients, clients, exp.seeds)
             metrics: dict[str, Any] = {"clients": int(clients.numel())}
-            releases = None
+            releases = claimed_after = None
             if ledger is not None:
                 assert isinstance(algo, PrivateAlgorithm)
-                with collect_range_warnings() as range_notices:
-                    releases = algo.releases(info, exp.data.sizes(clients.tolist()), config.privacy.secure_aggregation)
-                    claimed_after = algo.claimed_epsilon(t + 1)
-                for w in range_notices:
-                    emit("formula-range", str(w), t)
-                target = config.privacy.target_epsilon
-                if target is not None and ledger.would_exceed(releases, target, participants=clients.tolist()):
-                    status = "stopped"
-                    stop_reason = (f"stopped before round {t + 1}: it would take the certified epsilon above "
-                                   f"privacy.target_epsilon = {target:g}")
-                    emit("target-epsilon", stop_reason, t)
+                gate = _privacy_gate(algo, ledger, budget, info, exp, emit, exceeded_noted)
+                releases, claimed_after, exceeded_noted = gate.releases, gate.claimed_after, gate.exceeded_noted
+                if gate.stop_reason is not None:
+                    status, stop_reason = "stopped", gate.stop_reason
                     break
-                claim = _claim_value(claimed_after) if algo.claim_comparable else None
-                if claim is not None and ledger.would_exceed(releases, claim, participants=clients.tolist()):
-                    msg = (f"round {t + 1}: the certified epsilon exceeds the paper's claimed epsilon "
-                           f"{claim:.4g} ({algo.claim_notion()})")
-                    if config.privacy.strict:
-                        raise PrivacyPreconditionError(msg + "; refusing to run it (privacy.strict).")
-                    if not exceeded_noted:
-                        emit("claim-exceeded", msg + "; continuing (set privacy.strict to refuse).", t)
-                        exceeded_noted = True
             participants = clients
             if clients.numel() > 0 and remote is None:
                 local = exp.engine.train(params, clients.tolist(), t)
@@ -510,6 +643,10 @@ def _run_rounds(
                     assert isinstance(algo, PrivateAlgorithm)
                     releases = algo.releases_for_arrivals(info, uploads.clients, uploads.num_samples,
                                                           config.privacy.secure_aggregation)
+            elif algo.releases_empty_rounds:  # an empty cohort: the round's noise is still released
+                out = algo.aggregate(params, Uploads.empty(int(params.numel()), params.device), info)
+                params = out.global_params
+                metrics.update(out.metrics)
             if ledger is not None and releases is not None:
                 assert isinstance(algo, PrivateAlgorithm)
                 entry = ledger.record_round(t, releases, sampling=algo.sampler.describe(),
@@ -558,19 +695,7 @@ def _run_rounds(
         final["stop_reason"] = stop_reason
     if ledger is not None:
         assert isinstance(algo, PrivateAlgorithm)
-        certs = ledger.certify_all("best") if ledger.rounds_recorded else None
-        final["privacy"] = {
-            "claimed_epsilon": ledger.claimed_epsilon,
-            "claim_notion": algo.claim_notion(),
-            "certified": certs,
-            "delta": config.privacy.delta,
-            "not_covered": algo.not_covered(),
-            "claim_comparable": algo.claim_comparable,
-        }
-        if ledger.rounds_recorded and exp.data.num_clients <= 5000:
-            final["privacy"]["client_epsilons_rdp"] = {
-                obs: {str(c): e for c, e in ledger.client_epsilons(obs, "rdp").items()} for obs in ("server", "public")
-            }
+        final["privacy"] = privacy_result(algo, ledger, budget, config)
     model_path = store.path.parent / "models" / f"{rid}.pt"
     save_checkpoint(model_path, {"run_id": rid, "global_params": params.cpu(), "layout": exp.problem.layout,
                                  "algorithm": stepper.state_dict()})

@@ -192,12 +192,14 @@ def test_private_minmax_run_is_the_independent_composition(runs: dict[str, tuple
     d = exp.problem.layout.numel
     layers = len(exp.problem.layout.sizes())
     assert (d, layers) == (784 * 4 + 4 + 4 * 10 + 10, 4)
-    # independent: dp_accounting's RDP accountant (dpfl's ledger uses its default orders, replace-one)
+    # independent: dp_accounting's RDP accountant (on the ledger's order grid, replace-one)
     # on d·T binary randomized responses (001 eq. 2's worst pair: noise parameter 2/(1+e^ε)) and T
     # Gaussian range reports with multiplier σ/Δ = Z
     sigma = Z * math.log2(10.0 / 1e-4) * math.sqrt(layers)
     delta_l2 = math.log2(10.0 / 1e-4) * math.sqrt(layers)
-    acc = rdp_acc.RdpAccountant(neighboring_relation=dpa.NeighboringRelation.REPLACE_ONE)
+    from dpfl.privacy.accounting.certify import DEFAULT_RDP_ORDERS
+
+    acc = rdp_acc.RdpAccountant(list(DEFAULT_RDP_ORDERS), neighboring_relation=dpa.NeighboringRelation.REPLACE_ONE)
     acc.compose(dpa.RandomizedResponseDpEvent(noise_parameter=2.0 / (1.0 + math.exp(EPS)), num_buckets=2), d * ROUNDS)
     acc.compose(dpa.GaussianDpEvent(sigma / delta_l2), ROUNDS)
     expect = acc.get_epsilon(DELTA)

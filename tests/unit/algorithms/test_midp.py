@@ -273,3 +273,28 @@ def test_ledger_agrees_with_dpfl_account_midp(side: str, capsys: pytest.CaptureF
         ours = ledger.certify(obs).epsilon  # type: ignore[arg-type]
         theirs = float(account["observers"][obs]["epsilon"])
         assert ours == pytest.approx(theirs, rel=1e-6) or (math.isinf(ours) and math.isinf(theirs))
+
+
+@pytest.mark.parametrize("clip_lr", [0.0, 0.1])
+def test_adaptive_thresholds_leak_the_norm_so_the_certificate_is_infinite(clip_lr: float) -> None:
+    """With η_c > 0 each upload declares C_{k,t+1} = C − η_c (C − ‖w_k‖) (eq. 5.18): the server
+    solves it for the unclipped norm exactly, so no finite ε holds against it (nor against the
+    public, whose next broadcasts carry noise scaled by it). With η_c = 0 the certificate is
+    the Gaussian's and finite."""
+    n, dim = 4, 6
+    algo = _pmidp(dim, n, epsilon=5.0, clip_norm=1.0, clip_lr=clip_lr)
+    local, info = _round(torch.randn(n, dim, generator=torch.Generator().manual_seed(4), dtype=torch.float64))
+    up = algo.client_step(torch.zeros(dim), local, info)
+    norms = local.params.norm(dim=1).double()
+    if clip_lr:
+        c, nxt = up.declared["clip_norm"], up.declared["next_clip_norm"]
+        recovered = c - (c - nxt) / clip_lr  # what the server computes from two declared numbers
+        assert torch.allclose(recovered, norms, rtol=1e-9)
+    ledger = PrivacyLedger(num_clients=n, sampler=AllClients(), delta=1e-5, relation="replace_one",
+                           privacy_unit="client", pld_every=0)
+    ledger.record_round(0, algo.releases(info, local.num_samples, False), sampling=AllClients(),
+                        participants=range(n))
+    for obs in ("server", "public"):
+        eps = ledger.certify(obs).epsilon
+        assert math.isinf(eps) if clip_lr else math.isfinite(eps)
+    assert any("infinite" in line for line in algo.not_covered()) == bool(clip_lr)

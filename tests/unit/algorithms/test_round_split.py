@@ -347,6 +347,10 @@ def test_dropouts_aggregate_the_arrivals_and_the_ledger_records_their_noise(case
             (r,) = [r for r in got if r.observer == obs]
             assert r.kind == "two_point" and r.num_coordinates == params.numel() and r.epsilon == 1.0
         return
+    if case == "pmidp-fl":  # adaptive thresholds (clip_lr > 0): each arrival's norm released exactly
+        exact = [r for r in got if r.noise_std == 0 and r.client_ids is not None]
+        assert {(r.observer, c) for r in exact for c in r.client_ids} == {(o, c) for o in ("server", "public") for c in ids}
+        got = [r for r in got if r not in exact]
     server = _std_of(got, "server")
     public = _std_of(got, "public")
     declared = dict(zip(arrived.clients.tolist(), arrived.declared["noise_std"].tolist(), strict=True))
@@ -372,7 +376,18 @@ def test_dropouts_aggregate_the_arrivals_and_the_ledger_records_their_noise(case
         total = math.sqrt(float((p**2 * sig**2).sum()))
     else:  # midp-*, pmidp-fl: what aggregate reports it carries
         total = m["aggregate_noise_std"]
-    assert all(v == pytest.approx(total, rel=1e-6) for stds in public.values() for v in stds)
+    broadcasts = [r for r in got if r.observer == "public" and r.client_ids is None]
+    if broadcasts:
+        # priced at the worst cohort of the round's size, never above the arrivals' own multiplier
+        (b,) = broadcasts
+        assert b.cohort_bound or algo.sampler.describe()["kind"] == "all"
+        rows = arrived.clients.tolist()
+        sens = ([algo.sensitivities[c] for c in rows] if case.startswith("udp")
+                else [2.0 * (10.0 if case == "nbafl" else 1.0)] * len(rows))  # 2C, replace-one
+        drawn = total / max(float(pk) * d for pk, d in zip(p.tolist(), sens, strict=True))
+        assert b.noise_std / b.sensitivity <= drawn * (1 + 1e-9)
+    else:
+        assert all(v == pytest.approx(total, rel=1e-6) for stds in public.values() for v in stds)
     if case in ("midp-server", "midp-client"):
         # eq. 4.7 for the arrivals, at the cohort's smallest budget: σ_s recalibrated (server side)
         # or reached by the server's top-up (client side)
@@ -384,7 +399,7 @@ def test_dropouts_aggregate_the_arrivals_and_the_ledger_records_their_noise(case
         # p_k ∝ 1/σ_k over the arrivals' declared stds; σ_k kept at N = the cohort
         w = np.array(m["weights"])
         np.testing.assert_allclose(w, pmidp_aggregation_weights(list(declared.values())), rtol=1e-12)
-        k_planned = _std_of(planned, "server")
+        k_planned = _std_of([r for r in planned if r.noise_std > 0], "server")
         assert {c: k_planned[c] for c in ids} == {c: [pytest.approx(declared[c], rel=1e-12)] for c in ids}
 
 

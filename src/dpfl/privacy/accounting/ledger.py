@@ -67,6 +67,7 @@ from dpfl.privacy.accounting.certify import (
     pld_epsilon,
     rdp_vector,
 )
+from dpfl.privacy.accounting.cohorts import BroadcastBound
 from dpfl.privacy.accounting.events import (
     MechanismKind,
     SamplerLike,
@@ -117,6 +118,10 @@ class Release:
             ``None`` = a broadcast about the whole cohort (amplified if the sample is secret).
         epsilon: two-point: the per-coordinate ε.
         num_coordinates: two-point: coordinates per report (d).
+        cohort_bound: a broadcast (``client_ids=None``) whose numbers hold for *every* cohort
+            that could contain any client (:mod:`.cohorts`), not just the drawn one. The ledger
+            amplifies a broadcast by a secret sample only when this is true: pricing the drawn
+            cohort's weights under a secret sample under-charges the clients it did not draw.
     """
 
     observer: Observer
@@ -126,6 +131,7 @@ class Release:
     client_ids: tuple[int, ...] | None = None
     epsilon: float | None = None
     num_coordinates: int = 1
+    cohort_bound: bool = False
 
     def __post_init__(self) -> None:
         if self.observer not in OBSERVERS:
@@ -144,11 +150,18 @@ class Release:
 
     @classmethod
     def gaussian(
-        cls, observer: Observer, noise_std: float, sensitivity: float, client_ids: Iterable[int] | None = None
+        cls, observer: Observer, noise_std: float, sensitivity: float, client_ids: Iterable[int] | None = None,
+        *, cohort_bound: bool = False,
     ) -> Release:
         """A Gaussian release (noise std and enforced sensitivity)."""
         ids = None if client_ids is None else tuple(int(c) for c in client_ids)
-        return cls(observer, "gaussian", float(noise_std), float(sensitivity), ids)
+        return cls(observer, "gaussian", float(noise_std), float(sensitivity), ids, cohort_bound=cohort_bound)
+
+    @classmethod
+    def exact(cls, observer: Observer, client_ids: Iterable[int]) -> Release:
+        """A function of the clients' data released without noise (certified ε = ∞ for them):
+        zero noise against a positive sensitivity, the ledger's non-private event."""
+        return cls.gaussian(observer, 0.0, 1.0, client_ids)
 
     @classmethod
     def two_point(
@@ -175,6 +188,7 @@ class Release:
             "client_ids": None if self.client_ids is None else list(self.client_ids),
             "epsilon": self.epsilon,
             "num_coordinates": self.num_coordinates,
+            "cohort_bound": self.cohort_bound,
         }
 
     @classmethod
@@ -189,6 +203,7 @@ class Release:
             client_ids=None if ids is None else tuple(int(c) for c in ids),
             epsilon=None if data.get("epsilon") is None else float(data["epsilon"]),
             num_coordinates=int(data.get("num_coordinates", 1)),
+            cohort_bound=bool(data.get("cohort_bound", False)),
         )
 
 
@@ -201,6 +216,7 @@ def federated_round_releases(
     server_noise_std: float = 0.0,
     secure_aggregation: bool = False,
     per_client_public: bool = False,
+    worst_cohort: BroadcastBound | None = None,
 ) -> list[Release]:
     """The releases of one weighted-aggregation round, computed from the clients that *arrived*.
 
@@ -218,6 +234,11 @@ def federated_round_releases(
         server_noise_std: noise the server adds to the aggregate before broadcasting.
         secure_aggregation: the server sees only the sum of the uploads.
         per_client_public: record the public release per client (sensitivity w_k Δ_k).
+        worst_cohort: the broadcast of the worst cohort of this size over the whole population
+            (:func:`.cohorts.worst_cohort_broadcast`); the broadcast release is then priced at the
+            smaller multiplier of it and the drawn cohort, and may be amplified by a secret sample
+            (``cohort_bound``). Without it the broadcast prices the drawn cohort only, which the
+            ledger accepts unamplified (full participation) and refuses to amplify.
 
     Returns:
         the releases, grouped so that clients with equal numbers share one release.
@@ -237,7 +258,12 @@ def federated_round_releases(
         )
     releases: list[Release] = []
     if n == 0:
-        return releases  # a noise-only broadcast says nothing about any client
+        # nobody's data entered the broadcast; under a secret sample the round is still one draw
+        # of the sampled mechanism (the empty cohort is one of its outcomes): charge it as such
+        if worst_cohort is not None and not per_client_public:
+            releases.append(Release.gaussian("public", worst_cohort.noise_std, worst_cohort.sensitivity, None,
+                                             cohort_bound=True))
+        return releases
     client_part = aggregate_noise_std(sig, w)
     total = aggregate_noise_std(sig, w, server_noise_std)
     # server
@@ -257,7 +283,15 @@ def federated_round_releases(
         releases += [Release.gaussian("public", total, d, c) for d, c in pub.items()]
     else:
         agg_sens = max(wk * dk for wk, dk in zip(w, sens, strict=True))
-        releases.append(Release.gaussian("public", total, agg_sens, None))
+        if worst_cohort is None:
+            releases.append(Release.gaussian("public", total, agg_sens, None))
+        else:
+            drawn_z = math.inf if agg_sens == 0 else total / agg_sens
+            if worst_cohort.noise_multiplier < drawn_z:
+                releases.append(Release.gaussian("public", worst_cohort.noise_std, worst_cohort.sensitivity, None,
+                                                 cohort_bound=True))
+            else:
+                releases.append(Release.gaussian("public", total, agg_sens, None, cohort_bound=True))
     return releases
 
 
@@ -480,6 +514,13 @@ class PrivacyLedger:
         if release.client_ids is not None:
             return None, list(release.client_ids), event
         if release.observer == "public" and self.sample_secret:
+            if self.sampling["kind"] != "all" and not release.cohort_bound:
+                raise PrivacyPreconditionError(
+                    "a broadcast release priced at the drawn cohort cannot be amplified by the secret "
+                    f"{self.sampling['kind']} sample: every cohort that could contain a client must be "
+                    "priced (pass `worst_cohort` to federated_round_releases, or state the release per "
+                    "client)."
+                )
             if self._sampler is not None:
                 return self._sampler.wrap_event(event, self.num_clients), [], event
             return sampled_event(event, self.sampling, self.num_clients), [], event
@@ -757,6 +798,63 @@ class PrivacyLedger:
                     trial_state.rows[rows] += vec
             worst = max(worst, self._worst_rdp(obs, trial_state)[0])
         return worst > target_epsilon
+
+    # ------------------------------------------------------------------ Rényi filter
+
+    def _trial_states(self, releases: Sequence[Release], participants: Iterable[int]) -> dict[str, _ObserverState]:
+        """Each observer's RDP state after these releases (nothing is recorded)."""
+        parts = self._check_round(releases, self.sampling, participants)
+        out: dict[str, _ObserverState] = {}
+        for obs in OBSERVERS:
+            st = self._state[obs]
+            trial = _ObserverState(st.n_orders)
+            trial.shared_rdp = st.shared_rdp.copy()
+            trial.index = dict(st.index)
+            trial.ids = list(st.ids)
+            trial.rows = st.rows.copy()
+            trial.counts = [Counter() for _ in st.ids]
+            for rel in releases:
+                if rel.observer != obs:
+                    continue
+                shared, clients, event = self._targets(rel, parts)
+                if shared is not None and not isinstance(shared, dpa.NoOpDpEvent):
+                    trial.shared_rdp += rdp_vector(shared, self.relation, self.rdp_orders)
+                if clients and not isinstance(event, dpa.NoOpDpEvent):
+                    vec = rdp_vector(event, self.relation, self.rdp_orders)
+                    trial.rows[[trial.row(c) for c in clients]] += vec
+            out[obs] = trial
+        return out
+
+    def _per_client_rdp(self, st: _ObserverState) -> np.ndarray:
+        """[num_clients, orders]: every client's RDP curve (shared stream plus its own rows)."""
+        full = np.tile(st.shared_rdp, (self.num_clients, 1))
+        for cid, i in st.index.items():
+            full[cid] += st.rows[i]
+        return full
+
+    def within_budget(self, budget: PrivacyLedger, next_round_releases: Sequence[Release], *,
+                      participants: Iterable[int]) -> bool:
+        """Whether, after these releases, every client's RDP curve stays at or below its curve in
+        ``budget`` at *every* order, for every observer (a Rényi filter).
+
+        A run whose noise is chosen adaptively (from the data) has a valid ex-ante guarantee when
+        it halts before any order of its composed RDP would exceed a budget fixed before the run:
+        then it is (α, B(α))-RDP at every order α of the budget (Feldman & Zrnic 2021, Theorem 3.1
+        with the privacy filter of Definition 3.2, applied order by order), and the budget's ε is
+        a guarantee. Nothing is recorded.
+
+        References:
+            V. Feldman, T. Zrnic, "Individual Privacy Accounting via a Rényi Filter", NeurIPS 2021.
+        """
+        if budget.num_clients != self.num_clients or budget.rdp_orders != self.rdp_orders:
+            raise ConfigError("a budget ledger must have the run's clients and RDP orders.")
+        trial = self._trial_states(next_round_releases, participants)
+        for obs in OBSERVERS:
+            spent = self._per_client_rdp(trial[obs])
+            allowed = budget._per_client_rdp(budget._state[obs])
+            if np.any(spent > allowed * (1 + 1e-9) + 1e-12):
+                return False
+        return True
 
     # ------------------------------------------------------------------ claimed vs certified
 

@@ -14,6 +14,7 @@ from dp_accounting.rdp import rdp_privacy_accountant as rdp
 
 from dpfl.errors import ConfigError, PrivacyPreconditionError
 from dpfl.privacy.accounting.certify import certify
+from dpfl.privacy.accounting.cohorts import worst_cohort_broadcast
 from dpfl.privacy.accounting.ledger import (
     ClaimExceededWarning,
     PrivacyLedger,
@@ -41,7 +42,9 @@ def _gauss_rdp_eps(z: float, count: int, delta: float = 1e-5) -> float:
 
 def test_poisson_sampler_with_a_fixed_size_round_is_an_error() -> None:
     ledger = _ledger(PoissonSampler(0.3))
-    rel = federated_round_releases([1, 2, 3], 1.0, 1.0, [1 / 3] * 3)
+    worst = worst_cohort_broadcast(cohort_size=1, noise_stds=[1.0] * 10, sensitivities=[1.0] * 10,
+                                   weighting="uniform")
+    rel = federated_round_releases([1, 2, 3], 1.0, 1.0, [1 / 3] * 3, worst_cohort=worst)
     with pytest.raises(PrivacyPreconditionError, match="sampling mismatch"):
         ledger.record_round(0, rel, sampling=FixedSizeSampler(3).describe(), participants=[1, 2, 3])
     with pytest.raises(PrivacyPreconditionError, match="sampling mismatch"):
@@ -50,6 +53,21 @@ def test_poisson_sampler_with_a_fixed_size_round_is_an_error() -> None:
     ledger.record_round(0, rel, sampling=PoissonSampler(0.3), participants=[1, 2, 3])
     with pytest.raises(PrivacyPreconditionError, match="sampling mismatch"):
         ledger.record_round(1, rel, sampling=PoissonSampler(0.31).describe(), participants=[1, 2, 3])
+
+
+def test_a_broadcast_priced_at_the_drawn_cohort_is_not_amplified() -> None:
+    """Amplifying by a secret sample needs every cohort priced (cohorts.py): a broadcast that
+    states only the drawn cohort's weights is refused under fixed-size and Poisson sampling,
+    and accepted (unamplified) under full participation."""
+    for sampler in (FixedSizeSampler(3), PoissonSampler(0.3)):
+        ledger = _ledger(sampler)
+        rel = federated_round_releases([1, 2, 3], 1.0, 1.0, [1 / 3] * 3)
+        with pytest.raises(PrivacyPreconditionError, match="every cohort"):
+            ledger.record_round(0, rel, sampling=sampler, participants=[1, 2, 3])
+    full = _ledger(AllClients(), n=3)
+    full.record_round(0, federated_round_releases([0, 1, 2], 1.0, 1.0, [1 / 3] * 3), sampling=AllClients(),
+                      participants=[0, 1, 2])
+    assert full.certify("public", method="rdp").epsilon == pytest.approx(_gauss_rdp_eps(math.sqrt(3.0), 1))
 
 
 def test_restoring_with_a_different_sampler_is_an_error() -> None:
@@ -114,7 +132,7 @@ def test_public_amplification_only_for_a_secret_sample() -> None:
     sampler = PoissonSampler(q)
     for t in range(rounds):
         ids = sampler.sample(50, gen).tolist()
-        rel = [Release.gaussian("public", z, 1.0, None)]
+        rel = [Release.gaussian("public", z, 1.0, None, cohort_bound=True)]
         secret.record_round(t, rel, sampling=sampler.describe(), participants=ids)
         known.record_round(t, rel, sampling=sampler.describe(), participants=ids)
     amplified = dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(z)), rounds)
@@ -234,7 +252,9 @@ def test_to_dict_from_dict_round_trip_continues_identically() -> None:
     plans = []
     for t in range(6):
         ids = sampler.sample(8, gen).tolist()
-        plans.append((t, federated_round_releases(ids, 2.0 + 0.1 * t, 1.0, [1 / 3] * 3), ids))
+        worst = worst_cohort_broadcast(cohort_size=3, noise_stds=[2.0 + 0.1 * t] * 8, sensitivities=[1.0] * 8,
+                                       weighting="uniform")
+        plans.append((t, federated_round_releases(ids, 2.0 + 0.1 * t, 1.0, [1 / 3] * 3, worst_cohort=worst), ids))
     for t, rel, ids in plans[:4]:
         ledger.record_round(t, rel, sampling=sampler.describe(), participants=ids,
                             claimed_epsilon={i: 1.0 + t for i in ids})
@@ -291,7 +311,7 @@ def test_decaying_noise_under_poisson_groups_pld_conservatively(monkeypatch: pyt
     zs = [1.3 - 0.003 * t for t in range(rounds)]
     ledger = _ledger(PoissonSampler(q), n=40, pld_discretization=COARSE)
     for t, z in enumerate(zs):
-        ledger.record_round(t, [Release.gaussian("public", z, 1.0, None)],
+        ledger.record_round(t, [Release.gaussian("public", z, 1.0, None, cohort_bound=True)],
                             sampling={"kind": "poisson", "sample_rate": q}, participants=[])
     cert = ledger.certify("public")
     direct = pld.PLDAccountant(dpa.NeighboringRelation.ADD_OR_REMOVE_ONE, value_discretization_interval=COARSE)
@@ -300,3 +320,33 @@ def test_decaying_noise_under_poisson_groups_pld_conservatively(monkeypatch: pyt
     exact = direct.get_epsilon(1e-5)
     assert exact <= cert.epsilon_pld <= exact * 1.03
     assert any("grid" in n for n in cert.notes)
+
+
+def test_renyi_filter_admits_rounds_only_within_the_budget_at_every_order() -> None:
+    """Budget: two rounds of z = 1 for clients 0–3. After one round at z = 1, a second at z = 1
+    fits exactly; one at z = 0.9 exceeds at every order; one at z = 0.5 for client 0 alone also
+    exceeds (per client)."""
+    budget, run = _ledger(AllClients(), n=4), _ledger(AllClients(), n=4)
+    for t in range(2):
+        budget.record_round(t, federated_round_releases(range(4), 1.0, 1.0, [0.25] * 4), sampling=AllClients(),
+                            participants=range(4))
+    run.record_round(0, federated_round_releases(range(4), 1.0, 1.0, [0.25] * 4), sampling=AllClients(),
+                     participants=range(4))
+    assert run.within_budget(budget, federated_round_releases(range(4), 1.0, 1.0, [0.25] * 4), participants=range(4))
+    assert not run.within_budget(budget, federated_round_releases(range(4), 0.9, 1.0, [0.25] * 4),
+                                 participants=range(4))
+    assert not run.within_budget(budget, [Release.gaussian("server", 0.5, 1.0, [0])], participants=[0])
+    assert run.rounds_recorded == 1  # nothing recorded by the check
+
+
+def test_rdp_orders_start_near_one_so_huge_epsilons_are_tight() -> None:
+    """z = 0.05 composed 100 times at δ = 1e-5: the PLD ε is ≈ 20,853; dp_accounting's default
+    orders (from 1.1) give 22,112 (6% loose); with orders from 1.01 the RDP ε is within 1%."""
+    from dp_accounting.pld import pld_privacy_accountant as pld
+
+    ledger = _ledger(AllClients(), n=1)
+    for t in range(100):
+        ledger.record_round(t, [Release.gaussian("server", 0.05, 1.0, [0])], sampling=AllClients(), participants=[0])
+    exact = pld.PLDAccountant(value_discretization_interval=1e-3).compose(dpa.GaussianDpEvent(0.05), 100).get_epsilon(1e-5)
+    got = ledger.certify("server", method="rdp").epsilon
+    assert exact <= got <= exact * 1.01
