@@ -9,6 +9,14 @@ from typing import Any
 
 from dpfl.experiments.store import DEFAULT_STORE, RunStore
 
+LONG_RUN_SECONDS = 3600.0
+"""A run projected (after its first round) to take longer than this says so once, up front."""
+
+
+def _fmt_hours(seconds: float) -> str:
+    hours = seconds / 3600
+    return f"{hours:.1f} hours" if hours < 48 else f"{hours / 24:.1f} days"
+
 
 def _fmt_time(seconds: float) -> str:
     seconds = int(round(seconds))
@@ -22,6 +30,7 @@ class RoundProgress:
         self.total = total
         self.label = label
         self.live = sys.stderr.isatty()
+        self._told_duration = False
         self._progress: Any = None
         if self.live:
             from rich.progress import (
@@ -54,6 +63,16 @@ class RoundProgress:
             self._progress.stop()
 
     def __call__(self, done: int, total: int, metrics: dict[str, Any], elapsed: float) -> None:
+        if not self._told_duration and done > 0:
+            self._told_duration = True
+            projected = elapsed / done * total
+            if projected > LONG_RUN_SECONDS:
+                message = (f"[{self.label}] at this speed the {total} rounds take about {_fmt_hours(projected)}; "
+                           "Ctrl-C stops the run and the same command resumes it")
+                if self._progress is not None:
+                    self._progress.console.print(message)
+                else:
+                    print(message, file=sys.stderr, flush=True)
         parts = []
         if "train_loss" in metrics:
             parts.append(f"loss {metrics['train_loss']:.4f}")
