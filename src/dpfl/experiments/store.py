@@ -8,8 +8,10 @@ intact; WAL mode lets ``dpfl runs`` read while a run writes.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -111,7 +113,13 @@ class RunStore:
                     f"run store {self.path} cannot be created: {err.strerror or err} ({err.filename or self.path.parent})"
                 ) from None
         try:
-            db = sqlite3.connect(self.path, timeout=30)
+            if not write and not (os.access(self.path.parent, os.W_OK) and os.access(self.path, os.W_OK)):
+                # a read-only store (file or folder): SQLite cannot create the WAL index beside
+                # it, so open it as an immutable snapshot, which needs no other file
+                uri = f"file:{urllib.parse.quote(str(self.path.resolve()))}?mode=ro&immutable=1"
+                db = sqlite3.connect(uri, uri=True, timeout=30)
+            else:
+                db = sqlite3.connect(self.path, timeout=30)
         except sqlite3.Error as err:
             raise ConfigError(f"run store {self.path} cannot be opened: {err}") from None
         try:
