@@ -7,6 +7,7 @@ intact; WAL mode lets ``dpfl runs`` read while a run writes.
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 import sqlite3
@@ -223,7 +224,7 @@ class RunStore:
             rows = db.execute("SELECT * FROM runs ORDER BY created_at").fetchall()
         return [self._record(r) for r in rows]
 
-    def rounds(self, run_id: str) -> list[dict[str, Any]]:
+    def rounds(self, run_id: str) -> builtins.list[dict[str, Any]]:
         """Per-round metrics of a run, in round order.
 
         Raises:
@@ -245,7 +246,7 @@ class RunStore:
                 ) from None
         return out
 
-    def notices(self, run_id: str) -> list[dict[str, Any]]:
+    def notices(self, run_id: str) -> builtins.list[dict[str, Any]]:
         if not self.exists():
             return []
         with self._connect() as db:
