@@ -75,7 +75,7 @@ def _fedavg(options: dict[str, Any], sampler: Any, ctx: BuildContext) -> Algorit
 Factory = Callable[[dict[str, Any], Any, BuildContext], Algorithm]
 
 # Each module listed here exposes ``ALGORITHMS: dict[str, Factory]`` (its names and builders).
-# Listing a module that is not shipped is harmless: it is skipped.
+# A module that fails to import is an error, never a silently missing algorithm.
 _ALGORITHM_MODULES = (
     "dpfl.algorithms.dp_fedavg",
     "dpfl.algorithms.udp",
@@ -89,12 +89,7 @@ def algorithms() -> dict[str, Factory]:
     """Every algorithm name and its builder."""
     found: dict[str, Factory] = {"fedavg": _fedavg}
     for name in _ALGORITHM_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as err:
-            if err.name == name:
-                continue
-            raise
+        module = importlib.import_module(name)
         found.update(module.ALGORITHMS)
     return found
 

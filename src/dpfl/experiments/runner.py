@@ -379,7 +379,9 @@ def _privacy_gate(algo: PrivateAlgorithm, ledger: PrivacyLedger, budget: Privacy
                   "budget fixed before the run at some order (Renyi filter)")
         emit("privacy-filter", reason, t)
         return _Gate(releases, claimed_after, reason, exceeded_noted)
-    claim = _claim_value(claimed_after) if algo.claim_comparable else None
+    # once noted (and not strict) the comparison with the claim has nothing left to decide
+    check_claim = algo.claim_comparable and (config.privacy.strict or not exceeded_noted)
+    claim = _claim_value(claimed_after) if check_claim else None
     if claim is not None and ledger.would_exceed(releases, claim, participants=clients):
         msg = (f"round {t + 1}: the certified epsilon exceeds the paper's claimed epsilon "
                f"{claim:.4g} ({algo.claim_notion()})")
@@ -466,7 +468,7 @@ def dry_run(config: RunConfig, notice: NoticeFn | None = None) -> dict[str, Any]
             stop_reason = gate.stop_reason
             break
         ledger.record_round(t, gate.releases, sampling=algo.sampler.describe(), participants=clients.tolist(),
-                            claimed_epsilon=gate.claimed_after)
+                            claimed_epsilon=gate.claimed_after, certify_round=False)
         rounds = t + 1
     return {"rounds": rounds, "stop_reason": stop_reason, "privacy": privacy_result(algo, ledger, budget, config)}
 

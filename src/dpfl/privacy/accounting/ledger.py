@@ -287,7 +287,9 @@ def federated_round_releases(
             releases.append(Release.gaussian("public", total, agg_sens, None))
         else:
             drawn_z = math.inf if agg_sens == 0 else total / agg_sens
-            if worst_cohort.noise_multiplier < drawn_z:
+            # the drawn cohort is one of those priced, so worst <= drawn up to rounding: the worst
+            # numbers (the same every round) are used unless the drawn ones are clearly smaller
+            if worst_cohort.noise_multiplier <= drawn_z * (1 + 1e-9):
                 releases.append(Release.gaussian("public", worst_cohort.noise_std, worst_cohort.sensitivity, None,
                                                  cohort_bound=True))
             else:
@@ -549,8 +551,12 @@ class PrivacyLedger:
         sampling: Mapping[str, Any] | SamplerLike,
         participants: Iterable[int],
         claimed_epsilon: float | Mapping[int, float] | None = None,
+        certify_round: bool = True,
     ) -> dict[str, Any]:
         """Record one round's releases; returns the round's history entry.
+
+        ``certify_round=False`` skips the entry's per-round certificate (a dry run only needs
+        the final one; the receipts recorded are the same).
 
         Args:
             round_idx: the round number.
@@ -585,9 +591,10 @@ class PrivacyLedger:
             "round": int(round_idx),
             "num_participants": len(parts),
             "claimed_epsilon": claimed,
-            "certified_rdp": {obs: self._worst_rdp(obs)[0] for obs in OBSERVERS},
         }
-        if self.pld_every and len(self._rounds) % self.pld_every == 0:
+        if certify_round:
+            entry["certified_rdp"] = {obs: self._worst_rdp(obs)[0] for obs in OBSERVERS}
+        if certify_round and self.pld_every and len(self._rounds) % self.pld_every == 0:
             best = {obs: self.certify(obs).to_dict() for obs in OBSERVERS}
             entry["certified"] = best
         self._history.append(entry)
