@@ -1,6 +1,6 @@
 """DP-FedAvg+BLUR+LUS round time: vectorized engine vs the sequential reference, same run.
 
-    flock /tmp/dpfl-cpu.lock .venv/bin/python benchmarks/dp_fedavg.py [--rounds 6] [--model mlp|cnn2]
+    .venv/bin/python benchmarks/dp_fedavg.py [--rounds 6] [--model mlp|cnn2]
 
 Workload: the 004 reduced-scale stand-in — real MNIST split over a population of 1,000 clients
 (Dirichlet 0.5), Poisson client sampling with p = 0.04 (≈ 40 clients per round), Q = 10 local

@@ -1,6 +1,6 @@
 """LDP-FL round benchmark (001): randomize + shuffle + aggregate-by-id, vectorized vs per-client loop.
 
-    flock /tmp/dpfl-cpu.lock .venv/bin/python benchmarks/ldp_fl.py [--clients 100] [--repeats 1]
+    .venv/bin/python benchmarks/ldp_fl.py [--clients 100] [--repeats 1]
 
 Workload: one LDP-FL round after local training for 100 clients of the 2-layer CNN (``cnn2``,
 variant "reddi", 1,199,882 weights on MNIST's 1×28×28 input): 120 M weights randomized per

@@ -1,6 +1,7 @@
 """The ``dpfl`` command line: run | runs | plot | report | data | account | reproduce | bound | audit | federate.
 
-Errors a user causes (:class:`dpfl.errors.DpflError`) print one line and exit with status 2.
+Errors a user causes (:class:`dpfl.errors.DpflError`, a usage error, a file that cannot be read
+or written) print one line on stderr and exit with status 2.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import argparse
 import contextlib
 import importlib
 import sys
+from typing import NoReturn
 
 _COMMANDS = (
     "dpfl.commands.run",
@@ -22,8 +24,15 @@ _COMMANDS = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line (the usage is one ``--help`` away)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dpfl", description="Differentially private federated learning.")
+    parser = _Parser(prog="dpfl", description="Differentially private federated learning.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _COMMANDS:
         try:
@@ -52,7 +61,10 @@ def main(argv: list[str] | None = None) -> int:
         names = account._subparsers._group_actions[0].choices  # type: ignore[union-attr]
         if argv[1] not in names:
             argv.insert(1, "config")
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as stop:  # --help, or a usage error already printed
+        return stop.code if isinstance(stop.code, int) else 2
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
@@ -60,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except DpflError as err:
         print(f"dpfl: error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # a file or folder the user named cannot be read or written
+        where = f" ({err.filename})" if err.filename else ""
+        print(f"dpfl: error: {err.strerror or err}{where}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("dpfl: interrupted; run the same command again to resume from the last checkpoint", file=sys.stderr)

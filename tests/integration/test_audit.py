@@ -25,7 +25,7 @@ CANARIES, UNSEEN, BOOT = 50, 500, 300
 def _cfg(shared: Path, algorithm: dict[str, Any], **over: Any) -> Any:
     raw: dict[str, Any] = {
         "name": "audit-tiny", "seed": 1, "rounds": 10,
-        "data": {"name": "mnist", "dir": str(shared)},
+        "data": {"name": "mnist", "dir": str(shared), "verify": False},
         "partition": {"kind": "iid", "num_clients": 50, "samples_per_client": 20},
         "model": {"name": "logistic"},
         "algorithm": algorithm,
@@ -67,8 +67,8 @@ def _udp_noise_10x_too_small(algo: Any) -> None:
     algo.server_step = step
 
 
-def test_dpfedavg_correct_run_passes_and_broken_noise_is_flagged(shared_data: Path) -> None:
-    cfg = _cfg(shared_data, DPFEDAVG)
+def test_dpfedavg_correct_run_passes_and_broken_noise_is_flagged(mnist_fixture: Path) -> None:
+    cfg = _cfg(mnist_fixture, DPFEDAVG)
     ok = run_audited(cfg, CANARIES, num_unseen=UNSEEN, bootstrap=BOOT)
     bad = run_audited(cfg, CANARIES, num_unseen=UNSEEN, bootstrap=BOOT, break_noise=_dpfedavg_noise_10x_too_small)
     a, b = ok.final["privacy"]["audit"], bad.final["privacy"]["audit"]
@@ -85,8 +85,8 @@ def test_dpfedavg_correct_run_passes_and_broken_noise_is_flagged(shared_data: Pa
     assert b["empirical_epsilon"] > 1.5 * a["certified_epsilon_public"]
 
 
-def test_canaries_leave_ledger_and_real_noise_unchanged(shared_data: Path, tmp_path: Path) -> None:
-    cfg = _cfg(shared_data, DPFEDAVG, rounds=4)
+def test_canaries_leave_ledger_and_real_noise_unchanged(mnist_fixture: Path, tmp_path: Path) -> None:
+    cfg = _cfg(mnist_fixture, DPFEDAVG, rounds=4)
     plain = run_experiment(cfg, RunStore(tmp_path / "s.sqlite"))
     audited = run_audited(cfg, CANARIES, num_unseen=UNSEEN, bootstrap=0)
     p, q = plain.final["privacy"], audited.final["privacy"]
@@ -100,30 +100,30 @@ def test_canaries_leave_ledger_and_real_noise_unchanged(shared_data: Path, tmp_p
     assert all(m["client_noise_std"] == pytest.approx(real_std, rel=1e-12) for m in audited.history)
 
 
-def test_udp_and_nbafl_audits_run_and_udp_bug_is_flagged(shared_data: Path) -> None:
+def test_udp_and_nbafl_audits_run_and_udp_bug_is_flagged(mnist_fixture: Path) -> None:
     udp = {"name": "udp", "options": {"epsilon": 4.0, "clip_norm": 1.0}}
     local = {"lr": 0.05, "batch_size": None, "steps": None}
-    ok = run_audited(_cfg(shared_data, udp, local=local), CANARIES, num_unseen=UNSEEN, bootstrap=BOOT)
-    bad = run_audited(_cfg(shared_data, udp, local=local), CANARIES, num_unseen=UNSEEN, bootstrap=BOOT,
+    ok = run_audited(_cfg(mnist_fixture, udp, local=local), CANARIES, num_unseen=UNSEEN, bootstrap=BOOT)
+    bad = run_audited(_cfg(mnist_fixture, udp, local=local), CANARIES, num_unseen=UNSEEN, bootstrap=BOOT,
                       break_noise=_udp_noise_10x_too_small)
     a, b = ok.final["privacy"]["audit"], bad.final["privacy"]["audit"]
     assert not a["flag"] and a["empirical_epsilon_interval"][0] <= a["certified_epsilon_public"]
     assert b["flag"] and b["empirical_epsilon"] > 2 * a["certified_epsilon_public"]
-    nb = run_audited(_cfg(shared_data, {"name": "nbafl", "options": {"epsilon": 60.0, "clip_norm": 10.0}}),
+    nb = run_audited(_cfg(mnist_fixture, {"name": "nbafl", "options": {"epsilon": 60.0, "clip_norm": 10.0}}),
                      CANARIES, num_unseen=UNSEEN, bootstrap=BOOT)
     c = nb.final["privacy"]["audit"]
     assert not c["flag"] and c["empirical_epsilon_interval"][0] <= c["certified_epsilon_public"]
     assert c["canary_participations_mean"] == 10.0
 
 
-def test_dpfl_run_attaches_the_audit(shared_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_dpfl_run_attaches_the_audit(mnist_fixture: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     from dpfl.cli import main
     from dpfl.experiments.store import RunStore
 
     root = Path(__file__).resolve().parents[2]
     store = tmp_path / "s.sqlite"
     code = main(["run", str(root / "reports" / "audit" / "dpfedavg.yaml"), "--audit", "10", "--store", str(store),
-                 "--set", f"data.dir={shared_data}", "--set", "rounds=3"])
+                 "--set", f"data.dir={mnist_fixture}", "--set", "data.verify=false", "--set", "rounds=3"])
     assert code == 0
     assert "empirical epsilon" in capsys.readouterr().out
     (rec,) = RunStore(store).list()
@@ -132,11 +132,11 @@ def test_dpfl_run_attaches_the_audit(shared_data: Path, tmp_path: Path, capsys: 
     assert audit["empirical_epsilon"] <= audit["empirical_epsilon_interval"][1]
 
 
-def test_killed_audit_resumes_to_the_uninterrupted_result(shared_data: Path, tmp_path: Path) -> None:
+def test_killed_audit_resumes_to_the_uninterrupted_result(mnist_fixture: Path, tmp_path: Path) -> None:
     """An audit is a stored, checkpointed run: killed after round 3 (checkpoint at 2) and run again,
     it ends with exactly the model, canary participations and estimate of one uninterrupted run."""
     udp = {"name": "udp", "options": {"epsilon": 4.0, "clip_norm": 1.0}}
-    cfg = _cfg(shared_data, udp, rounds=6, checkpoint_every=2, local={"lr": 0.05, "batch_size": None, "steps": None},
+    cfg = _cfg(mnist_fixture, udp, rounds=6, checkpoint_every=2, local={"lr": 0.05, "batch_size": None, "steps": None},
                sampling={"kind": "poisson", "sample_rate": 0.5})
     kw: dict[str, Any] = {"num_unseen": 200, "bootstrap": 100}
     whole = run_audited(cfg, 20, store=RunStore(tmp_path / "whole.sqlite"), **kw)
@@ -173,10 +173,10 @@ def test_killed_audit_resumes_to_the_uninterrupted_result(shared_data: Path, tmp
     assert plain.run_id == rid.removesuffix("-audit20") and "audit" not in plain.final["privacy"]
 
 
-def test_canaries_are_simulation_only(shared_data: Path, tmp_path: Path) -> None:
+def test_canaries_are_simulation_only(mnist_fixture: Path, tmp_path: Path) -> None:
     from dpfl.errors import ConfigError
 
-    cfg = _cfg(shared_data, DPFEDAVG, rounds=1)
+    cfg = _cfg(mnist_fixture, DPFEDAVG, rounds=1)
     with pytest.raises(ConfigError, match="simulation only"):
         run_experiment(cfg, RunStore(tmp_path / "s.sqlite"), remote=lambda *a: None,  # type: ignore[arg-type,return-value]
                        wrap=lambda exp: exp.algorithm)

@@ -39,7 +39,7 @@ def _config(tmp: Path, data: Path, name: str, algorithm: dict, num_clients: int 
             sampling: dict | None = None) -> Path:
     cfg = {
         "name": name, "seed": 5, "rounds": rounds,
-        "data": {"name": "mnist", "dir": str(data)},
+        "data": {"name": "mnist", "dir": str(data), "verify": False},
         "partition": {"kind": "iid", "num_clients": num_clients, "samples_per_client": 100},
         "model": {"name": "mlp"},
         "algorithm": algorithm,
@@ -71,11 +71,11 @@ def _notices(store: Path, kind: str) -> list[str]:
         return [m for (m,) in con.execute("SELECT message FROM notices WHERE kind = ?", (kind,))]
 
 
-def test_nbafl_and_dp_fedavg_on_flower_equal_the_simulator(tmp_path: Path, shared_data: Path) -> None:
-    nb = _config(tmp_path, shared_data, "nbafl", NBAFL)
-    dp = _config(tmp_path, shared_data, "dpfedavg", DPFEDAVG)
+def test_nbafl_and_dp_fedavg_on_flower_equal_the_simulator(tmp_path: Path, mnist_fixture: Path) -> None:
+    nb = _config(tmp_path, mnist_fixture, "nbafl", NBAFL)
+    dp = _config(tmp_path, mnist_fixture, "dpfedavg", DPFEDAVG)
     flower_store = tmp_path / "flower.sqlite"
-    with LocalFederation(3, data_dir=shared_data, workdir=tmp_path / "fed") as fed:
+    with LocalFederation(3, data_dir=mnist_fixture, workdir=tmp_path / "fed") as fed:
         got_nb = fed.run(nb, store=flower_store, round_timeout=300, connect_timeout=120, timeout=900, reproducible=True)
         got_dp = fed.run(dp, store=flower_store, round_timeout=300, connect_timeout=120, timeout=900, reproducible=True)
     for path, got in ((nb, got_nb), (dp, got_dp)):
@@ -89,12 +89,12 @@ def test_nbafl_and_dp_fedavg_on_flower_equal_the_simulator(tmp_path: Path, share
     assert "all 3 clients connected" in got_nb["log"]
 
 
-def test_client_killed_mid_round_is_dropped_and_the_ledger_stays_true(tmp_path: Path, shared_data: Path) -> None:
-    dp = _config(tmp_path, shared_data, "dpfedavg-drop", DPFEDAVG)
+def test_client_killed_mid_round_is_dropped_and_the_ledger_stays_true(tmp_path: Path, mnist_fixture: Path) -> None:
+    dp = _config(tmp_path, mnist_fixture, "dpfedavg-drop", DPFEDAVG)
     store = tmp_path / "flower.sqlite"
     # client 2 straggles 4 s in every round, so killing it just after round 1 is logged lands
     # while it is training round 2
-    with LocalFederation(3, data_dir=shared_data, workdir=tmp_path / "fed", node_config={2: {"fault": "delay:4"}}) as fed:
+    with LocalFederation(3, data_dir=mnist_fixture, workdir=tmp_path / "fed", node_config={2: {"fault": "delay:4"}}) as fed:
         proc = fed.submit(dp, store=store, round_timeout=40, connect_timeout=120)
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
@@ -128,11 +128,11 @@ def test_client_killed_mid_round_is_dropped_and_the_ledger_stays_true(tmp_path: 
     assert per_client["0"] == pytest.approx(sim["privacy"]["client_epsilons_rdp"]["server"]["0"], rel=1e-9)
 
 
-def test_bad_uploads_are_rejected_with_the_client_id(tmp_path: Path, shared_data: Path) -> None:
-    nb = _config(tmp_path, shared_data, "nbafl-bad", NBAFL, num_clients=4, rounds=1)
+def test_bad_uploads_are_rejected_with_the_client_id(tmp_path: Path, mnist_fixture: Path) -> None:
+    nb = _config(tmp_path, mnist_fixture, "nbafl-bad", NBAFL, num_clients=4, rounds=1)
     store = tmp_path / "flower.sqlite"
     faults = {1: {"fault": "nan"}, 2: {"fault": "shape"}, 3: {"fault": "noise"}}
-    with LocalFederation(4, data_dir=shared_data, workdir=tmp_path / "fed", node_config=faults) as fed:
+    with LocalFederation(4, data_dir=mnist_fixture, workdir=tmp_path / "fed", node_config=faults) as fed:
         got = fed.run(nb, store=store, round_timeout=300, connect_timeout=120, timeout=900)
     assert got["status"] == "finished"
     rejected = sorted(_notices(store, "rejected-upload"))
@@ -147,7 +147,7 @@ def test_bad_uploads_are_rejected_with_the_client_id(tmp_path: Path, shared_data
     assert list(eps) == ["0"] and eps["0"] > 0
 
 
-def test_ldp_fl_reports_go_sealed_through_a_shuffler_node(tmp_path: Path, shared_data: Path) -> None:
+def test_ldp_fl_reports_go_sealed_through_a_shuffler_node(tmp_path: Path, mnist_fixture: Path) -> None:
     """Split & shuffle across processes: 3 clients seal their two-point reports for a shuffler
     SuperNode; the ServerApp relays ciphertext and aggregates the per-id multisets it gets back.
     Same model as the simulator (whose trusted shuffler runs in process) up to the summation order
@@ -157,9 +157,9 @@ def test_ldp_fl_reports_go_sealed_through_a_shuffler_node(tmp_path: Path, shared
     from dpfl.sim.checkpoint import load_checkpoint
 
     ldp = {"name": "ldp-fl", "options": {"epsilon": 5.0, "range": "fixed", "center": 0.0, "radius": 0.075}}
-    cfg = _config(tmp_path, shared_data, "ldpfl", ldp, rounds=2)
+    cfg = _config(tmp_path, mnist_fixture, "ldpfl", ldp, rounds=2)
     store = tmp_path / "flower.sqlite"
-    with LocalFederation(3, data_dir=shared_data, workdir=tmp_path / "fed", shuffler=True) as fed:
+    with LocalFederation(3, data_dir=mnist_fixture, workdir=tmp_path / "fed", shuffler=True) as fed:
         got = fed.run(cfg, store=store, round_timeout=300, connect_timeout=120, timeout=900, reproducible=True)
     assert got["status"] == "finished" and got["rounds"] == 2
     assert "shuffler: node" in got["log"]

@@ -42,11 +42,11 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_algorithm_on_flower_simulation_equals_the_simulator(case: str, tmp_path: Path, shared_data: Path) -> None:
+def test_algorithm_on_flower_simulation_equals_the_simulator(case: str, tmp_path: Path, mnist_fixture: Path) -> None:
     algorithm, local = CASES[case]
     cfg = {
         "name": f"flower-{case}", "seed": 11, "rounds": 2,
-        "data": {"name": "mnist", "dir": str(shared_data)},
+        "data": {"name": "mnist", "dir": str(mnist_fixture), "verify": False},
         "partition": {"kind": "iid", "num_clients": 4, "samples_per_client": 60},
         "model": {"name": "mlp"}, "algorithm": algorithm, "sampling": {"kind": "all"},
         "local": local or {"lr": 0.1, "epochs": 1, "batch_size": 20},

@@ -18,7 +18,7 @@ def _cfg(shared: Path, **over: object):
         "name": "dpfedavg-tiny",
         "seed": 1,
         "rounds": 6,
-        "data": {"name": "mnist", "dir": str(shared)},
+        "data": {"name": "mnist", "dir": str(shared), "verify": False},
         "partition": {"kind": "iid", "num_clients": 50, "samples_per_client": 20},
         "model": {"name": "logistic"},
         "algorithm": {"name": "dp-fedavg", "options": {"noise_multiplier": 1.0, "clip_norm": 0.5}},
@@ -31,9 +31,9 @@ def _cfg(shared: Path, **over: object):
     return parse_config(raw)
 
 
-def test_public_epsilon_matches_dp_accounting_and_is_stored(shared_data: Path, tmp_path: Path) -> None:
+def test_public_epsilon_matches_dp_accounting_and_is_stored(mnist_fixture: Path, tmp_path: Path) -> None:
     store = RunStore(tmp_path / "s.sqlite")
-    res = run_experiment(_cfg(shared_data), store)
+    res = run_experiment(_cfg(mnist_fixture), store)
     assert res.status == "finished"
     priv = res.final["privacy"]
     # Independent check: 6 rounds of Poisson(0.2)-sampled Gaussian with multiplier 1.0, add/remove.
@@ -53,11 +53,11 @@ def test_public_epsilon_matches_dp_accounting_and_is_stored(shared_data: Path, t
     assert "claim-exceeded" in kinds
 
 
-def test_target_epsilon_stops_before_exceeding(shared_data: Path, tmp_path: Path) -> None:
+def test_target_epsilon_stops_before_exceeding(mnist_fixture: Path, tmp_path: Path) -> None:
     # the headline is the server's (each upload carries σ/sqrt(|P_t|)): more noise, so that the
     # target is reached after a few rounds rather than before the first
     algorithm = {"name": "dp-fedavg", "options": {"noise_multiplier": 6.0, "clip_norm": 0.5}}
-    cfg = _cfg(shared_data, rounds=50, algorithm=algorithm, privacy={"delta": 1e-3, "target_epsilon": 4.0})
+    cfg = _cfg(mnist_fixture, rounds=50, algorithm=algorithm, privacy={"delta": 1e-3, "target_epsilon": 4.0})
     res = run_experiment(cfg, RunStore(tmp_path / "s.sqlite"))
     assert res.status == "stopped"
     assert 0 < res.rounds_done < 50
@@ -65,24 +65,24 @@ def test_target_epsilon_stops_before_exceeding(shared_data: Path, tmp_path: Path
     assert "target_epsilon" in res.final["stop_reason"]
 
 
-def test_secure_aggregation_is_refused_while_no_runtime_implements_it(shared_data: Path, tmp_path: Path) -> None:
+def test_secure_aggregation_is_refused_while_no_runtime_implements_it(mnist_fixture: Path, tmp_path: Path) -> None:
     """Uploads reach the server in the clear on every runtime: a certificate that lets the
     server see only the sum would be false, so a run refuses the setting before it starts."""
-    cfg = _cfg(shared_data, privacy={"delta": 1e-3, "secure_aggregation": True})
+    cfg = _cfg(mnist_fixture, privacy={"delta": 1e-3, "secure_aggregation": True})
     store = RunStore(tmp_path / "s.sqlite")
     with pytest.raises(ConfigError, match="secure_aggregation.*in the clear"):
         run_experiment(cfg, store)
     assert store.list() == []
 
 
-def test_strict_refuses_a_round_whose_certified_epsilon_exceeds_the_claim(shared_data: Path, tmp_path: Path) -> None:
-    cfg = _cfg(shared_data, privacy={"delta": 1e-3, "strict": True})
+def test_strict_refuses_a_round_whose_certified_epsilon_exceeds_the_claim(mnist_fixture: Path, tmp_path: Path) -> None:
+    cfg = _cfg(mnist_fixture, privacy={"delta": 1e-3, "strict": True})
     with pytest.raises(PrivacyPreconditionError, match="refusing"):
         run_experiment(cfg, RunStore(tmp_path / "s.sqlite"))
 
 
-def test_resume_restores_the_ledger(shared_data: Path, tmp_path: Path) -> None:
-    cfg = _cfg(shared_data)
+def test_resume_restores_the_ledger(mnist_fixture: Path, tmp_path: Path) -> None:
+    cfg = _cfg(mnist_fixture)
     store = RunStore(tmp_path / "a.sqlite")
 
     def crash(done: int, total: int, metrics: dict, elapsed: float) -> None:
@@ -97,7 +97,7 @@ def test_resume_restores_the_ledger(shared_data: Path, tmp_path: Path) -> None:
     assert resumed.final["privacy"]["certified"] == fresh.final["privacy"]["certified"]
 
 
-def test_crd_headline_is_the_budget_fixed_before_the_run(shared_data: Path, tmp_path: Path) -> None:
+def test_crd_headline_is_the_budget_fixed_before_the_run(mnist_fixture: Path, tmp_path: Path) -> None:
     """udp-crd planned for T = 8 rounds, discounted (ζ large, β = 1/2) to 2 rounds. Its noise and
     length were chosen from the test loss, so what it spent is not a guarantee; the headline is
     plain UDP's 8 rounds at the Thm 1 noise (RDP), the budget its Rényi filter enforced."""
@@ -107,7 +107,7 @@ def test_crd_headline_is_the_budget_fixed_before_the_run(shared_data: Path, tmp_
     n, rounds, eps, delta, lr, clip = 6, 8, 4.0, 1e-3, 0.5, 1.0
     algorithm = {"name": "udp-crd", "options": {"epsilon": eps, "clip_norm": clip, "threshold": 10.0,
                                                 "discount": 0.5}}
-    cfg = _cfg(shared_data, rounds=rounds, algorithm=algorithm, sampling={"kind": "all"},
+    cfg = _cfg(mnist_fixture, rounds=rounds, algorithm=algorithm, sampling={"kind": "all"},
                partition={"kind": "iid", "num_clients": n, "samples_per_client": 20},
                local={"lr": lr, "batch_size": None}, privacy={"delta": delta})
     res = run_experiment(cfg, RunStore(tmp_path / "s.sqlite"))

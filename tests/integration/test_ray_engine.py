@@ -58,7 +58,7 @@ def _cfg(shared: Path, engine: str):  # type: ignore[no-untyped-def]
         "name": "ray-vs-inprocess",
         "seed": 5,
         "rounds": 3,
-        "data": {"name": "mnist", "dir": str(shared)},
+        "data": {"name": "mnist", "dir": str(shared), "verify": False},
         "partition": {"kind": "iid", "num_clients": len(SIZES), "sizes": SIZES},
         "model": {"name": "mlp", "options": {"hidden": 32}},
         "algorithm": {"name": "dp-fedavg", "options": {"noise_multiplier": 1.0, "clip_norm": 0.5}},
@@ -105,12 +105,12 @@ def test_shard_bounds_are_contiguous_and_balanced() -> None:
             assert max(sizes) - min(sizes) <= 1 and min(sizes) >= 1
 
 
-def test_ray_engine_matches_in_process(ray_2cpu: Any, shared_data: Path, tmp_path: Path,
+def test_ray_engine_matches_in_process(ray_2cpu: Any, mnist_fixture: Path, tmp_path: Path,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    ray_final, ray_params = _run(_cfg(shared_data, "ray"), tmp_path / "ray")
-    vec_final, vec_params = _run(_cfg(shared_data, "vectorized"), tmp_path / "vectorized")
+    ray_final, ray_params = _run(_cfg(mnist_fixture, "ray"), tmp_path / "ray")
+    vec_final, vec_params = _run(_cfg(mnist_fixture, "vectorized"), tmp_path / "vectorized")
     monkeypatch.setitem(runner.ENGINES, "vectorized", _InProcessShards)
-    _, shard_params = _run(_cfg(shared_data, "vectorized"), tmp_path / "sharded")
+    _, shard_params = _run(_cfg(mnist_fixture, "vectorized"), tmp_path / "sharded")
 
     # the same shards and thread count in process: the same bits
     assert torch.equal(ray_params, shard_params)
@@ -125,8 +125,8 @@ def test_ray_engine_matches_in_process(ray_2cpu: Any, shared_data: Path, tmp_pat
     assert ray_2cpu.is_initialized()
 
 
-def test_actors_use_one_thread_each_and_close_releases_them(ray_2cpu: Any, shared_data: Path) -> None:
-    exp = runner.build_experiment(_cfg(shared_data, "ray"))
+def test_actors_use_one_thread_each_and_close_releases_them(ray_2cpu: Any, mnist_fixture: Path) -> None:
+    exp = runner.build_experiment(_cfg(mnist_fixture, "ray"))
     engine = exp.engine
     stats = engine.actor_stats()  # type: ignore[attr-defined]
     assert len(stats) == ACTORS

@@ -1,4 +1,4 @@
-"""End-to-end: `dpfl run` on real MNIST (tiny), the run store, bad input, kill -9 and resume."""
+"""End-to-end: `dpfl run` on the tiny MNIST-format fixture, the run store, bad input, kill -9 and resume."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def _tiny(shared: Path, **over: object) -> dict:
         "name": "tiny",
         "seed": 3,
         "rounds": 3,
-        "data": {"name": "mnist", "dir": str(shared)},
+        "data": {"name": "mnist", "dir": str(shared), "verify": False},
         "partition": {"kind": "iid", "num_clients": 10, "samples_per_client": 60},
         "model": {"name": "mlp", "options": {"hidden": 32}},
         "local": {"lr": 0.1, "epochs": 1, "batch_size": 16},
@@ -38,8 +38,8 @@ def _write(tmp: Path, cfg: dict) -> Path:
     return path
 
 
-def test_run_stores_rounds_result_and_plot(shared_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    cfg = _write(tmp_path, _tiny(shared_data))
+def test_run_stores_rounds_result_and_plot(mnist_fixture: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    cfg = _write(tmp_path, _tiny(mnist_fixture))
     store_path = tmp_path / "runs" / "dpfl.sqlite"
     assert main(["run", str(cfg), "--store", str(store_path), "--set", "rounds=4"]) == 0
     out = capsys.readouterr().out
@@ -49,7 +49,7 @@ def test_run_stores_rounds_result_and_plot(shared_data: Path, tmp_path: Path, ca
     rounds = store.rounds(record.run_id)
     assert [r["round"] for r in rounds] == [0, 1, 2, 3]
     assert all(0.0 <= r["test_accuracy"] <= 1.0 for r in rounds)
-    assert rounds[-1]["test_accuracy"] > 0.5  # 600 real MNIST samples, 4 rounds: far above chance (0.1)
+    assert rounds[-1]["test_accuracy"] > 0.5  # 600 fixture samples, 4 rounds: far above chance (0.1)
     assert record.env["torch"].startswith("2.") and "git_commit" in record.env
     assert record.config["rounds"] == 4
     assert f"run {record.run_id}" in out and "final test accuracy" in out
@@ -73,9 +73,9 @@ def test_run_stores_rounds_result_and_plot(shared_data: Path, tmp_path: Path, ca
         ({"sampling": {"kind": "fixed", "clients_per_round": 11}}, "exceeds the number of clients (10)"),
     ],
 )
-def test_bad_input_is_one_line_exit_2(shared_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture,
+def test_bad_input_is_one_line_exit_2(mnist_fixture: Path, tmp_path: Path, capsys: pytest.CaptureFixture,
                                       override: dict, needle: str) -> None:
-    cfg = _tiny(shared_data)
+    cfg = _tiny(mnist_fixture)
     cfg.update(override)
     code = main(["run", str(_write(tmp_path, cfg)), "--store", str(tmp_path / "s.sqlite")])
     err = capsys.readouterr().err
@@ -91,11 +91,11 @@ def test_missing_data_says_how_to_fetch(tmp_path: Path, capsys: pytest.CaptureFi
     assert "dpfl data fetch mnist" in err and "Traceback" not in err
 
 
-def test_bad_input_keeps_existing_store(shared_data: Path, tmp_path: Path) -> None:
+def test_bad_input_keeps_existing_store(mnist_fixture: Path, tmp_path: Path) -> None:
     store_path = tmp_path / "s.sqlite"
-    assert main(["run", str(_write(tmp_path, _tiny(shared_data, rounds=1))), "--store", str(store_path)]) == 0
+    assert main(["run", str(_write(tmp_path, _tiny(mnist_fixture, rounds=1))), "--store", str(store_path)]) == 0
     before = RunStore(store_path).list()
-    bad = _tiny(shared_data)
+    bad = _tiny(mnist_fixture)
     bad["rounds"] = 0
     assert main(["run", str(_write(tmp_path, bad)), "--store", str(store_path)]) == 2
     assert RunStore(store_path).list() == before
@@ -118,9 +118,9 @@ def _run_to_end(cfg: Path, store: Path) -> str:
     return rec.result["params_sha256"]
 
 
-def test_kill_9_then_same_command_resumes_to_the_same_model(shared_data: Path, tmp_path: Path) -> None:
-    cfg = _tiny(shared_data, rounds=40, checkpoint_every=4)
-    cfg["partition"] = {"kind": "iid", "num_clients": 20, "samples_per_client": 200}
+def test_kill_9_then_same_command_resumes_to_the_same_model(mnist_fixture: Path, tmp_path: Path) -> None:
+    cfg = _tiny(mnist_fixture, rounds=40, checkpoint_every=4)
+    cfg["partition"] = {"kind": "iid", "num_clients": 20, "samples_per_client": 50}
     cfg["model"] = {"name": "mlp"}
     path = _write(tmp_path, cfg)
     killed_store = tmp_path / "killed" / "dpfl.sqlite"
@@ -145,14 +145,14 @@ def test_kill_9_then_same_command_resumes_to_the_same_model(shared_data: Path, t
     json.dumps(rounds)  # the stored metrics are plain JSON
 
 
-def test_algorithm_can_end_the_run_early(shared_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_algorithm_can_end_the_run_early(mnist_fixture: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from dpfl.algorithms.fedavg import FedAvg
     from dpfl.experiments.config import parse_config
     from dpfl.experiments.runner import run_experiment
 
     monkeypatch.setattr(FedAvg, "should_stop", lambda self, t: "T lowered to 2" if t >= 2 else None)
     store = RunStore(tmp_path / "s.sqlite")
-    res = run_experiment(parse_config(_tiny(shared_data, rounds=5)), store)
+    res = run_experiment(parse_config(_tiny(mnist_fixture, rounds=5)), store)
     assert res.rounds_done == 2 and res.final["stop_reason"] == "T lowered to 2"
     assert [r["round"] for r in store.rounds(res.run_id)] == [0, 1]
     assert "test_accuracy" in res.final

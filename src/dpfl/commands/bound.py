@@ -8,8 +8,34 @@ from __future__ import annotations
 
 import argparse
 import importlib
+from collections.abc import Callable
+from pathlib import Path
+
+from dpfl.errors import ConfigError
 
 _THEORY_MODULES = ("dpfl.theory.udp", "dpfl.theory.nbafl")
+
+
+def _checked_plot(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Wrap a bound command so that ``--plot PATH`` is checked before any work and a failed write
+    is one error line naming the path."""
+
+    def run(args: argparse.Namespace) -> int:
+        plot = getattr(args, "plot", None)
+        if plot:
+            folder = Path(plot).parent
+            if not folder.is_dir():
+                raise ConfigError(f"--plot {plot}: folder {folder} does not exist; create it or give another path")
+            if Path(plot).is_dir():
+                raise ConfigError(f"--plot {plot} is a directory; give a PNG file path")
+        try:
+            return func(args)
+        except OSError as err:
+            if not plot:
+                raise
+            raise ConfigError(f"--plot {plot}: cannot write it ({err.strerror or err})") from None
+
+    return run
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -23,6 +49,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                 continue
             raise
         module.register(sub)
+    for parser in sub.choices.values():
+        func = parser.get_default("func")
+        if func is not None:
+            parser.set_defaults(func=_checked_plot(func))
 
     def _help(args: argparse.Namespace) -> int:
         p.print_help()

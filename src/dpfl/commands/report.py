@@ -26,6 +26,8 @@ def _report(args: argparse.Namespace) -> int:
         print(f"test accuracy {result['test_accuracy']:.4f}, test loss {result.get('test_loss', float('nan')):.4f}")
     if result.get("stop_reason"):
         print(result["stop_reason"])
+    if result.get("error"):
+        print(f"failed: {result['error']}")
     if result.get("privacy"):
         print(_privacy_summary(result["privacy"]))
         if result["privacy"].get("audit"):

@@ -9,6 +9,14 @@ from typing import Any
 
 from dpfl.experiments.store import DEFAULT_STORE, RunStore
 
+LONG_RUN_SECONDS = 3600.0
+"""A run projected (after its first round) to take longer than this says so once, up front."""
+
+
+def _fmt_hours(seconds: float) -> str:
+    hours = seconds / 3600
+    return f"{hours:.1f} hours" if hours < 48 else f"{hours / 24:.1f} days"
+
 
 def _fmt_time(seconds: float) -> str:
     seconds = int(round(seconds))
@@ -22,6 +30,7 @@ class RoundProgress:
         self.total = total
         self.label = label
         self.live = sys.stderr.isatty()
+        self._told_duration = False
         self._progress: Any = None
         if self.live:
             from rich.progress import (
@@ -54,6 +63,16 @@ class RoundProgress:
             self._progress.stop()
 
     def __call__(self, done: int, total: int, metrics: dict[str, Any], elapsed: float) -> None:
+        if not self._told_duration and done > 0:
+            self._told_duration = True
+            projected = elapsed / done * total
+            if projected > LONG_RUN_SECONDS:
+                message = (f"[{self.label}] at this speed the {total} rounds take about {_fmt_hours(projected)}; "
+                           "Ctrl-C stops the run and the same command resumes it")
+                if self._progress is not None:
+                    self._progress.console.print(message)
+                else:
+                    print(message, file=sys.stderr, flush=True)
         parts = []
         if "train_loss" in metrics:
             parts.append(f"loss {metrics['train_loss']:.4f}")
@@ -72,6 +91,7 @@ class RoundProgress:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from dpfl.errors import ConfigError
     from dpfl.experiments.config import load_config
     from dpfl.experiments.runner import run_experiment
     from dpfl.plots.curves import plot_run
@@ -87,7 +107,11 @@ def _run(args: argparse.Namespace) -> int:
         started = time.perf_counter()
         result = run_experiment(config, store, progress=progress, notice=loud, restart=args.restart)
     final = result.final
-    plot = plot_run(store, result.run_id)
+    try:
+        plot: object = plot_run(store, result.run_id)
+    except ConfigError as err:  # e.g. a read-only store folder: the run itself is fine
+        print(f"dpfl: warning: {err}", file=sys.stderr)
+        plot = "not written"
     acc = final.get("test_accuracy")
     print(f"run {result.run_id} ({config.name}): {result.status} after {result.rounds_done} rounds"
           f" in {time.perf_counter() - started:.1f} s")
@@ -150,16 +174,32 @@ def _runs(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from dpfl.errors import ConfigError
+
     store = RunStore(args.store)
+    if not store.exists():
+        raise ConfigError(f"no run store at {store.path} (`dpfl run` creates it; see --store)")
     table = Table(title=f"runs in {store.path}")
-    for col in ("run id", "name", "algorithm", "data", "model", "status", "rounds", "test acc"):
+    table.add_column("run id", no_wrap=True, min_width=12)  # ids are copied from here: never cut
+    for col in ("name", "algorithm", "data", "model", "status", "rounds", "test acc"):
         table.add_column(col)
+    unreadable: list[str] = []
     for r in store.list():
-        rows = store.rounds(r.run_id)
+        problem = r.problem
+        try:
+            rounds = str(len(store.rounds(r.run_id)))
+        except ConfigError as err:
+            problem, rounds = problem or str(err), "?"
         acc = (r.result or {}).get("test_accuracy")
-        table.add_row(r.run_id, r.name, r.algorithm, r.dataset, r.model, r.status,
-                      str(len(rows)), f"{acc:.4f}" if acc is not None else "")
-    Console().print(table)
+        status = r.status if problem is None else "unreadable"
+        table.add_row(r.run_id, r.name, r.algorithm, r.dataset, r.model, status, rounds,
+                      f"{acc:.4f}" if isinstance(acc, int | float) else "")
+        if problem is not None:
+            unreadable.append(f"run {r.run_id}: {problem}" if not problem.startswith("run ") else problem)
+    # piped output is read by scripts and people alike: do not cut ids or names at 80 columns
+    Console(width=None if sys.stdout.isatty() else 160).print(table)
+    for line in unreadable:
+        print(f"dpfl: warning: {line}", file=sys.stderr)
     return 0
 
 

@@ -99,8 +99,17 @@ class TabularEncoder:
         return out
 
 
+MAX_ABS_VALUE = float(np.finfo(np.float32).max)
+"""The largest magnitude a numeric value may have: features are float32."""
+
+
 def _numeric(table: RawTable, column: str) -> np.ndarray:
-    """A numeric column as float64, NaN where missing."""
+    """A numeric column as float64, NaN where missing (``?``).
+
+    Raises:
+        DataFormatError: a value that is not a number, not finite (``nan``, ``inf``) or beyond
+            float32's range; the message names the file, the line, the column and the value.
+    """
     values = table.columns[column]
     lookup = np.empty(len(values.levels), dtype=np.float64)
     for i, level in enumerate(values.levels):
@@ -108,11 +117,19 @@ def _numeric(table: RawTable, column: str) -> np.ndarray:
             lookup[i] = np.nan
             continue
         try:
-            lookup[i] = float(level)
+            number = float(level)
         except ValueError:
             raise DataFormatError(
-                f"{table.source}: numeric column {column!r} holds {level!r}, not a number"
+                f"{table.source}, {table.line_of(column, i)}: numeric column {column!r} holds "
+                f"{level!r}, not a number"
             ) from None
+        if not np.isfinite(number) or abs(number) > MAX_ABS_VALUE:
+            what = "not a finite number" if not np.isfinite(number) else f"beyond float32's range (±{MAX_ABS_VALUE:.3g})"
+            raise DataFormatError(
+                f"{table.source}, {table.line_of(column, i)}: numeric column {column!r} holds "
+                f"{level!r}, {what}; a missing value is written {MISSING!r}"
+            )
+        lookup[i] = number
     return lookup[values.codes]
 
 

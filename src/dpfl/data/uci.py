@@ -144,11 +144,21 @@ class RawTable:
         source: where the rows came from (for error messages).
         columns: feature column name → factorized values (ignored and label columns left out).
         labels: int64 [N] class indices (1 for the schema's positive labels, else 0).
+        line_numbers: int64 [N] the 1-based line of each row in the file (for error messages),
+            or ``None`` when not known.
     """
 
     source: str
     columns: Mapping[str, Column]
     labels: np.ndarray
+    line_numbers: np.ndarray | None = None
+
+    def line_of(self, column: str, level: int) -> str:
+        """Where value ``levels[level]`` of ``column`` first occurs: ``"line N"`` or ``"row N"``."""
+        row = int(np.flatnonzero(self.columns[column].codes == level)[0])
+        if self.line_numbers is None:
+            return f"data row {row + 1}"
+        return f"line {int(self.line_numbers[row])}"
 
     @property
     def num_rows(self) -> int:
@@ -195,7 +205,10 @@ def parse_uci_csv(text: str, schema: UciSchema, *, source: str) -> RawTable:
     width = len(schema.columns)
     lines = text.splitlines()
     with _gc_paused():
-        rows = [line.split(",") for line in lines if _is_data(line)]
+        numbered = [(lineno, line) for lineno, line in enumerate(lines, start=1) if _is_data(line)]
+        rows = [line.split(",") for _, line in numbered]
+        line_numbers = np.fromiter((lineno for lineno, _ in numbered), dtype=np.int64, count=len(numbered))
+        del numbered
         if not rows:
             raise DataFormatError(f"{source}: no data rows")
         try:
@@ -225,7 +238,7 @@ def parse_uci_csv(text: str, schema: UciSchema, *, source: str) -> RawTable:
             f"{sorted(known)} (optionally followed by '.')"
         )
     positive = np.array([name in schema.positive_labels for name in names], dtype=np.int64)
-    return RawTable(source=source, columns=columns, labels=positive[label_column.codes])
+    return RawTable(source=source, columns=columns, labels=positive[label_column.codes], line_numbers=line_numbers)
 
 
 def _is_data(line: str) -> bool:

@@ -1,7 +1,9 @@
 """Run configuration: a strict pydantic schema, YAML files, and ``--set key=value`` overrides.
 
-Unknown keys are errors (a typo must never silently fall back to a default). A run is a
-validated config plus its seed; :func:`run_id` hashes both.
+Unknown keys are errors (a typo must never silently fall back to a default), and so are a
+boolean where a number is expected (``rounds: true`` is not 1), a non-finite number, a key given
+twice in one YAML mapping and an empty config file. A run is a validated config plus its seed;
+:func:`run_id` hashes both.
 """
 
 from __future__ import annotations
@@ -9,12 +11,44 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AllowInfNan,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationError,
+    field_validator,
+)
 
 from dpfl.errors import ConfigError
+
+MAX_ROUNDS = 100_000
+"""Upper bound of ``rounds``: 100 times the longest schedule of the reproduced papers (T = 1000
+in 004); a larger value is a typo or a run of weeks on a CPU."""
+
+MAX_LR = 3.4e38
+"""Upper bound of ``local.lr``: the largest float32 (the dtype of every model), rounded down."""
+
+
+def _not_a_bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError(f"must be a number, not a boolean ({str(value).lower()})")
+    return value
+
+
+Int = Annotated[int, BeforeValidator(_not_a_bool)]
+"""An integer; ``true``/``false`` are refused (pydantic would read them as 1/0)."""
+
+Float = Annotated[float, BeforeValidator(_not_a_bool), AllowInfNan(False)]
+"""A finite number; booleans, ``.inf`` and ``.nan`` are refused."""
+
+Bool = Annotated[bool, Strict()]
+"""``true`` or ``false`` only (not 1, 0 or "yes")."""
 
 
 class _Strict(BaseModel):
@@ -28,20 +62,20 @@ class DataConfig(_Strict):
 
     name: str = "mnist"
     dir: str = "data"
-    verify: bool = True
+    verify: Bool = True
 
 
 class PartitionConfig(_Strict):
     """How training samples are split across clients (see :mod:`dpfl.data.partition`)."""
 
     kind: Literal["iid", "dirichlet", "classes", "groups", "natural"] = "iid"
-    num_clients: int = Field(100, ge=1)
-    samples_per_client: int | None = Field(None, ge=1)
-    sizes: list[int] | None = None
-    alpha: float | None = Field(None, gt=0)
-    classes_per_client: int | None = Field(None, ge=1)
-    group_sizes: list[int] | None = None
-    min_size: int = Field(1, ge=1)
+    num_clients: Int = Field(100, ge=1)
+    samples_per_client: Int | None = Field(None, ge=1)
+    sizes: list[Annotated[Int, Field(ge=1)]] | None = None
+    alpha: Float | None = Field(None, gt=0)
+    classes_per_client: Int | None = Field(None, ge=1)
+    group_sizes: list[Annotated[Int, Field(ge=1)]] | None = None
+    min_size: Int = Field(1, ge=1)
 
 
 class ModelConfig(_Strict):
@@ -50,16 +84,18 @@ class ModelConfig(_Strict):
 
 
 class LocalConfig(_Strict):
-    lr: float = 0.05
-    epochs: int = Field(1, ge=1)
-    batch_size: int | None = Field(64, ge=1)
-    steps: int | None = Field(None, ge=1)
+    lr: Float = 0.05
+    epochs: Int = Field(1, ge=1)
+    batch_size: Int | None = Field(64, ge=1)
+    steps: Int | None = Field(None, ge=1)
 
     @field_validator("lr")
     @classmethod
     def _positive_lr(cls, v: float) -> float:
         if not v > 0:
             raise ValueError(f"must be a positive number. Found {v}")
+        if v > MAX_LR:
+            raise ValueError(f"must be at most {MAX_LR:g} (the largest float32). Found {v:g}")
         return v
 
 
@@ -67,8 +103,8 @@ class SamplingConfig(_Strict):
     """Which clients take part in a round: all, a fixed-size uniform sample, or Poisson."""
 
     kind: Literal["all", "fixed", "poisson"] = "all"
-    clients_per_round: int | None = Field(None, ge=1)
-    sample_rate: float | None = Field(None, gt=0, le=1)
+    clients_per_round: Int | None = Field(None, ge=1)
+    sample_rate: Float | None = Field(None, gt=0, le=1)
 
 
 class AlgorithmConfig(_Strict):
@@ -89,19 +125,19 @@ class PrivacyConfig(_Strict):
         pld_every: compute the tight (PLD) certificate every this many rounds (RDP every round).
     """
 
-    delta: float = Field(1e-5, gt=0, lt=1)
-    target_epsilon: float | None = Field(None, gt=0)
-    strict: bool = False
-    secure_aggregation: bool = False
-    pld_every: int = Field(0, ge=0)
+    delta: Float = Field(1e-5, gt=0, lt=1)
+    target_epsilon: Float | None = Field(None, gt=0)
+    strict: Bool = False
+    secure_aggregation: Bool = False
+    pld_every: Int = Field(0, ge=0)
 
 
 class RunConfig(_Strict):
     """A whole run. Every field has a default so a config file names only what it changes."""
 
     name: str = "run"
-    seed: int = Field(0, ge=0)
-    rounds: int = Field(20, ge=1)
+    seed: Int = Field(0, ge=0, lt=2**63)
+    rounds: Int = Field(20, ge=1, le=MAX_ROUNDS)
     data: DataConfig = Field(default_factory=DataConfig)
     partition: PartitionConfig = Field(default_factory=PartitionConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -111,9 +147,22 @@ class RunConfig(_Strict):
     local: LocalConfig = Field(default_factory=LocalConfig)
     engine: Literal["vectorized", "sequential", "ray"] = "vectorized"
     device: str = "cpu"
-    threads: int = Field(2, ge=1)
-    eval_every: int = Field(1, ge=1)
-    checkpoint_every: int = Field(5, ge=1)
+    threads: Int = Field(2, ge=1, le=1024)
+    eval_every: Int = Field(1, ge=1)
+    checkpoint_every: Int = Field(5, ge=1)
+
+    @field_validator("device")
+    @classmethod
+    def _known_device(cls, v: str) -> str:
+        import torch
+
+        try:
+            torch.device(v)
+        except (RuntimeError, ValueError):
+            raise ValueError(
+                f"must be a torch device name such as 'cpu', 'cuda', 'cuda:1' or 'mps'. Found {v!r}"
+            ) from None
+        return v
 
 
 def _describe(err: ValidationError) -> str:
@@ -123,7 +172,8 @@ def _describe(err: ValidationError) -> str:
         if e["type"] == "extra_forbidden":
             parts.append(f"unknown key `{loc}`")
         else:
-            parts.append(f"`{loc}`: {e['msg']} (got {e.get('input')!r})")
+            msg = e["msg"].removeprefix("Value error, ")
+            parts.append(f"`{loc}`: {msg} (got {e.get('input')!r})")
     return "; ".join(parts)
 
 
@@ -154,13 +204,57 @@ def load_raw(source: str | Path) -> dict[str, Any]:
             raise ConfigError(
                 f"config {str(source)!r} is neither a file nor a built-in config; built-in: {sorted(builtin)}"
             )
+    if path.is_dir():
+        raise ConfigError(f"config {str(source)!r} is a directory, not a YAML file")
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"config {str(source)!r} cannot be read: {err}") from None
+    raw = load_yaml(text, str(path))
+    if raw is None:
+        raise ConfigError(
+            f"{path}: the config file is empty; name at least one key (e.g. `rounds: 20`), "
+            "or run the built-in `default`"
+        )
     if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: a config must be a mapping at the top level")
+        raise ConfigError(f"{path}: a config must be a mapping at the top level. Found {type(raw).__name__}.")
     return raw
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A safe YAML loader that refuses a key given twice in one mapping (YAML 1.2 forbids it;
+    PyYAML would silently keep the last value)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first_line: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            line = key_node.start_mark.line + 1
+            try:
+                if key in first_line:
+                    raise ConfigError(
+                        f"{self.name}, line {line}: key `{key}` is given twice in one mapping "
+                        f"(first on line {first_line[key]}); keep one"
+                    )
+                first_line[key] = line
+            except TypeError:  # an unhashable key: PyYAML reports it below
+                continue
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml(text: str, source: str) -> Any:
+    """Parse YAML text safely, refusing duplicate keys; errors name ``source`` and the line."""
+    loader = _UniqueKeyLoader(text)
+    loader.name = source
+    try:
+        return loader.get_single_data()
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f", line {mark.line + 1}" if mark is not None else ""
+        what = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(f"{source}{where}: not valid YAML ({what})") from None
+    finally:
+        loader.dispose()  # type: ignore[no-untyped-call]
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:

@@ -7,6 +7,7 @@ run gives (all randomness is keyed by (round, client, purpose), see :mod:`dpfl.r
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import platform
@@ -109,9 +110,59 @@ def partition_clients(config: RunConfig, dataset: Any) -> list[np.ndarray]:
     return parts[: pc.num_clients]
 
 
+def check_names(config: RunConfig) -> None:
+    """Check what can be checked without the data, so that a typo costs no data loading: the
+    data set, model and algorithm names, the model's option names, and the device.
+
+    Raises:
+        ConfigError: the first problem found, naming the key, the value and the valid choices.
+    """
+    from dpfl.algorithms.registry import algorithms
+    from dpfl.data import dataset_info
+    from dpfl.models.registry import model_options
+
+    dataset_info(config.data.name)
+    accepted = model_options(config.model.name)
+    unknown = sorted(set(config.model.options) - set(accepted))
+    if unknown:
+        raise ConfigError(
+            f"model {config.model.name!r} does not take option(s) {unknown}. "
+            f"Its options are {sorted(accepted) if accepted else 'none'}."
+        )
+    table = algorithms()
+    if config.algorithm.name not in table:
+        raise ConfigError(f"unknown algorithm {config.algorithm.name!r}; valid: {sorted(table)}")
+    check_device(config.device)
+
+
+def check_device(name: str) -> torch.device:
+    """The torch device ``name`` if this machine has it.
+
+    Raises:
+        ConfigError: an unknown device name, or a GPU this machine does not have.
+    """
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise ConfigError(f"`device`: {name!r} is not a device name; use 'cpu', 'cuda', 'cuda:N' or 'mps'.") from None
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ConfigError(f"`device`: {name!r} asks for a CUDA GPU but this machine has none; use 'cpu'.")
+        if device.index is not None and device.index >= count:
+            raise ConfigError(f"`device`: {name!r} asks for GPU {device.index} but this machine has {count} (0..{count - 1}).")
+    elif device.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise ConfigError(f"`device`: {name!r} asks for Apple's MPS backend, which this machine does not have; use 'cpu'.")
+    elif device.type != "cpu":
+        raise ConfigError(f"`device`: {name!r} is not supported; use 'cpu', 'cuda', 'cuda:N' or 'mps'.")
+    return device
+
+
 def build_experiment(config: RunConfig) -> Experiment:
     from dpfl.data import load_dataset
 
+    check_names(config)
     torch.set_num_threads(config.threads)
     seeds = SeedSequence(config.seed)
     dataset = load_dataset(config.data.name, config.data.dir, verify=config.data.verify)
@@ -120,7 +171,7 @@ def build_experiment(config: RunConfig) -> Experiment:
         raise ConfigError(
             f"`sampling.clients_per_round` ({config.sampling.clients_per_round}) exceeds the number of clients ({len(parts)})."
         )
-    device = torch.device(config.device)
+    device = check_device(config.device)
     data = ClientData(
         dataset.x_train.to(device),
         dataset.y_train.to(device),
@@ -210,14 +261,34 @@ def environment() -> dict[str, Any]:
             env[dist.replace("-", "_")] = version(dist)
         except PackageNotFoundError:
             env[dist.replace("-", "_")] = None
-    try:
-        root = Path(__file__).resolve().parents[3]
-        env["git_commit"] = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=False
-        ).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        env["git_commit"] = None
+    env["git_commit"] = dpfl_commit()
     return env
+
+
+def dpfl_commit() -> str | None:
+    """The git commit of dpfl's own checkout when dpfl runs from one (an editable install or
+    ``PYTHONPATH=src``), else ``None``.
+
+    dpfl's source is ``<checkout>/src/dpfl``; the commit is recorded only when that checkout's
+    top level is exactly ``<checkout>`` and it holds dpfl's ``pyproject.toml`` — an installed
+    copy inside another project's repository (e.g. its virtual environment) records nothing
+    rather than that project's commit. The version is recorded separately (``env["dpfl"]``).
+    """
+    package = Path(__file__).resolve().parents[1]
+    checkout = package.parent.parent
+    if package.parent.name != "src" or not (checkout / "pyproject.toml").is_file():
+        return None
+    try:
+        if 'name = "dpfl"' not in (checkout / "pyproject.toml").read_text(encoding="utf-8"):
+            return None
+        top = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--show-toplevel", "HEAD"],
+                             capture_output=True, text=True, timeout=5, check=False)
+    except (OSError, UnicodeDecodeError, subprocess.SubprocessError):
+        return None
+    lines = top.stdout.split()
+    if top.returncode != 0 or len(lines) != 2 or Path(lines[0]).resolve() != checkout:
+        return None
+    return lines[1]
 
 
 def params_digest(params: torch.Tensor) -> str:
@@ -493,11 +564,41 @@ def run_experiment(
         exp.engine.seeds = exp.seeds
     ckpt_path = Path(checkpoint_dir or store.path.parent / "checkpoints") / f"{rid}.pt"
     existing = store.find(rid)
-    if existing is not None and existing.status in ("finished", "stopped") and not restart:
+    if existing is not None and existing.problem is None and existing.status in ("finished", "stopped") and not restart:
         return RunResult(rid, existing.status, len(store.rounds(rid)), existing.result or {}, store.rounds(rid))
     if restart and ckpt_path.exists():
         ckpt_path.unlink()
+    if existing is not None and existing.problem is not None and not restart:
+        raise ConfigError(f"run {rid} in {store.path}: {existing.problem}; `--restart` runs it anew")
+    ledger = _make_ledger(exp)
     store.start(rid, config.model_dump(mode="json"), environment())
+    # from here on the run is registered: whatever stops it is stored with it, never left `running`
+    try:
+        return _run_rounds(config, store, exp, rid, stepper, ckpt_path, ledger,
+                           progress=progress, notice=notice, remote=remote)
+    except KeyboardInterrupt:
+        store.finish(rid, "interrupted", None)
+        raise
+    except BaseException as err:
+        with contextlib.suppress(Exception):
+            store.finish(rid, "failed", {"error": f"{type(err).__name__}: {err}"})
+        raise
+
+
+def _run_rounds(
+    config: RunConfig,
+    store: RunStore,
+    exp: Experiment,
+    rid: str,
+    stepper: ServerStep,
+    ckpt_path: Path,
+    ledger: PrivacyLedger | None,
+    *,
+    progress: ProgressFn | None,
+    notice: NoticeFn | None,
+    remote: RemoteCohort | None,
+) -> RunResult:
+    """The rounds of a registered run (see :func:`run_experiment`)."""
 
     def emit(kind: str, message: str, round_idx: int | None = None) -> None:
         store.add_notice(rid, round_idx, kind, message)
@@ -506,7 +607,6 @@ def run_experiment(
 
     for n in exp.notices:
         emit(n["kind"], n["message"])
-    ledger = _make_ledger(exp)
     algo = exp.algorithm
     budget = _make_budget(exp)  # a Rényi filter's ex-ante budget (adaptive algorithms), else None
     if isinstance(algo, PrivateAlgorithm):

@@ -7,9 +7,12 @@ intact; WAL mode lets ``dpfl runs`` read while a run writes.
 
 from __future__ import annotations
 
+import builtins
 import json
+import os
 import sqlite3
 import time
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -52,6 +55,9 @@ CREATE TABLE IF NOT EXISTS notices (
 
 @dataclass(frozen=True)
 class RunRecord:
+    """One stored run. ``problem`` says what could not be read when a stored field is corrupt
+    (the record then carries empty values for it); ``None`` for a sound row."""
+
     run_id: str
     name: str
     algorithm: str
@@ -63,34 +69,78 @@ class RunRecord:
     created_at: float
     updated_at: float
     result: dict[str, Any] | None
+    problem: str | None = None
 
 
 class RunStore:
-    """SQLite-backed store of runs. ``path`` is created with its folder on first use."""
+    """SQLite-backed store of runs.
+
+    Nothing is created until the first write: reading a store that does not exist finds no runs
+    (``find``, ``list``) or raises a :class:`ConfigError` naming the path (``get``); the first
+    ``start`` creates the file and its folder.
+
+    Raises:
+        ConfigError: the path is a directory, lies under a regular file, or cannot be opened or
+            written (permissions, not an SQLite file); the message names the path.
+    """
 
     def __init__(self, path: str | Path = DEFAULT_STORE) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._connect() as db:
-            db.executescript(_SCHEMA)
+        self._schema_ready = False
+        if self.path.is_dir():
+            raise ConfigError(
+                f"run store {self.path} is a directory; give a file path such as {self.path / 'dpfl.sqlite'}"
+            )
+        blocker = _file_among_parents(self.path)
+        if blocker is not None:
+            raise ConfigError(
+                f"run store {self.path} cannot be created: {blocker} is a regular file, not a folder"
+            )
+        if self.exists():  # an existing file must be an SQLite database: say so now, not mid-run
+            with self._connect() as db:
+                db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+
+    def exists(self) -> bool:
+        """Whether the store file exists (a store is created by its first write)."""
+        return self.path.is_file()
 
     @contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
-        db = sqlite3.connect(self.path, timeout=30)
+    def _connect(self, *, write: bool = False) -> Iterator[sqlite3.Connection]:
+        if write and not self.path.exists():
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as err:
+                raise ConfigError(
+                    f"run store {self.path} cannot be created: {err.strerror or err} ({err.filename or self.path.parent})"
+                ) from None
         try:
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
+            if not write and not (os.access(self.path.parent, os.W_OK) and os.access(self.path, os.W_OK)):
+                # a read-only store (file or folder): SQLite cannot create the WAL index beside
+                # it, so open it as an immutable snapshot, which needs no other file
+                uri = f"file:{urllib.parse.quote(str(self.path.resolve()))}?mode=ro&immutable=1"
+                db = sqlite3.connect(uri, uri=True, timeout=30)
+            else:
+                db = sqlite3.connect(self.path, timeout=30)
+        except sqlite3.Error as err:
+            raise ConfigError(f"run store {self.path} cannot be opened: {err}") from None
+        try:
+            if write:
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA synchronous=NORMAL")
+                if not self._schema_ready:
+                    db.executescript(_SCHEMA)
+                    self._schema_ready = True
             with db:
                 yield db
         except sqlite3.DatabaseError as err:
-            raise ConfigError(f"run store {self.path} is not a readable SQLite file: {err}") from None
+            raise ConfigError(f"run store {self.path} {_explain(err, write)}") from None
         finally:
             db.close()
 
     def start(self, run_id: str, config: dict[str, Any], env: dict[str, Any]) -> None:
         """Register a run (or mark an existing one as running again)."""
         now = time.time()
-        with self._connect() as db:
+        with self._connect(write=True) as db:
             db.execute(
                 """INSERT INTO runs (run_id, name, algorithm, dataset, model, config_json, env_json,
                                      status, created_at, updated_at)
@@ -111,7 +161,7 @@ class RunStore:
             )
 
     def log_round(self, run_id: str, round_idx: int, metrics: dict[str, Any]) -> None:
-        with self._connect() as db:
+        with self._connect(write=True) as db:
             db.execute(
                 "INSERT OR REPLACE INTO rounds (run_id, round, metrics_json) VALUES (?, ?, ?)",
                 (run_id, int(round_idx), json.dumps(metrics)),
@@ -120,51 +170,85 @@ class RunStore:
 
     def drop_rounds_after(self, run_id: str, round_idx: int) -> None:
         """Forget rounds after ``round_idx`` (a resumed run redoes them from its checkpoint)."""
-        with self._connect() as db:
+        with self._connect(write=True) as db:
             db.execute("DELETE FROM rounds WHERE run_id=? AND round>?", (run_id, int(round_idx)))
 
     def add_notice(self, run_id: str, round_idx: int | None, kind: str, message: str) -> None:
-        with self._connect() as db:
+        with self._connect(write=True) as db:
             db.execute(
                 "INSERT OR IGNORE INTO notices (run_id, round, kind, message) VALUES (?, ?, ?, ?)",
                 (run_id, round_idx, kind, message),
             )
 
     def finish(self, run_id: str, status: str, result: dict[str, Any] | None) -> None:
-        with self._connect() as db:
+        with self._connect(write=True) as db:
             db.execute(
                 "UPDATE runs SET status=?, result_json=?, updated_at=? WHERE run_id=?",
                 (status, json.dumps(result) if result is not None else None, time.time(), run_id),
             )
 
     def get(self, run_id: str) -> RunRecord:
-        """A run by id or by a unique id prefix."""
+        """A run by id or by a unique id prefix.
+
+        Raises:
+            ConfigError: no store, no such run, an ambiguous prefix, or a stored field of the
+                run that is not valid JSON (naming the run and the field).
+        """
+        if not self.exists():
+            raise ConfigError(f"no run store at {self.path} (`dpfl run` creates it; see --store)")
         with self._connect() as db:
             rows = db.execute("SELECT * FROM runs WHERE run_id LIKE ?", (run_id + "%",)).fetchall()
         if not rows:
             raise ConfigError(f"no run with id {run_id!r} in {self.path} (see `dpfl runs`)")
         if len(rows) > 1:
             raise ConfigError(f"run id prefix {run_id!r} is ambiguous: {[r[0] for r in rows]}")
-        return self._record(rows[0])
+        record = self._record(rows[0])
+        if record.problem is not None:
+            raise ConfigError(f"run {record.run_id} in {self.path}: {record.problem}")
+        return record
 
     def find(self, run_id: str) -> RunRecord | None:
+        """A run by its exact id (``problem`` set if a stored field is corrupt), or ``None``
+        (also when the store does not exist yet)."""
+        if not self.exists():
+            return None
         with self._connect() as db:
             row = db.execute("SELECT * FROM runs WHERE run_id=?", (run_id,)).fetchone()
         return self._record(row) if row else None
 
     def list(self) -> list[RunRecord]:
+        """Every run, oldest first; a run with a corrupt field is listed with ``problem`` set."""
+        if not self.exists():
+            return []
         with self._connect() as db:
             rows = db.execute("SELECT * FROM runs ORDER BY created_at").fetchall()
         return [self._record(r) for r in rows]
 
-    def rounds(self, run_id: str) -> list[dict[str, Any]]:
+    def rounds(self, run_id: str) -> builtins.list[dict[str, Any]]:
+        """Per-round metrics of a run, in round order.
+
+        Raises:
+            ConfigError: a round's stored metrics are not valid JSON (naming run and round).
+        """
+        if not self.exists():
+            return []
         with self._connect() as db:
             rows = db.execute(
                 "SELECT round, metrics_json FROM rounds WHERE run_id=? ORDER BY round", (run_id,)
             ).fetchall()
-        return [{"round": r, **json.loads(m)} for r, m in rows]
+        out = []
+        for r, m in rows:
+            try:
+                out.append({"round": r, **json.loads(m)})
+            except (TypeError, ValueError) as err:
+                raise ConfigError(
+                    f"run {run_id} in {self.path}: the stored metrics of round {r + 1} are not valid JSON ({err})"
+                ) from None
+        return out
 
-    def notices(self, run_id: str) -> list[dict[str, Any]]:
+    def notices(self, run_id: str) -> builtins.list[dict[str, Any]]:
+        if not self.exists():
+            return []
         with self._connect() as db:
             rows = db.execute(
                 "SELECT round, kind, message FROM notices WHERE run_id=? ORDER BY rowid", (run_id,)
@@ -173,16 +257,55 @@ class RunStore:
 
     @staticmethod
     def _record(row: tuple[Any, ...]) -> RunRecord:
+        problems = []
+        decoded: dict[str, Any] = {}
+        for field, text in (("config", row[5]), ("env", row[6]), ("result", row[10])):
+            if field == "result" and not text:
+                decoded[field] = None
+                continue
+            try:
+                value = json.loads(text)
+            except (TypeError, ValueError) as err:
+                problems.append(f"the stored {field} is not valid JSON ({err})")
+                value = None
+            if field != "result" and not isinstance(value, dict):
+                if value is not None:
+                    problems.append(f"the stored {field} is not a JSON object")
+                value = {}
+            elif field == "result" and value is not None and not isinstance(value, dict):
+                problems.append("the stored result is not a JSON object")
+                value = None
+            decoded[field] = value
         return RunRecord(
             run_id=row[0],
             name=row[1],
             algorithm=row[2],
             dataset=row[3],
             model=row[4],
-            config=json.loads(row[5]),
-            env=json.loads(row[6]),
+            config=decoded["config"],
+            env=decoded["env"],
             status=row[7],
             created_at=row[8],
             updated_at=row[9],
-            result=json.loads(row[10]) if row[10] else None,
+            result=decoded["result"],
+            problem="; ".join(problems) or None,
         )
+
+
+def _file_among_parents(path: Path) -> Path | None:
+    """The first existing ancestor of ``path`` that is not a directory, if any."""
+    for parent in path.parents:
+        if parent.exists():
+            return None if parent.is_dir() else parent
+    return None
+
+
+def _explain(err: sqlite3.DatabaseError, write: bool) -> str:
+    text = str(err)
+    if "readonly" in text or "read-only" in text:
+        return f"is read-only ({text}); use a writable --store"
+    if "unable to open" in text:
+        return f"cannot be opened ({text}); check that its folder is {'writable' if write else 'readable'}"
+    if "no such table" in text:
+        return f"is not a dpfl run store ({text})"
+    return f"is not a readable SQLite file: {text}"

@@ -20,7 +20,10 @@ def plot_run(store: RunStore, run_id: str, out: str | Path | None = None) -> Pat
     if not rows:
         raise ConfigError(f"run {record.run_id} has no recorded rounds to plot")
     path = Path(out) if out else store.path.parent / "plots" / f"{record.run_id}.png"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(f"cannot write the plot {path}: {err.strerror or err} ({err.filename or path.parent})") from None
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 4))
     for key, label in (("train_loss", "train loss (local objective)"), ("test_loss", "test loss")):
         pts = [(r["round"] + 1, r[key]) for r in rows if key in r]
@@ -36,6 +39,10 @@ def plot_run(store: RunStore, run_id: str, out: str | Path | None = None) -> Pat
     ax_acc.set_ylabel("test accuracy")
     fig.suptitle(f"{record.name} ({record.algorithm}, {record.dataset}, {record.model}) — run {record.run_id}")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        fig.savefig(path, dpi=110)
+    except OSError as err:
+        raise ConfigError(f"cannot write the plot {path}: {err.strerror or err}") from None
+    finally:
+        plt.close(fig)
     return path

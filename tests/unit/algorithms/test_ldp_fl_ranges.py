@@ -168,9 +168,9 @@ def _certified(res: Any, observer: str) -> float:
 
 
 @pytest.fixture(scope="module")
-def runs(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Any, Any]]:
+def runs(mnist_fixture: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Any, Any]]:
     tmp = tmp_path_factory.mktemp("ranges")
-    return {m: _run({"range": m, **extra}, shared_data, tmp) for m, extra in (
+    return {m: _run({"range": m, **extra}, mnist_fixture, tmp) for m, extra in (
         ("global-model", {}), ("client-minmax", {}), ("private-minmax", {"range_noise_multiplier": Z}))}
 
 

@@ -171,14 +171,14 @@ def test_every_registered_algorithm_is_covered() -> None:
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_splits_rounds(case: str, shared_data: Path) -> None:
-    assert _setup(case, shared_data).server.splits_rounds is True
+def test_splits_rounds(case: str, mnist_fixture: Path) -> None:
+    assert _setup(case, mnist_fixture).server.splits_rounds is True
 
 
 @pytest.mark.parametrize("options", [{"range": "client-minmax"},
                                      {"range": "private-minmax", "range_noise_multiplier": 1.0}])
-def test_ldp_fl_cross_client_ranges_are_not_splittable_and_say_why(options: dict[str, Any], shared_data: Path) -> None:
-    exp = build_experiment(_config("ldp-fl", {"epsilon": 1.0, **options}, {}, shared_data))
+def test_ldp_fl_cross_client_ranges_are_not_splittable_and_say_why(options: dict[str, Any], mnist_fixture: Path) -> None:
+    exp = build_experiment(_config("ldp-fl", {"epsilon": 1.0, **options}, {}, mnist_fixture))
     algo = exp.algorithm
     assert algo.splits_rounds is False and type(algo).splits_rounds is True
     info = RoundInfo(0, 6, torch.tensor([2]), exp.seeds, cohort_size=4)
@@ -191,8 +191,8 @@ def test_ldp_fl_cross_client_ranges_are_not_splittable_and_say_why(options: dict
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_client_rows_are_separable_and_declare_the_plan(case: str, shared_data: Path) -> None:
-    s = _setup(case, shared_data)
+def test_client_rows_are_separable_and_declare_the_plan(case: str, mnist_fixture: Path) -> None:
+    s = _setup(case, mnist_fixture)
     params = s.exp.init_params.clone()
     for t in range(2):
         info, local, _ = _start_round(s, params, t)
@@ -213,8 +213,8 @@ def test_client_rows_are_separable_and_declare_the_plan(case: str, shared_data: 
         params = s.server.server_step(params, _clone(local), info).global_params
 
 
-def test_a_client_without_the_servers_round_state_refuses_to_guess(shared_data: Path) -> None:
-    s = _setup("midp-client", shared_data)
+def test_a_client_without_the_servers_round_state_refuses_to_guess(mnist_fixture: Path) -> None:
+    s = _setup("midp-client", mnist_fixture)
     info = RoundInfo(0, 6, torch.tensor([1]), s.exp.seeds, cohort_size=4)
     local = s.exp.engine.train(s.exp.init_params, [1], 0)
     with pytest.raises(ConfigError, match="whole cohort"):
@@ -263,8 +263,8 @@ def _expected_pre_split(case: str, algo: Any, params: torch.Tensor, local: Local
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_server_step_is_aggregate_of_client_step_and_the_pre_split_result(case: str, shared_data: Path) -> None:
-    s = _setup(case, shared_data)
+def test_server_step_is_aggregate_of_client_step_and_the_pre_split_result(case: str, mnist_fixture: Path) -> None:
+    s = _setup(case, mnist_fixture)
     twin = copy.deepcopy(s.server)
     params = s.exp.init_params.clone()
     for t in range(2):
@@ -292,8 +292,8 @@ def test_server_step_is_aggregate_of_client_step_and_the_pre_split_result(case: 
         params = out.global_params
 
 
-def test_ldp_fl_aggregates_a_shuffler_processes_multisets_like_its_own(shared_data: Path) -> None:
-    s = _setup("ldp-fl", shared_data)
+def test_ldp_fl_aggregates_a_shuffler_processes_multisets_like_its_own(mnist_fixture: Path) -> None:
+    s = _setup("ldp-fl", mnist_fixture)
     params = s.exp.init_params.clone()
     info, local, _ = _start_round(s, params, 0)
     up = s.server.client_step(params, _clone(local), info)
@@ -323,8 +323,8 @@ def _std_of(releases: list[Release], observer: str) -> dict[int | None, list[flo
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_dropouts_aggregate_the_arrivals_and_the_ledger_records_their_noise(case: str, shared_data: Path) -> None:
-    s = _setup(case, shared_data)
+def test_dropouts_aggregate_the_arrivals_and_the_ledger_records_their_noise(case: str, mnist_fixture: Path) -> None:
+    s = _setup(case, mnist_fixture)
     algo = s.server
     params = s.exp.init_params.clone()
     info, local, planned = _start_round(s, params, 0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import http.server
+import os
 import threading
 from collections.abc import Iterator, Mapping
 from functools import partial
@@ -26,12 +27,14 @@ class DataTestKit:
 
     @staticmethod
     def shared_folder(name: str) -> Path:
-        """The shared folder of a data set, or skip the test when it is not on this machine."""
+        """The shared folder of a data set; skips the test when it is not on this machine, and
+        fails it under CI (``CI=true``), which provides the folder."""
         folder = SHARED_DATA / name
         if not folder.is_dir():
-            pytest.skip(
-                f"offline data set {name!r} not found at {folder} (present on dev and CI machines only)"
-            )
+            message = f"offline data set {name!r} not found at {folder} (present on dev and CI machines only)"
+            if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+                pytest.fail(f"{message}; CI must provide it", pytrace=False)
+            pytest.skip(message)
         return folder
 
     @staticmethod

@@ -83,6 +83,35 @@ def test_non_numeric_value_in_a_numeric_column() -> None:
         TabularEncoder.fit(table, ADULT_SCHEMA)
 
 
+@pytest.mark.parametrize(
+    ("line", "old", "new", "column"),
+    [
+        (2, "50,", "nan,", "age"),
+        (3, "38,", "inf,", "age"),
+        (1, " 2174,", " 1e308,", "capital-gain"),
+        (2, " 13, United", " -Infinity, United", "hours-per-week"),
+        (3, " 9, Divorced", " 1e39, Divorced", "education-num"),
+    ],
+)
+def test_non_finite_or_overflowing_value_names_file_line_and_column(line: int, old: str, new: str,
+                                                                    column: str) -> None:
+    lines = ADULT_TRAIN.splitlines()
+    assert old in lines[line - 1]
+    lines[line - 1] = lines[line - 1].replace(old, new, 1)
+    table = parse_uci_csv("\n".join(lines), ADULT_SCHEMA, source="adult.data")
+    value = new.strip(" ,").split(",")[0]
+    with pytest.raises(DataFormatError, match=rf"^adult\.data, line {line}: numeric column '{column}' holds '{value}'"):
+        TabularEncoder.fit(table, ADULT_SCHEMA)
+
+
+def test_bad_value_in_the_test_file_is_blamed_on_the_test_file() -> None:
+    train = parse_uci_csv(ADULT_TRAIN, ADULT_SCHEMA, source="adult.data")
+    test = parse_uci_csv(ADULT_TEST.replace("44,", "inf,", 1), ADULT_SCHEMA, source="adult.test")
+    encoder = TabularEncoder.fit(train, ADULT_SCHEMA)
+    with pytest.raises(DataFormatError, match=r"^adult\.test, line 3: numeric column 'age' holds 'inf'"):
+        encoder.transform(test)
+
+
 def test_census_income_schema_follows_the_uci_description() -> None:
     schema: UciSchema = CENSUS_INCOME_SCHEMA
     assert len(schema.columns) == 42

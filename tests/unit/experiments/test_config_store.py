@@ -89,3 +89,30 @@ def test_privacy_summary_prints_infinite_epsilon() -> None:
             "privacy_unit": "client", "relation": "replace_one"}
     text = _privacy_summary({"claimed_epsilon": 5.0, "certified": {"headline": cert, "observers": {"server": cert}}})
     assert "certified epsilon: inf" in text and "claimed epsilon: 5" in text
+
+
+def test_a_read_only_store_is_read_without_writing_beside_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    store = RunStore(tmp_path / "s.sqlite")
+    store.start("abc", {"name": "x"}, {})
+    store.log_round("abc", 0, {"test_accuracy": 0.5})
+    store.finish("abc", "finished", {"test_accuracy": 0.5})
+    for extra in tmp_path.glob("s.sqlite-*"):  # as a copied or archived store: no WAL files
+        extra.unlink()
+    real = os.access
+    # a read-only folder and file (permissions do not stop root, so the check is simulated)
+    monkeypatch.setattr(os, "access", lambda p, mode: False if mode == os.W_OK else real(p, mode))
+    opened = RunStore(tmp_path / "s.sqlite")
+    assert [r.run_id for r in opened.list()] == ["abc"] and opened.rounds("abc")[0]["test_accuracy"] == 0.5
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.sqlite"]
+
+
+def test_nothing_is_created_until_the_first_write(tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "a" / "b" / "s.sqlite")
+    assert store.find("abc") is None and store.list() == [] and store.rounds("abc") == []
+    with pytest.raises(ConfigError, match="no run store at"):
+        store.get("abc")
+    assert not (tmp_path / "a").exists()
+    store.start("abc", {"name": "x"}, {})
+    assert store.exists()
