@@ -37,6 +37,7 @@ from dpfl.privacy import calibration
 from dpfl.privacy.accounting import claimed as claims
 from dpfl.privacy.accounting.certify import (
     DEFAULT_PLD_DISCRETIZATION,
+    MAX_PLD_SAMPLED_COMPOSITIONS,
     Certificate,
     binomial_upper_bound,
     calibrate_noise_multiplier,
@@ -208,6 +209,10 @@ def _finish(
 ) -> int:
     result.update(_headline(observers))
     result["observers"] = observers
+    rounds = result.get("rounds")
+    if isinstance(rounds, int) and any(any(n.startswith("PLD: skipped") for n in c.notes) for c in observers.values()):
+        print(f"dpfl: note: --rounds {rounds}: beyond {MAX_PLD_SAMPLED_COMPOSITIONS:,} sampled compositions the PLD "
+              "is skipped and RDP (closed form in the number of rounds) answers", file=sys.stderr)
     unique = {n.to_dict()["message"]: n.to_dict() for n in notices}
     result["formula_warnings"] = list(unique.values())
     return _emit(args, result)
@@ -233,7 +238,7 @@ def _udp(args: argparse.Namespace) -> int:
             noise = calibration.udp_noise_std(target, delta, sens, q, rounds)
         else:
             noise = _positive("noise-std", args.noise_std)
-        claimed = claims.udp_claimed_epsilon([noise] * rounds, delta, sens, q)
+        claimed = claims.udp_claimed_epsilon([noise], delta, sens, q, repeat=rounds)
     relation, unit, disc = "replace_one", "record", args.pld_discretization
     z = noise / sens
     k_server, d_left, part_notes = _participation(rounds, q, delta)

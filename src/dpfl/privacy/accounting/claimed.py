@@ -134,7 +134,7 @@ CLAIM_NOTIONS: dict[str, ClaimNotion] = {
 
 
 def udp_claimed_epsilon(
-    noise_stds: Sequence[float], delta: float, sensitivity: float, sample_rate: float
+    noise_stds: Sequence[float], delta: float, sensitivity: float, sample_rate: float, *, repeat: int = 1
 ) -> float:
     """000's own ε for the noise actually added: ε = sqrt(2qΔℓ² ln(1/δ)·Σ_t 1/σ_t²).
 
@@ -147,6 +147,8 @@ def udp_claimed_epsilon(
     Args:
         noise_stds: σ_t of every round run (``inf`` for a round that released nothing).
         delta: the client's δ_i.
+        repeat: every σ_t is repeated this many times (constant noise over T rounds:
+            ``[σ], repeat=T`` — closed form in T, no list of T entries).
         sensitivity: Δℓ of the paper (eq. 13).
         sample_rate: q = K/U.
 
@@ -161,7 +163,9 @@ def udp_claimed_epsilon(
     q = _sample_rate("sample_rate", sample_rate)
     if len(noise_stds) == 0:
         raise ConfigError("`noise_stds` must list at least one round. Found an empty sequence.")
-    precision = math.fsum(
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
+        raise ConfigError(f"`repeat` must be a positive integer. Found {repeat!r}.")
+    precision = repeat * math.fsum(
         1.0 / _positive(f"noise_stds[{i}]", s, allow_inf=True) ** 2
         for i, s in enumerate(noise_stds)
     )
