@@ -59,8 +59,8 @@ def _same(a: float, b: float) -> bool:
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_account_dry_run_equals_the_run_ledger(case: str, shared_data: Path, tmp_path: Path) -> None:
-    cfg = _config(*CASES[case], shared_data)
+def test_account_dry_run_equals_the_run_ledger(case: str, mnist_fixture: Path, tmp_path: Path) -> None:
+    cfg = _config(*CASES[case], mnist_fixture)
     run = run_experiment(cfg, RunStore(tmp_path / "s.sqlite")).final["privacy"]
     dry = dry_run(cfg)["privacy"]
     assert dry is not None and run["certified"] is not None
@@ -82,7 +82,7 @@ def test_account_dry_run_equals_the_run_ledger(case: str, shared_data: Path, tmp
         assert _same(float(claimed_run), float(claimed_dry))
 
 
-def test_account_config_on_the_command_line(shared_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_account_config_on_the_command_line(mnist_fixture: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`dpfl account CONFIG --json` prints the dry run (the short form of `dpfl account config`)."""
     import json
 
@@ -90,7 +90,7 @@ def test_account_config_on_the_command_line(shared_data: Path, tmp_path: Path, c
 
     from dpfl.cli import main
 
-    cfg = _config(*CASES["dp-fedavg"], shared_data)
+    cfg = _config(*CASES["dp-fedavg"], mnist_fixture)
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
     assert main(["account", str(path), "--json"]) == 0
