@@ -32,7 +32,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import dpfl
+
     parser = _Parser(prog="dpfl", description="Differentially private federated learning.")
+    parser.add_argument("--version", action="version", version=f"dpfl {dpfl.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _COMMANDS:
         module = importlib.import_module(name)  # a module that fails to import is an error

@@ -186,3 +186,20 @@ def test_a_billion_rounds_answer_fast_by_rdp(capsys: pytest.CaptureFixture[str])
         dpa.PoissonSampledDpEvent(0.04, dpa.GaussianDpEvent(1.0)), 1_000_000_000).get_epsilon(2.94e-4)
     assert public["epsilon"] == pytest.approx(direct, rel=1e-9)
     assert any("PLD: skipped" in n for n in public["notes"])
+
+
+def test_the_parser_default_pld_step_is_the_accountants() -> None:
+    """The parser holds the default as a literal (building it imports no accountant)."""
+    from dpfl.commands.account import PLD_DISCRETIZATION
+    from dpfl.privacy.accounting.certify import DEFAULT_PLD_DISCRETIZATION
+
+    assert PLD_DISCRETIZATION == DEFAULT_PLD_DISCRETIZATION
+
+
+def test_dpfl_version(capsys: pytest.CaptureFixture[str]) -> None:
+    import dpfl
+    from dpfl.cli import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--version"])
+    assert stop.value.code == 0 and capsys.readouterr().out.strip() == f"dpfl {dpfl.__version__}"
