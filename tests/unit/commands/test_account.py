@@ -200,6 +200,5 @@ def test_dpfl_version(capsys: pytest.CaptureFixture[str]) -> None:
     import dpfl
     from dpfl.cli import main
 
-    with pytest.raises(SystemExit) as stop:
-        main(["--version"])
-    assert stop.value.code == 0 and capsys.readouterr().out.strip() == f"dpfl {dpfl.__version__}"
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"dpfl {dpfl.__version__}"
