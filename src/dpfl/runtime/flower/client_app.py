@@ -6,8 +6,10 @@ Node config (``flower-supernode --node-config '...'``):
     ``role`` — ``client`` (default) or ``shuffler``: the anonymizing shuffler of split & shuffle
     (001), which holds no data, opens the sealed reports of a round and returns per-id multisets;
     ``fault`` — for testing a deployment only: ``nan`` (send NaN), ``shape`` (send a truncated
-    vector), ``noise`` (declare a noise std off the plan), ``crash`` (raise during training),
-    ``delay:S`` (straggle: sleep S seconds before training).
+    vector), ``noise`` (declare a noise std off the plan), ``scale`` (send the upload ×10⁶),
+    ``crash`` (raise during training), ``delay:S`` (straggle: sleep S seconds before training),
+    ``block:R`` (in round R, 1-based, create the file ``signal-dir``/``client-<id>-round-R`` and
+    never reply: a test kills the node when the file appears, whatever the machine's load).
 
 On a ``train`` message the node rebuilds the run from the config the server sent (the data set
 from its own disk; the partition, model and algorithm are deterministic functions of the
@@ -23,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -116,6 +119,11 @@ def train(msg: Message, context: Context) -> Message:
         raise RuntimeError(f"client {cid}: injected crash (node config fault=crash)")
     if fault.startswith("delay:"):
         time.sleep(float(fault.split(":", 1)[1]))
+    if fault.startswith("block:") and int(fault.split(":", 1)[1]) == t + 1:
+        folder = Path(str(context.node_config.get("signal-dir", ".")))
+        (folder / f"client-{cid}-round-{t + 1}").touch()
+        while True:  # until the node is killed
+            time.sleep(3600)
     params = params.to(exp.init_params.device, exp.init_params.dtype)
     local = exp.engine.train(params, [cid], t)
     # the client's noise: from the OS CSPRNG unless the run asks for reproducible noise (testing)
@@ -131,6 +139,8 @@ def train(msg: Message, context: Context) -> Message:
         vector = vector[:-1]
     elif fault == "noise":
         declared["noise_std"] = declared.get("noise_std", 0.0) * 0.5 + 1e-3
+    elif fault == "scale":
+        vector = vector * 1e6
     shuffler_key = rc.get("shuffler-key")
     if shuffler_key:  # split & shuffle: only the shuffler can read the report
         content = encode_upload(cid, torch.zeros(0), int(up.num_samples[0]), float(up.train_loss[0]), declared)
