@@ -214,3 +214,19 @@ def test_ldp_fl_reports_go_sealed_through_a_shuffler_node(tmp_path: Path, shared
     sim_model = load_checkpoint(Path(want.final["model_path"]))["global_params"]
     torch.testing.assert_close(flower_model, sim_model, rtol=0, atol=1e-6)
     assert _certified(rec.result, "server") == pytest.approx(_certified(want.final, "server"), rel=1e-12)
+
+
+@pytest.mark.slow
+def test_twenty_supernodes_on_one_machine(tmp_path: Path, shared_data: Path) -> None:
+    """20 SuperNodes + a SuperLink on 127.0.0.1 (slow: opt-in, ``-m slow``). With the SuperLink's
+    state in an on-disk SQLite file, 15 nodes already failed with "database is locked"."""
+    dp = _config(tmp_path, shared_data, "dpfedavg-20", DPFEDAVG, num_clients=20, rounds=2)
+    store = tmp_path / "flower.sqlite"
+    with LocalFederation(20, data_dir=shared_data, workdir=tmp_path / "fed") as fed:
+        got = fed.run(dp, store=store, round_timeout=1200, connect_timeout=600, timeout=3600)
+    logs = "".join(p.read_text(errors="replace") for p in (tmp_path / "fed").glob("*.log"))
+    assert "database is locked" not in logs + got["log"]
+    assert got["status"] == "finished" and got["rounds"] == 2, got["log"][-3000:]
+    rec = RunStore(store).get(got["run_id"])
+    assert [r["arrived"] for r in RunStore(store).rounds(rec.run_id)] == [20, 20]
+    assert not _notices(store, "rejected-upload") and not _notices(store, "dropout")
