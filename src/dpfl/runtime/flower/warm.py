@@ -169,10 +169,11 @@ def serve(path: Path, parent_pid: int, idle_seconds: float = IDLE_SECONDS) -> No
     def watch() -> None:
         while _alive(parent_pid) and time.monotonic() - last[0] < idle_seconds:
             time.sleep(0.5)
-        try:
-            path.unlink()
-        except OSError:
-            pass
+        for leftover in (path, path.with_suffix(".lock")):
+            try:
+                leftover.unlink()
+            except OSError:
+                pass
         os._exit(0)
 
     threading.Thread(target=watch, daemon=True).start()
