@@ -395,7 +395,8 @@ def run_experiment(
     last_eval: dict[str, float] = {}
     status, stop_reason, rounds_done = "finished", None, start_round
     # "noted once" notices stay once across resumes
-    exceeded_noted = start_round > 0 and any(n["kind"] == "claim-exceeded" for n in store.notices(rid))
+    stored_notices: list[dict[str, Any]] = store.notices(rid) if start_round > 0 else []
+    exceeded_noted = any(n["kind"] == "claim-exceeded" for n in stored_notices)
     # Releases whose noise a redo would draw afresh (real clients, or the OS CSPRNG) are charged
     # before the round's aggregate is used: a checkpoint holding the charge is written while the
     # cohort trains, so a server killed mid-round resumes with the round already charged.
@@ -478,7 +479,8 @@ def run_experiment(
                         # every upload of this cohort, and every one still outstanding, may reach
                         # the server from now on: a checkpoint that charges them all
                         ahead = ledger.to_dict()
-                        late = [(t, int(c)) for c in clients.tolist()] + list(getattr(remote, "outstanding", list)())
+                        still_out: Callable[[], list[tuple[int, int]]] = getattr(remote, "outstanding", list)
+                        late = [(t, int(c)) for c in clients.tolist()] + still_out()
                         for r in sorted({r for r, _ in late}):
                             who = sorted({c for q, c in late if q == r})
                             ahead["rounds"].append({"round": r, "participants": who, "claimed_epsilon": None, "releases": [

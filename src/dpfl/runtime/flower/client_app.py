@@ -108,7 +108,7 @@ def _upload(cid: int, vector: np.ndarray, meta: dict[str, Any], declared: dict[s
 @app.train()
 def train(msg: Message, context: Context) -> Message:
     cid = _client_id(context)
-    rc = dict(msg.content["round"])
+    rc: dict[str, Any] = dict(msg.content["round"])
     rc["state"] = json.loads(str(rc["state"]))
     if isinstance(rc.get("shuffler-key"), bytes):
         rc["shuffler-key"] = bytes(rc["shuffler-key"]).hex()

@@ -206,8 +206,8 @@ class FlowerCohort:
                 content["round"]["shuffler-key"] = self.shuffler.public_key
             msgs.append(Message(content, self.nodes[c], "train", group_id=str(t)))
         limits = {} if shuffled else _norm_limits(algo, info, self.client_sizes, self.num_params)
-        ids, replies, pending = _push_pull(self.grid, msgs, self.round_timeout)
-        message_client = dict(zip(ids, cohort, strict=True))
+        sent, replies, pending = _push_pull(self.grid, msgs, self.round_timeout)
+        message_client = dict(zip(sent, cohort, strict=True))
         for mid in pending:
             self._pending[mid] = (t, message_client[mid])
             emit("dropout", f"round {t + 1}: client {message_client[mid]} (node {self.nodes[message_client[mid]]}) "
