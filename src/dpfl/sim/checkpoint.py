@@ -15,7 +15,9 @@ and byte range, and the SHA-256 of everything after the header's digest field (t
 and the tensor bytes). :func:`load_checkpoint` checks the magic, the run id, the owner and the
 digest *before* it decodes anything, and decoding builds only JSON values, tensors of
 whitelisted dtypes and :class:`~dpfl.client.layout.ParamLayout`: there is no unpickling, so a
-crafted file cannot run code. A file in the former pickle format is refused with the reason.
+crafted file cannot run code. A resume checkpoint in the former pickle format is refused with the
+reason; a final model file of that format (``legacy=True``, for stores written before) is read
+with torch's restricted ``weights_only`` unpickler, which builds tensors and plain containers only.
 
 The digest detects corruption and mix-ups (another run's or another store's file, a truncated
 write); it is not a signature: whoever can write the checkpoint folder can also write a
@@ -147,7 +149,7 @@ def _read_exact(f: Any, n: int, path: Path, what: str) -> bytes:
 
 
 def load_checkpoint(path: str | Path, *, run_id: str | None = None, owner: str | None = None,
-                    check_owner: bool = False) -> dict[str, Any] | None:
+                    check_owner: bool = False, legacy: bool = False) -> dict[str, Any] | None:
     """The state saved at ``path`` (None if there is no file), verified before it is decoded.
 
     Args:
@@ -155,6 +157,8 @@ def load_checkpoint(path: str | Path, *, run_id: str | None = None, owner: str |
         run_id: if given, the run the checkpoint must belong to.
         owner: with ``check_owner``, what the checkpoint must belong to (see :func:`save_checkpoint`).
         check_owner: compare the stored owner with ``owner``.
+        legacy: read a file of the former format with ``torch.load(weights_only=True)`` (no run
+            id, owner or digest to check: for final model files of older stores, never to resume).
 
     Raises:
         DataFormatError: not a dpfl checkpoint (e.g. the former pickle format), another run's or
@@ -166,6 +170,8 @@ def load_checkpoint(path: str | Path, *, run_id: str | None = None, owner: str |
     fix = "delete it to restart the run from round 0"
     with open(path, "rb") as f:
         magic = f.read(len(MAGIC) + 1)
+        if magic[: len(MAGIC)] != MAGIC and legacy:
+            return _load_legacy(path)
         if magic[: len(MAGIC)] != MAGIC:
             raise DataFormatError(f"checkpoint {path} is not a dpfl checkpoint of format {FORMAT_VERSION} (files of "
                                   f"the former pickle format are not loaded: they can carry code); {fix}")
@@ -210,6 +216,17 @@ def load_checkpoint(path: str | Path, *, run_id: str | None = None, owner: str |
         raise DataFormatError(f"checkpoint {path}: malformed content ({err}); {fix}") from None
     if not isinstance(state, dict) or state.get("run_id") != stored_id:
         raise DataFormatError(f"checkpoint {path}: the state's run id does not match its header; {fix}")
+    return state
+
+
+def _load_legacy(path: Path) -> dict[str, Any]:
+    try:
+        with torch.serialization.safe_globals([ParamLayout]):
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # the restricted unpickler refuses anything but data
+        raise DataFormatError(f"checkpoint {path} of the former format cannot be read as data only ({err})") from None
+    if not isinstance(state, dict):
+        raise DataFormatError(f"checkpoint {path} of the former format holds a {type(state).__name__}, not a dict")
     return state
 
 

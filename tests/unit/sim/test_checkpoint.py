@@ -49,6 +49,18 @@ def test_a_malicious_pickle_runs_no_command(tmp_path: Path) -> None:
         assert not marker.exists(), f"loading {path.name} ran a command"
 
 
+def test_final_model_files_of_the_former_format_are_read_as_data_only(tmp_path: Path) -> None:
+    layout = ParamLayout(("w",), ((3,),), (0,), 3)
+    old = tmp_path / "model.pt"
+    torch.save({"run_id": "r", "global_params": torch.ones(3), "layout": layout}, old)
+    got = load_checkpoint(old, legacy=True)
+    assert got is not None and got["layout"] == layout and torch.equal(got["global_params"], torch.ones(3))
+    for path, marker in _malicious_files(tmp_path):
+        with pytest.raises(DataFormatError, match="cannot be read as data only"):
+            load_checkpoint(path, legacy=True)
+        assert not marker.exists()
+
+
 def test_a_malicious_pickle_disguised_with_the_magic_runs_no_command(tmp_path: Path) -> None:
     """The magic followed by a pickle where the JSON header should be: refused, nothing run."""
     marker = tmp_path / "pwned"
