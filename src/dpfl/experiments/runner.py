@@ -584,7 +584,10 @@ def run_experiment(
     save_checkpoint(model_path, {"run_id": rid, "global_params": params.cpu(), "layout": exp.problem.layout,
                                  "algorithm": stepper.state_dict()}, owner=owner)
     final["model_path"] = str(model_path)
-    store.finish(rid, status, final)
-    if ckpt_path.exists():
+    if status == "failed":  # the same command resumes it, with everything already charged
+        consecutive_empty = 0
+        checkpoint(rounds_done, ledger.to_dict() if ledger is not None else None, stepper.state_dict())
+    elif ckpt_path.exists():
         ckpt_path.unlink()
+    store.finish(rid, status, final)
     return RunResult(rid, status, rounds_done, final, store.rounds(rid))

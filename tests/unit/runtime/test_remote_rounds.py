@@ -119,6 +119,11 @@ def test_too_many_empty_rounds_in_a_row_stop_the_run(shared_data: Path, tmp_path
     res = run_experiment(cfg, store, remote=FakeCohort(cfg, arrive=lambda t, c: c if t == 0 else []))
     assert res.status == "failed" and res.rounds_done == 1 + MAX_CONSECUTIVE_EMPTY_ROUNDS
     assert f"no upload arrived in {MAX_CONSECUTIVE_EMPTY_ROUNDS} rounds in a row" in res.final["stop_reason"]
+    # the same command resumes the failed run where it stopped, its ledger kept
+    again = FakeCohort(cfg)
+    res2 = run_experiment(cfg, store, remote=again)
+    assert again.calls == list(range(1 + MAX_CONSECUTIVE_EMPTY_ROUNDS, 10)) and res2.status == "finished"
+    assert res2.final["empty_rounds"] == MAX_CONSECUTIVE_EMPTY_ROUNDS
 
 
 def test_a_round_redone_after_a_server_kill_is_charged_twice(shared_data: Path, tmp_path: Path) -> None:
