@@ -21,6 +21,7 @@ import argparse
 import hashlib
 import json
 import os
+import signal
 import socket
 import struct
 import subprocess
@@ -166,9 +167,7 @@ def serve(path: Path, parent_pid: int, idle_seconds: float = IDLE_SECONDS) -> No
     torch.set_num_threads(1)
     last = [time.monotonic()]
 
-    def watch() -> None:
-        while _alive(parent_pid) and time.monotonic() - last[0] < idle_seconds:
-            time.sleep(0.5)
+    def leave(*_: Any) -> None:
         for leftover in (path, path.with_suffix(".lock")):
             try:
                 leftover.unlink()
@@ -176,6 +175,12 @@ def serve(path: Path, parent_pid: int, idle_seconds: float = IDLE_SECONDS) -> No
                 pass
         os._exit(0)
 
+    def watch() -> None:
+        while _alive(parent_pid) and time.monotonic() - last[0] < idle_seconds:
+            time.sleep(0.5)
+        leave()
+
+    signal.signal(signal.SIGTERM, leave)  # stopped with its SuperNode's process group
     threading.Thread(target=watch, daemon=True).start()
     tmp = path.with_name(path.name + f".{os.getpid()}")
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -223,7 +228,25 @@ class WarmClient:
             return None
         return sock
 
+    def _clean_stale(self) -> None:
+        """Remove the sockets of workers that were killed (nobody listens any more)."""
+        for sock_path in self.path.parent.glob("*.sock"):
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                probe.connect(str(sock_path))
+            except ConnectionRefusedError:
+                for leftover in (sock_path, sock_path.with_suffix(".lock")):
+                    try:
+                        leftover.unlink()
+                    except OSError:
+                        pass
+            except OSError:
+                pass
+            finally:
+                probe.close()
+
     def _start(self) -> None:
+        self._clean_stale()
         lock = self.path.with_suffix(".lock")
         fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o600)
         try:
