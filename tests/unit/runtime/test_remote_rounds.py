@@ -156,3 +156,11 @@ def test_rejected_and_late_uploads_are_charged_to_the_server(shared_data: Path, 
     assert _server_eps(res.final, "3") == pytest.approx(_server_eps(res.final, "0"), rel=1e-12)
     assert _server_eps(res.final, "3") > 0
     assert [r["charged_unaggregated"] for r in store.rounds(res.run_id)] == [1, 1]
+
+
+def test_secure_aggregation_is_refused_where_the_server_sees_each_upload(shared_data: Path, tmp_path: Path) -> None:
+    from dpfl.errors import ConfigError
+
+    cfg = _cfg(shared_data, DPFEDAVG, rounds=1, privacy={"delta": 1e-3, "secure_aggregation": True})
+    with pytest.raises(ConfigError, match="no secure aggregation"):
+        run_experiment(cfg, RunStore(tmp_path / "s.sqlite"), remote=FakeCohort(cfg))
