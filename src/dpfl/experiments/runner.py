@@ -358,6 +358,7 @@ def run_experiment(
     ckpt_path = checkpoint_path(store, rid, checkpoint_dir)
     owner = store.path.name
     clean_orphans(ckpt_path.parent, prefix=ckpt_path.name)  # left by a writer killed mid-write
+    clean_orphans(store.path.parent / "models", prefix=f"{rid}.pt")
     existing = store.find(rid)
     if existing is not None and existing.status in ("finished", "stopped") and not restart:
         return RunResult(rid, existing.status, len(store.rounds(rid)), existing.result or {}, store.rounds(rid))

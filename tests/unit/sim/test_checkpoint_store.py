@@ -76,8 +76,11 @@ def test_resume_cleans_orphan_temporary_files(shared_data: Path, tmp_path: Path)
     (ckpt,) = (tmp_path / "checkpoints").glob("*.pt")
     orphan = ckpt.with_name(ckpt.name + ".tmp999999999")  # a writer killed mid-write (no such pid)
     orphan.write_bytes(b"partial")
+    model_orphan = tmp_path / "models" / f"{store.list()[0].run_id}.pt.tmp999999999"
+    model_orphan.parent.mkdir()
+    model_orphan.write_bytes(b"partial")
     run_experiment(cfg, store)
-    assert not orphan.exists()
+    assert not orphan.exists() and not model_orphan.exists()
 
 
 def test_claim_exceeded_is_noted_once_across_resumes(shared_data: Path, tmp_path: Path) -> None:
