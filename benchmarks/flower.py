@@ -1,6 +1,7 @@
 """dpfl in process against the same run on Flower: seconds per round, measured in this run.
 
     ./dev bench flower [--rounds 4] [--clients 100] [--deployment-clients 6] [--data-dir DIR]
+                       [--skip-simulation] [--cold]
 
 Workload: the foundation's W written as a run config — 100 clients × 600 MNIST training samples,
 MLP 784-256-10, 1 local epoch, batch 64, lr 0.05; DP-FedAvg (local variant) with update clip 1.0
@@ -14,7 +15,10 @@ Three ways to run it, all with dpfl's algorithm code and privacy ledger:
                process per client, so it runs a smaller cohort (``--deployment-clients``) and is
                compared with in-process on that same smaller config
 A round's time is the runner's own per-round ``seconds`` (sampling, training, aggregation,
-ledger, evaluation), median over the rounds after the first.
+ledger, evaluation), median over the rounds after the first. On the deployment engine each
+SuperNode trains in its warm worker (torch, data and run loaded once); ``--cold`` trains in the
+per-message ClientApp process instead (node config ``warm=false``), i.e. re-imports torch and
+rebuilds the run every round.
 """
 
 from __future__ import annotations
@@ -67,10 +71,12 @@ def _in_process(path: Path, store: Path) -> tuple[float, list[float]]:
     return _per_round(store, res.run_id)
 
 
-def _flower(path: Path, store: Path, clients: int, simulation: bool, workdir: Path) -> tuple[float, list[float]]:
+def _flower(path: Path, store: Path, clients: int, simulation: bool, workdir: Path,
+            cold: bool = False) -> tuple[float, list[float]]:
     from dpfl.runtime.flower.local import LocalFederation
 
-    with LocalFederation(clients, simulation=simulation, workdir=workdir,
+    node_config = {i: {"warm": "false"} for i in range(clients)} if cold and not simulation else None
+    with LocalFederation(clients, simulation=simulation, workdir=workdir, node_config=node_config,
                          data_dir=None if simulation else yaml.safe_load(path.read_text())["data"]["dir"]) as fed:
         res = fed.run(path, store=store, round_timeout=3600, connect_timeout=600, timeout=7200)
     return _per_round(store, res["run_id"])
@@ -82,25 +88,30 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=100)
     ap.add_argument("--deployment-clients", type=int, default=6, help="0 to skip the deployment-engine comparison")
     ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--skip-simulation", action="store_true", help="skip W on Flower's Simulation Engine")
+    ap.add_argument("--cold", action="store_true", help="deployment: train in the per-message ClientApp process")
     args = ap.parse_args()
     data_dir = str(Path(_data_dir(args.data_dir, "mnist")).resolve())
     with tempfile.TemporaryDirectory(prefix="dpfl-bench-flower-") as t:
         tmp = Path(t)
         rows = []
-        w = _config(tmp, data_dir, args.clients, args.rounds)
         t0 = time.perf_counter()
-        base, base_all = _in_process(w, tmp / "in.sqlite")
-        print(f"in-process  W ({args.clients} clients): {base:.3f} s/round  (rounds {[round(x, 2) for x in base_all]})", flush=True)
-        sim, sim_all = _flower(w, tmp / "sim.sqlite", args.clients, True, tmp / "sim")
-        print(f"flower-sim  W ({args.clients} clients): {sim:.3f} s/round  (rounds {[round(x, 2) for x in sim_all]})", flush=True)
-        rows.append(("W", args.clients, "Flower Simulation Engine (Ray)", base, sim))
+        if not args.skip_simulation:
+            w = _config(tmp, data_dir, args.clients, args.rounds)
+            base, base_all = _in_process(w, tmp / "in.sqlite")
+            print(f"in-process  W ({args.clients} clients): {base:.3f} s/round  (rounds {[round(x, 2) for x in base_all]})", flush=True)
+            sim, sim_all = _flower(w, tmp / "sim.sqlite", args.clients, True, tmp / "sim")
+            print(f"flower-sim  W ({args.clients} clients): {sim:.3f} s/round  (rounds {[round(x, 2) for x in sim_all]})", flush=True)
+            rows.append(("W", args.clients, "Flower Simulation Engine (Ray)", base, sim))
         if args.deployment_clients:
             small = _config(tmp, data_dir, args.deployment_clients, args.rounds)
             b2, b2_all = _in_process(small, tmp / "in2.sqlite")
-            d2, d2_all = _flower(small, tmp / "dep.sqlite", args.deployment_clients, False, tmp / "dep")
+            d2, d2_all = _flower(small, tmp / "dep.sqlite", args.deployment_clients, False, tmp / "dep", cold=args.cold)
+            how = "cold ClientApp" if args.cold else "warm worker"
             print(f"in-process  W-small ({args.deployment_clients} clients): {b2:.3f} s/round  ({[round(x, 2) for x in b2_all]})")
-            print(f"flower-dep  W-small ({args.deployment_clients} clients): {d2:.3f} s/round  ({[round(x, 2) for x in d2_all]})")
-            rows.append(("W-small", args.deployment_clients, "Flower deployment engine (processes)", b2, d2))
+            print(f"flower-dep  W-small ({args.deployment_clients} clients, {how}): {d2:.3f} s/round  "
+                  f"({[round(x, 2) for x in d2_all]})")
+            rows.append(("W-small", args.deployment_clients, f"Flower deployment engine (processes, {how})", b2, d2))
         print()
         print("| workload | clients | runtime | in-process s/round | runtime s/round | runtime / in-process |")
         print("|---|---|---|---|---|---|")

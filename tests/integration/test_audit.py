@@ -153,7 +153,9 @@ def test_killed_audit_resumes_to_the_uninterrupted_result(mnist_fixture: Path, t
         run_audited(cfg, 20, store=store, progress=kill_after_round_3, **kw)
     rid = whole.run_id
     assert rid.endswith("-audit20") and store.get(rid).status == "interrupted"
-    assert (tmp_path / "checkpoints" / f"{rid}.pt").exists()
+    from dpfl.experiments.runner import checkpoint_path
+
+    assert checkpoint_path(store, rid).exists()
     seen.clear()
     resumed = run_audited(cfg, 20, store=store, progress=lambda d, *_: seen.append(d), **kw)
     assert seen == [3, 4, 5, 6]  # rounds 3..6 only: it continued from the round-2 checkpoint

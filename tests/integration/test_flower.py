@@ -11,11 +11,16 @@ What is checked:
   the vectorized engine a cohort is one batched matmul, so a one-client process sums in another
   order: equal within float32 rounding, see test_engines.)
 * The other tests run as a deployment does (noise from the OS CSPRNG).
-* A SuperNode SIGKILLed mid-round: the round goes on without it; DP-FedAvg tops the noise up so
-  the public guarantee is the planned one, and the ledger charges the server-observer release
-  only to clients whose upload arrived.
-* Bad uploads (NaN, wrong shape, a declared noise std off the plan) are rejected and logged
-  with the client's id; the round goes on with the valid ones.
+* A SuperNode SIGKILLed mid-round (when it signals that it started round 2: no timing
+  assumption): the round goes on without it, logged as a dropout (never as a rejected upload),
+  and none of its processes outlives it; DP-FedAvg tops the noise up so the public guarantee is
+  the planned one, and the ledger charges the server-observer release only to clients whose
+  upload reached the server.
+* Bad uploads (NaN, wrong shape, a declared noise std off the plan, a vector ×10⁶) are rejected
+  and logged with the client's id; the round goes on with the valid ones, and the rejected
+  uploads, which the server did see, are charged to the server observer.
+* Rounds in which every upload is late: skipped, the late uploads charged to the server, and
+  the run reported ``failed`` rather than ``finished`` (NbAFL's ServerApp crashed on them).
 """
 
 from __future__ import annotations
@@ -89,27 +94,38 @@ def test_nbafl_and_dp_fedavg_on_flower_equal_the_simulator(tmp_path: Path, mnist
     assert "all 3 clients connected" in got_nb["log"]
 
 
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
 def test_client_killed_mid_round_is_dropped_and_the_ledger_stays_true(tmp_path: Path, mnist_fixture: Path) -> None:
     dp = _config(tmp_path, mnist_fixture, "dpfedavg-drop", DPFEDAVG)
     store = tmp_path / "flower.sqlite"
-    # client 2 straggles 4 s in every round, so killing it just after round 1 is logged lands
-    # while it is training round 2
-    with LocalFederation(3, data_dir=mnist_fixture, workdir=tmp_path / "fed", node_config={2: {"fault": "delay:4"}}) as fed:
-        proc = fed.submit(dp, store=store, round_timeout=40, connect_timeout=120)
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline:
-            if store.exists():
-                try:
-                    with sqlite3.connect(store) as con:
-                        if con.execute("SELECT COUNT(*) FROM rounds").fetchone()[0] >= 1:
-                            break
-                except sqlite3.OperationalError:  # the schema is being created
-                    pass
+    signals = tmp_path / "signals"
+    signals.mkdir()
+    # client 2 signals that it started round 2 and never replies; it is killed on that signal.
+    # The round timeout is far above any round's duration: only the kill makes client 2 miss
+    # rounds 2 and 3, however loaded the machine is.
+    node_config = {2: {"fault": "block:2", "signal-dir": str(signals)}}
+    with LocalFederation(3, data_dir=mnist_fixture, workdir=tmp_path / "fed", node_config=node_config) as fed:
+        proc = fed.submit(dp, store=store, round_timeout=600, connect_timeout=300)
+        deadline = time.monotonic() + 900
+        while not (signals / "client-2-round-2").exists():
+            if time.monotonic() > deadline or proc.poll() is not None:
+                pytest.fail("client 2 never started round 2")
             time.sleep(0.1)
-        else:
-            pytest.fail("round 1 never finished")
+        processes = fed.node_processes(2)
+        assert len(processes) >= 3  # the SuperNode, its flower-superexec and the blocked ClientApp
         fed.kill_node(2)
-        out, _ = proc.communicate(timeout=600)
+        end = time.monotonic() + 30
+        while any(_alive(p) for p in processes) and time.monotonic() < end:
+            time.sleep(0.1)
+        assert not [p for p in processes if _alive(p)], "a process of the killed SuperNode outlived it"
+        out, _ = proc.communicate(timeout=900)
     assert "dpfl-result" in out, out[-3000:]
     rec = RunStore(store).list()[0]
     assert rec.status == "finished"
@@ -118,6 +134,10 @@ def test_client_killed_mid_round_is_dropped_and_the_ledger_stays_true(tmp_path: 
     assert [r.get("topped_up_clients", 0) for r in rounds] == [0, 1, 1]
     partial = _notices(store, "round-partial")
     assert len(partial) == 2 and all("without clients [2]" in m for m in partial)
+    # the SuperLink's "node unavailable" replies are the dropout they are, not rejected uploads
+    assert not _notices(store, "rejected-upload")
+    dropouts = _notices(store, "dropout")
+    assert dropouts and all("client 2 " in m for m in dropouts)
     # the public sees the planned noise every round (topped up): its ε equals the simulator's
     sim = _simulate(dp, tmp_path / "sim.sqlite")
     final = rec.result
@@ -129,22 +149,45 @@ def test_client_killed_mid_round_is_dropped_and_the_ledger_stays_true(tmp_path: 
 
 
 def test_bad_uploads_are_rejected_with_the_client_id(tmp_path: Path, mnist_fixture: Path) -> None:
-    nb = _config(tmp_path, mnist_fixture, "nbafl-bad", NBAFL, num_clients=4, rounds=1)
+    nb = _config(tmp_path, mnist_fixture, "nbafl-bad", NBAFL, num_clients=5, rounds=1)
     store = tmp_path / "flower.sqlite"
-    faults = {1: {"fault": "nan"}, 2: {"fault": "shape"}, 3: {"fault": "noise"}}
-    with LocalFederation(4, data_dir=mnist_fixture, workdir=tmp_path / "fed", node_config=faults) as fed:
-        got = fed.run(nb, store=store, round_timeout=300, connect_timeout=120, timeout=900)
+    faults = {1: {"fault": "nan"}, 2: {"fault": "shape"}, 3: {"fault": "noise"}, 4: {"fault": "scale"}}
+    with LocalFederation(5, data_dir=mnist_fixture, workdir=tmp_path / "fed", node_config=faults) as fed:
+        got = fed.run(nb, store=store, round_timeout=600, connect_timeout=300, timeout=1200)
     assert got["status"] == "finished"
     rejected = sorted(_notices(store, "rejected-upload"))
-    assert len(rejected) == 3, rejected
+    assert len(rejected) == 4, rejected
     assert "client 1: 1 non-finite entries" in rejected[0]
     assert "client 2: vector of shape" in rejected[1]
     assert "client 3: declares noise_std" in rejected[2]
+    assert "client 4: L2 norm" in rejected[3] and "the most its clipping and declared noise allow" in rejected[3]
     rec = RunStore(store).get(got["run_id"])
     assert [r["arrived"] for r in RunStore(store).rounds(rec.run_id)] == [1]
-    # only client 0's upload was recorded against the server
+    assert [r["charged_unaggregated"] for r in RunStore(store).rounds(rec.run_id)] == [4]
+    # the server saw all five uploads: each one is charged to the server observer as planned
     eps = rec.result["privacy"]["client_epsilons_rdp"]["server"]
-    assert list(eps) == ["0"] and eps["0"] > 0
+    assert sorted(eps) == ["0", "1", "2", "3", "4"] and eps["0"] > 0
+    assert all(eps[c] == pytest.approx(eps["0"], rel=1e-12) for c in eps)
+
+
+def test_rounds_where_every_upload_is_late_fail_the_run_and_are_charged(tmp_path: Path, mnist_fixture: Path) -> None:
+    """Every client straggles 8 s, the round timeout is 1 s: no round aggregates anything. NbAFL's
+    ServerApp used to crash on the empty round; dp-fedavg used to report "finished"."""
+    nb = _config(tmp_path, mnist_fixture, "nbafl-late", NBAFL, rounds=2)
+    store = tmp_path / "flower.sqlite"
+    slow = {i: {"fault": "delay:8"} for i in range(3)}
+    with LocalFederation(3, data_dir=mnist_fixture, workdir=tmp_path / "fed", node_config=slow) as fed:
+        got = fed.run(nb, store=store, round_timeout=1, connect_timeout=300, timeout=900)
+    assert got["status"] == "failed", got["log"][-3000:]
+    assert "no upload arrived in any of the 2 rounds" in got["stop_reason"]
+    rec = RunStore(store).get(got["run_id"])
+    assert [r["arrived"] for r in RunStore(store).rounds(rec.run_id)] == [0, 0]
+    assert len(_notices(store, "round-empty")) == 2
+    # every upload reached the SuperLink late (or may still have): charged to the server observer
+    late = _notices(store, "late-upload")
+    assert len(late) == 6, late
+    eps = rec.result["privacy"]["client_epsilons_rdp"]["server"]
+    assert sorted(eps) == ["0", "1", "2"] and all(e > 0 for e in eps.values())
 
 
 def test_ldp_fl_reports_go_sealed_through_a_shuffler_node(tmp_path: Path, mnist_fixture: Path) -> None:
@@ -171,3 +214,19 @@ def test_ldp_fl_reports_go_sealed_through_a_shuffler_node(tmp_path: Path, mnist_
     sim_model = load_checkpoint(Path(want.final["model_path"]))["global_params"]
     torch.testing.assert_close(flower_model, sim_model, rtol=0, atol=1e-6)
     assert _certified(rec.result, "server") == pytest.approx(_certified(want.final, "server"), rel=1e-12)
+
+
+@pytest.mark.slow
+def test_twenty_supernodes_on_one_machine(tmp_path: Path, shared_data: Path) -> None:
+    """20 SuperNodes + a SuperLink on 127.0.0.1 (slow: opt-in, ``-m slow``). With the SuperLink's
+    state in an on-disk SQLite file, 15 nodes already failed with "database is locked"."""
+    dp = _config(tmp_path, shared_data, "dpfedavg-20", DPFEDAVG, num_clients=20, rounds=2)
+    store = tmp_path / "flower.sqlite"
+    with LocalFederation(20, data_dir=shared_data, workdir=tmp_path / "fed") as fed:
+        got = fed.run(dp, store=store, round_timeout=1200, connect_timeout=600, timeout=3600)
+    logs = "".join(p.read_text(errors="replace") for p in (tmp_path / "fed").glob("*.log"))
+    assert "database is locked" not in logs + got["log"]
+    assert got["status"] == "finished" and got["rounds"] == 2, got["log"][-3000:]
+    rec = RunStore(store).get(got["run_id"])
+    assert [r["arrived"] for r in RunStore(store).rounds(rec.run_id)] == [20, 20]
+    assert not _notices(store, "rejected-upload") and not _notices(store, "dropout")

@@ -32,11 +32,11 @@ from dpfl.errors import ConfigError, PrivacyPreconditionError
 from dpfl.experiments.config import RunConfig, run_id
 from dpfl.experiments.store import RunStore
 from dpfl.models import build_model, per_sample_loss
-from dpfl.privacy.accounting.ledger import PrivacyLedger
+from dpfl.privacy.accounting.ledger import PrivacyLedger, Release
 from dpfl.privacy.notices import collect_range_warnings
 from dpfl.rng import SERVER, SeedSequence
 from dpfl.sim.base import ClientData, Engine, LocalProblem
-from dpfl.sim.checkpoint import load_checkpoint, save_checkpoint
+from dpfl.sim.checkpoint import clean_orphans, load_checkpoint, save_checkpoint
 from dpfl.sim.ray_engine import RayEngine  # imports Ray only when a RayEngine is built
 from dpfl.sim.sequential import SequentialEngine
 from dpfl.sim.vectorized import VectorizedEngine
@@ -497,10 +497,45 @@ def dry_run(config: RunConfig, notice: NoticeFn | None = None) -> dict[str, Any]
     return {"rounds": rounds, "stop_reason": stop_reason, "privacy": privacy_result(algo, ledger, budget, config)}
 
 
+MAX_CONSECUTIVE_EMPTY_ROUNDS = 3
+"""On real clients, a run stops (status ``failed``) after this many rounds in a row in which no
+upload arrived; a run in which every round was empty is ``failed`` too, never ``finished``."""
+
+
+def checkpoint_path(store: RunStore, rid: str, checkpoint_dir: str | Path | None = None) -> Path:
+    """Where the checkpoint of run ``rid`` in ``store`` lives: ``<dir>/<rid>@<store file name>.pt``
+    with ``<dir>`` = ``checkpoint_dir`` or ``checkpoints/`` next to the store, so that runs of the
+    same config in two stores of one folder never resume from each other's checkpoint."""
+    folder = Path(checkpoint_dir) if checkpoint_dir is not None else store.path.parent / "checkpoints"
+    return folder / f"{rid}@{store.path.name}.pt"
+
+
+def _server_charges(planned: list[Release], clients: list[int]) -> list[Release]:
+    """The server-observer releases of ``clients``' uploads as planned for their round: what the
+    server saw of an upload it received but did not aggregate (rejected, late)."""
+    want = set(clients)
+    out = []
+    for rel in planned:
+        ids = sorted(want if rel.client_ids is None else want.intersection(rel.client_ids))
+        if ids:
+            out.append(Release(rel.observer, rel.kind, rel.noise_std, rel.sensitivity, tuple(ids), rel.epsilon,
+                               rel.num_coordinates))
+    return out
+
+
 def _claim_value(claimed: float | dict[int, float] | None) -> float | None:
     if isinstance(claimed, dict):
         return max(claimed.values()) if claimed else None
     return claimed
+
+
+def _entry_metrics(metrics: dict[str, Any], entry: dict[str, Any], claimed: Any) -> None:
+    metrics["epsilon_claimed"] = _claim_value(claimed)
+    rdp = entry["certified_rdp"]
+    metrics["epsilon_certified_rdp"] = {k: float(v) for k, v in rdp.items()}
+    metrics["epsilon_certified"] = max(float(v) for v in rdp.values())
+    if "certified" in entry:
+        metrics["certified"] = entry["certified"]
 
 
 def run_experiment(
@@ -550,6 +585,9 @@ def run_experiment(
             "server step yet, so it cannot run on real clients; run it in simulation.")
     if remote is not None and wrap is not None:
         raise ConfigError("a wrapped server step (e.g. audit canaries) runs in simulation only, not on real clients.")
+    if remote is not None and config.privacy.secure_aggregation and not getattr(remote, "secure_aggregation", False):
+        raise ConfigError("`privacy.secure_aggregation = true`, but this runtime has no secure aggregation: the "
+                          "server sees each upload, and the ledger would under-charge it. Set it to false.")
     wrapper = wrap(exp) if wrap is not None else None
     stepper: ServerStep = wrapper if wrapper is not None else exp.algorithm
     # a run on real clients, or with a wrapped server step, is another run than the simulation
@@ -562,7 +600,10 @@ def run_experiment(
         rid += "-secure"
         exp.seeds = SeedSequence.secure_mode()
         exp.engine.seeds = exp.seeds
-    ckpt_path = Path(checkpoint_dir or store.path.parent / "checkpoints") / f"{rid}.pt"
+    ckpt_path = checkpoint_path(store, rid, checkpoint_dir)
+    owner = store.path.name
+    clean_orphans(ckpt_path.parent, prefix=ckpt_path.name)  # left by a writer killed mid-write
+    clean_orphans(store.path.parent / "models", prefix=f"{rid}.pt")
     existing = store.find(rid)
     if existing is not None and existing.problem is None and existing.status in ("finished", "stopped") and not restart:
         return RunResult(rid, existing.status, len(store.rounds(rid)), existing.result or {}, store.rounds(rid))
@@ -575,7 +616,7 @@ def run_experiment(
     # from here on the run is registered: whatever stops it is stored with it, never left `running`
     try:
         return _run_rounds(config, store, exp, rid, stepper, ckpt_path, ledger,
-                           progress=progress, notice=notice, remote=remote)
+                           progress=progress, notice=notice, remote=remote, owner=owner, secure_rng=secure_rng)
     except KeyboardInterrupt:
         store.finish(rid, "interrupted", None)
         raise
@@ -597,6 +638,8 @@ def _run_rounds(
     progress: ProgressFn | None,
     notice: NoticeFn | None,
     remote: RemoteCohort | None,
+    owner: str,
+    secure_rng: bool,
 ) -> RunResult:
     """The rounds of a registered run (see :func:`run_experiment`)."""
 
@@ -615,10 +658,13 @@ def _run_rounds(
 
     params = exp.init_params.clone()
     start_round = 0
-    state = load_checkpoint(ckpt_path)
+    state = load_checkpoint(ckpt_path, run_id=rid, owner=owner, check_owner=True)
     if state is not None:
-        if state.get("run_id") != rid:
-            raise ConfigError(f"checkpoint {ckpt_path} belongs to run {state.get('run_id')}, not {rid}")
+        stored = len(store.rounds(rid))
+        if stored < int(state["rounds_done"]):
+            raise ConfigError(f"checkpoint {ckpt_path} is at round {state['rounds_done']} but the store {store.path} "
+                              f"holds {stored} rounds of run {rid}: it does not belong to this store; delete it or "
+                              "use --restart")
         params = state["global_params"].to(params.device)
         stepper.load_state_dict(state.get("algorithm", {}))
         if ledger is not None and state.get("ledger") is not None:
@@ -629,10 +675,45 @@ def _run_rounds(
     t_start = time.perf_counter()
     last_eval: dict[str, float] = {}
     status, stop_reason, rounds_done = "finished", None, start_round
-    exceeded_noted = False
+    # "noted once" notices stay once across resumes
+    stored_notices: list[dict[str, Any]] = store.notices(rid) if start_round > 0 else []
+    exceeded_noted = any(n["kind"] == "claim-exceeded" for n in stored_notices)
+    # Releases whose noise a redo would draw afresh (real clients, or the OS CSPRNG) are charged
+    # before the round's aggregate is used: a checkpoint holding the charge is written while the
+    # cohort trains, so a server killed mid-round resumes with the round already charged.
+    charge_ahead = remote is not None or secure_rng
+    planned_server: dict[int, list[Release]] = {}  # per round: what an upload shows the server
+    empty_rounds = consecutive_empty = 0
+    if state is not None:
+        empty_rounds = int(state.get("empty_rounds", 0))
+        consecutive_empty = int(state.get("consecutive_empty", 0))
+
+    def checkpoint(done: int, ledger_state: dict[str, Any] | None, algo_state: dict[str, Any]) -> None:
+        save_checkpoint(ckpt_path, {"run_id": rid, "rounds_done": done, "global_params": params.cpu(),
+                                    "algorithm": algo_state, "ledger": ledger_state, "empty_rounds": empty_rounds,
+                                    "consecutive_empty": consecutive_empty}, owner=owner)
+
+    def charge_unused(final: bool = False) -> int:
+        """Charge the server observer for uploads it received but did not aggregate."""
+        seen = getattr(remote, "unused_uploads", None)
+        if ledger is None or seen is None:
+            return 0
+        assert isinstance(algo, PrivateAlgorithm)
+        by_round: dict[int, list[int]] = {}
+        for r, c in seen(final=final, emit=emit):
+            by_round.setdefault(int(r), []).append(int(c))
+        charged = 0
+        for r, clients_seen in sorted(by_round.items()):
+            extra = _server_charges(planned_server.get(r, []), clients_seen)
+            if extra:
+                ledger.record_round(r, extra, sampling=algo.sampler.describe(), participants=sorted(set(clients_seen)))
+                charged += len(set(clients_seen))
+        return charged
+
     try:
         for t in range(start_round, config.rounds):
             t0 = time.perf_counter()
+            round_start_state = stepper.state_dict() if charge_ahead else {}
             reason = algo.should_stop(t)
             if reason:
                 stop_reason = reason
@@ -657,30 +738,60 @@ def _run_rounds(
                 params = out.global_params
                 metrics.update(out.metrics)
             elif clients.numel() > 0:
+                if releases is not None:
+                    planned_server[t] = [r for r in releases if r.observer == "server"]
+                    if charge_ahead and ledger is not None:
+                        # every upload of this cohort, and every one still outstanding, may reach
+                        # the server from now on: a checkpoint that charges them all
+                        ahead = ledger.to_dict()
+                        still_out: Callable[[], list[tuple[int, int]]] = getattr(remote, "outstanding", list)
+                        late = [(t, int(c)) for c in clients.tolist()] + still_out()
+                        for r in sorted({r for r, _ in late}):
+                            who = sorted({c for q, c in late if q == r})
+                            ahead["rounds"].append({"round": r, "participants": who, "claimed_epsilon": None, "releases": [
+                                x.to_dict() for x in _server_charges(planned_server.get(r, []), who)]})
+                        checkpoint(t, ahead, round_start_state)
                 uploads = remote(params, info, algo, emit)
                 participants = uploads.clients
                 if uploads.num_rows:
                     metrics["train_loss"] = float(uploads.train_loss.mean())
                 metrics["arrived"] = uploads.num_rows
-                previous = params
-                out = algo.aggregate(params, uploads, info)
-                params = out.global_params
-                metrics.update(out.metrics)
                 if releases is not None and uploads.num_rows < clients.numel():
                     assert isinstance(algo, PrivateAlgorithm) and ledger is not None
-                    releases = algo.releases_for_arrivals(info, uploads.clients, uploads.num_samples,
-                                                          config.privacy.secure_aggregation)
-                    withheld = _arrivals_exceed(ledger, budget, releases, uploads.clients.tolist(), config, t)
+                    releases = (algo.releases_for_arrivals(info, uploads.clients, uploads.num_samples,
+                                                           config.privacy.secure_aggregation)
+                                if uploads.num_rows else [])
+                    withheld = (_arrivals_exceed(ledger, budget, releases, uploads.clients.tolist(), config, t)
+                                if uploads.num_rows else None)
                     if withheld is not None:
                         # fewer arrivals can release more than planned (larger weights): the
                         # uploads reached the server and are charged; the aggregate is withheld
                         ledger.record_round(t, [r for r in releases if r.observer == "server"],
                                             sampling=algo.sampler.describe(), participants=participants.tolist(),
                                             claimed_epsilon=claimed_after)
-                        params = previous
                         status, stop_reason = "stopped", withheld
                         emit("privacy-filter" if budget is not None else "target-epsilon", withheld, t)
                         break
+                if ledger is not None and releases is not None and charge_ahead:
+                    # charged before the aggregate is used (a redo is charged as the release it is)
+                    assert isinstance(algo, PrivateAlgorithm)
+                    entry = ledger.record_round(t, releases, sampling=algo.sampler.describe(),
+                                                participants=participants.tolist(), claimed_epsilon=claimed_after)
+                    releases = None
+                    metrics["charged_unaggregated"] = charge_unused()
+                    checkpoint(t, ledger.to_dict(), round_start_state)
+                    _entry_metrics(metrics, entry, claimed_after)
+                if uploads.num_rows:
+                    consecutive_empty = 0
+                    out = algo.aggregate(params, uploads, info)
+                    params = out.global_params
+                    metrics.update(out.metrics)
+                else:  # nothing to aggregate: nothing is released, the model stays as it was
+                    empty_rounds += 1
+                    consecutive_empty += 1
+                    metrics["empty"] = True
+                    emit("round-empty", f"round {t + 1}: no upload of the {int(clients.numel())} scheduled clients "
+                         "arrived; the round is skipped (global model unchanged, nothing released)", t)
             elif algo.releases_empty_rounds:  # an empty cohort: the round's noise is still released
                 out = algo.aggregate(params, Uploads.empty(int(params.numel()), params.device), info)
                 params = out.global_params
@@ -689,12 +800,7 @@ def _run_rounds(
                 assert isinstance(algo, PrivateAlgorithm)
                 entry = ledger.record_round(t, releases, sampling=algo.sampler.describe(),
                                             participants=participants.tolist(), claimed_epsilon=claimed_after)
-                metrics["epsilon_claimed"] = _claim_value(claimed_after)
-                rdp = entry["certified_rdp"]
-                metrics["epsilon_certified_rdp"] = {k: float(v) for k, v in rdp.items()}
-                metrics["epsilon_certified"] = max(float(v) for v in rdp.values())
-                if "certified" in entry:
-                    metrics["certified"] = entry["certified"]
+                _entry_metrics(metrics, entry, claimed_after)
             if (t + 1) % config.eval_every == 0 or t + 1 == config.rounds:
                 last_eval = evaluate(exp.problem, params, exp.x_test, exp.y_test)
                 metrics.update(last_eval)
@@ -705,15 +811,18 @@ def _run_rounds(
                 metrics["non_finite"] = True
             store.log_round(rid, t, metrics)
             rounds_done = t + 1
-            if (t + 1) % config.checkpoint_every == 0 and t + 1 < config.rounds:
-                save_checkpoint(
-                    ckpt_path,
-                    {"run_id": rid, "rounds_done": t + 1, "global_params": params.cpu(),
-                     "algorithm": stepper.state_dict(),
-                     "ledger": ledger.to_dict() if ledger is not None else None},
-                )
+            if consecutive_empty >= MAX_CONSECUTIVE_EMPTY_ROUNDS:
+                status = "failed"
+                stop_reason = (f"stopped after round {t + 1}: no upload arrived in {consecutive_empty} rounds in a "
+                               "row (check the round timeout and the SuperNodes' logs)")
+                emit("empty-rounds", stop_reason, t)
+                break
+            if t + 1 < config.rounds and (charge_ahead or (t + 1) % config.checkpoint_every == 0):
+                checkpoint(t + 1, ledger.to_dict() if ledger is not None else None, stepper.state_dict())
             if progress is not None:
                 progress(t + 1, config.rounds, metrics, time.perf_counter() - t_start)
+        if remote is not None and ledger is not None:
+            charge_unused(final=True)  # late uploads of the last rounds
     except KeyboardInterrupt:
         store.finish(rid, "interrupted", None)
         raise
@@ -729,6 +838,11 @@ def _run_rounds(
         "params_sha256": params_digest(params),
         "num_clients": exp.data.num_clients,
     }
+    if remote is not None and rounds_done > 0 and empty_rounds >= rounds_done:
+        status = "failed"  # not "finished": the model is the initial one
+        stop_reason = stop_reason or f"no upload arrived in any of the {rounds_done} rounds"
+    if empty_rounds:
+        final["empty_rounds"] = empty_rounds
     if stop_reason:
         final["stop_reason"] = stop_reason
     if ledger is not None:
@@ -736,9 +850,12 @@ def _run_rounds(
         final["privacy"] = privacy_result(algo, ledger, budget, config)
     model_path = store.path.parent / "models" / f"{rid}.pt"
     save_checkpoint(model_path, {"run_id": rid, "global_params": params.cpu(), "layout": exp.problem.layout,
-                                 "algorithm": stepper.state_dict()})
+                                 "algorithm": stepper.state_dict()}, owner=owner)
     final["model_path"] = str(model_path)
-    store.finish(rid, status, final)
-    if ckpt_path.exists():
+    if status == "failed":  # the same command resumes it, with everything already charged
+        consecutive_empty = 0
+        checkpoint(rounds_done, ledger.to_dict() if ledger is not None else None, stepper.state_dict())
+    elif ckpt_path.exists():
         ckpt_path.unlink()
+    store.finish(rid, status, final)
     return RunResult(rid, status, rounds_done, final, store.rounds(rid))

@@ -8,6 +8,15 @@ one the run was planned with, or declares a noise std (or any other value in
 
 A declared value is a statement, not a proof: the check catches misconfigured or outdated
 clients (another config, another dpfl version), not a malicious client that lies.
+
+**Norm check.** For algorithms whose uploads are clipped (privacy unit = client, Gaussian
+noise), the server also rejects an upload whose L2 norm exceeds :func:`upload_norm_limit`: the
+enforced sensitivity the algorithm declares for the server observer (a bound on the clipped
+vector's norm: it is C under add/remove and 2C under replace-one for a vector clipped to C, so
+up to 2× loose) plus what the declared Gaussian noise can add with overwhelming probability. It
+catches a scaled or unclipped upload (e.g. a finite vector ×10⁶) and a client that adds far too
+much noise; it cannot catch a vector inside the limit that was not computed from the client's
+data, nor missing noise (an un-noised upload is shorter, not longer).
 """
 
 from __future__ import annotations
@@ -18,9 +27,33 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["RejectedUpload", "check_upload"]
+__all__ = ["NORM_TAIL", "RejectedUpload", "check_upload", "upload_norm_limit"]
 
 REL_TOL = 1e-9
+NORM_TAIL = 12.0
+"""t in the noise allowance σ(√P + t): a valid upload is rejected with probability ≤ exp(−t²/2)
+≈ 5·10⁻³² (Gaussian norm concentration)."""
+
+
+def upload_norm_limit(sensitivity: float, noise_std: float, num_params: int, tail: float = NORM_TAIL) -> float:
+    """The largest L2 norm a clipped, Gaussian-noised upload can have short of a 1 − exp(−t²/2) event.
+
+    A vector x with ‖x‖ ≤ Δ plus n ~ N(0, σ² I_P) has ‖x + n‖ ≤ Δ + ‖n‖, and ‖n‖ is σ-Lipschitz in
+    a standard Gaussian with E‖n‖ ≤ σ√P, so P(‖n‖ ≥ σ(√P + t)) ≤ exp(−t²/2) (Gaussian
+    concentration of Lipschitz functions; Vershynin, High-Dimensional Probability, Thm. 5.2.2
+    with the sharp constant of Tsirelson–Ibragimov–Sudakov).
+
+    Args:
+        sensitivity: Δ, the enforced L2 sensitivity the algorithm declares for the upload (≥ the
+            clip bound of the uploaded vector).
+        noise_std: σ, the declared per-coordinate Gaussian noise std of the upload.
+        num_params: P, the upload's length.
+        tail: t.
+    """
+    if not (sensitivity >= 0 and noise_std >= 0 and num_params >= 0 and tail > 0):
+        raise ValueError(f"upload_norm_limit needs sensitivity, noise_std, num_params >= 0 and tail > 0; found "
+                         f"{sensitivity}, {noise_std}, {num_params}, {tail}")
+    return float(sensitivity) + float(noise_std) * (math.sqrt(num_params) + float(tail))
 
 
 @dataclass(frozen=True)
@@ -41,8 +74,13 @@ def check_upload(
     num_params: int,
     expected_samples: int,
     plan: Mapping[str, float],
+    norm_limit: float | None = None,
 ) -> RejectedUpload | None:
-    """None if the upload of ``client`` is acceptable, else why not."""
+    """None if the upload of ``client`` is acceptable, else why not.
+
+    ``norm_limit``: the largest acceptable L2 norm of the vector (:func:`upload_norm_limit`);
+    None: no norm check (e.g. unclipped or two-point uploads).
+    """
     if vector.dim() != 1 or int(vector.numel()) != num_params:
         return RejectedUpload(client, f"vector of shape {tuple(vector.shape)}, expected ({num_params},)")
     if not vector.is_floating_point():
@@ -61,4 +99,9 @@ def check_upload(
     for key, value in declared.items():
         if not math.isfinite(float(value)):
             return RejectedUpload(client, f"declares a non-finite {key} = {value}")
+    if norm_limit is not None:
+        norm = float(torch.linalg.vector_norm(vector.double()))
+        if norm > norm_limit:
+            return RejectedUpload(client, f"L2 norm {norm:.6g} exceeds {norm_limit:.6g}, the most its clipping and "
+                                          "declared noise allow")
     return None

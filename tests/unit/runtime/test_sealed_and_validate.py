@@ -75,3 +75,22 @@ def test_bad_uploads_are_rejected_with_the_client_and_the_reason(vector, samples
 def test_a_good_upload_passes() -> None:
     assert check_upload(0, torch.zeros(10), 10, {"noise_std": 0.5 * (1 + 1e-12)}, num_params=10, expected_samples=10,
                         plan={"noise_std": 0.5}) is None
+
+
+def test_norm_check_rejects_a_scaled_upload_and_passes_clipped_noised_ones() -> None:
+    """A vector clipped to C = 1 plus N(0, σ²I), σ = 0.05, P = 10_000: 200 seeded draws all pass
+    (a false rejection has probability ≤ exp(−72) each); the same vector ×10⁶ is rejected."""
+    from dpfl.runtime.validate import upload_norm_limit
+
+    p, clip, std = 10_000, 1.0, 0.05
+    limit = upload_norm_limit(clip, std, p)
+    assert limit == pytest.approx(1.0 + 0.05 * (100 + 12))
+    g = torch.Generator().manual_seed(7)
+    for _ in range(200):
+        x = torch.randn(p, generator=g)
+        x = x / x.norm() * clip + std * torch.randn(p, generator=g)
+        assert check_upload(0, x, 10, {}, num_params=p, expected_samples=10, plan={}, norm_limit=limit) is None
+    bad = check_upload(3, x * 1e6, 10, {}, num_params=p, expected_samples=10, plan={}, norm_limit=limit)
+    assert bad is not None and "L2 norm" in bad.reason and "client 3" in bad.message(0)
+    # no limit declared (unclipped or two-point uploads): no norm check
+    assert check_upload(3, x * 1e6, 10, {}, num_params=p, expected_samples=10, plan={}) is None

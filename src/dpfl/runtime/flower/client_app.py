@@ -6,8 +6,14 @@ Node config (``flower-supernode --node-config '...'``):
     ``role`` — ``client`` (default) or ``shuffler``: the anonymizing shuffler of split & shuffle
     (001), which holds no data, opens the sealed reports of a round and returns per-id multisets;
     ``fault`` — for testing a deployment only: ``nan`` (send NaN), ``shape`` (send a truncated
-    vector), ``noise`` (declare a noise std off the plan), ``crash`` (raise during training),
-    ``delay:S`` (straggle: sleep S seconds before training).
+    vector), ``noise`` (declare a noise std off the plan), ``scale`` (send the upload ×10⁶),
+    ``crash`` (raise during training), ``delay:S`` (straggle: sleep S seconds before training),
+    ``block:R`` (in round R, 1-based, create the file ``signal-dir``/``client-<id>-round-R`` and
+    never reply: a test kills the node when the file appears, whatever the machine's load);
+    ``warm`` — ``true`` (default on a SuperNode): train in the node's warm worker process
+    (:mod:`.warm`), which keeps torch, the data and the built run between rounds; ``false``:
+    train in the ClientApp process itself (on Flower's Simulation Engine, whose ClientApps live in
+    long-running Ray actors, always so).
 
 On a ``train`` message the node rebuilds the run from the config the server sent (the data set
 from its own disk; the partition, model and algorithm are deterministic functions of the
@@ -20,39 +26,27 @@ simulation.
 
 from __future__ import annotations
 
-import hashlib
 import json
+import os
 import time
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import torch
+import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from dpfl.client.context import RoundInfo
 from dpfl.errors import ConfigError
-from dpfl.rng import SeedSequence
-from dpfl.runtime.flower.codec import decode_train, encode_upload
-from dpfl.runtime.sealed import ShufflerKey, open_and_mix, seal
+from dpfl.runtime.flower.warm import WarmClient, train_round
+
+if TYPE_CHECKING:
+    from dpfl.runtime.sealed import ShufflerKey
+
+# This module imports neither torch nor the rest of dpfl: a ClientApp process (one per message
+# in Flower 1.41) only decodes the message and hands the round to its SuperNode's warm worker
+# (:mod:`.warm`), which keeps torch, the data and the built run loaded between rounds.
 
 app = ClientApp()
-
-_CACHE: dict[str, Any] = {}
-
-
-def _experiment(config_json: str, data_dir: str | None) -> Any:
-    """The run, rebuilt from the server's config on this node (cached per config)."""
-    from dpfl.experiments.config import parse_config
-    from dpfl.experiments.runner import build_experiment
-
-    key = hashlib.sha256((config_json + "|" + str(data_dir)).encode()).hexdigest()
-    if key not in _CACHE:
-        raw = json.loads(config_json)
-        if data_dir:
-            raw.setdefault("data", {})["dir"] = data_dir
-        _CACHE.clear()
-        _CACHE[key] = build_experiment(parse_config(raw))
-    return _CACHE[key]
 
 
 def _client_id(context: Context) -> int:
@@ -67,6 +61,8 @@ def _is_shuffler(context: Context) -> bool:
 
 def _shuffler_key(context: Context) -> ShufflerKey:
     """This shuffler node's key pair for the run (kept in the node's context state)."""
+    from dpfl.runtime.sealed import ShufflerKey
+
     if "shuffler" not in context.state:
         context.state["shuffler"] = ConfigRecord({"key": ShufflerKey.generate().to_bytes()})
     return ShufflerKey.from_bytes(bytes(context.state["shuffler"]["key"]))  # type: ignore[arg-type]
@@ -87,6 +83,8 @@ def shuffle(msg: Message, context: Context) -> Message:
     return per parameter id the sorted multiset of values — no client ids, no order."""
     if not _is_shuffler(context):
         raise ConfigError("a `shuffle` request reached a node that is not the shuffler (node config role=shuffler)")
+    from dpfl.runtime.sealed import open_and_mix
+
     rc = msg.content["sealed"]
     blobs = [bytes(b) for b in rc["blobs"]]  # type: ignore[union-attr]
     mixed, rejected = open_and_mix(blobs, _shuffler_key(context), int(rc["round"]), int(rc["num-params"]))
@@ -97,44 +95,56 @@ def shuffle(msg: Message, context: Context) -> Message:
     return Message(content, reply_to=msg)
 
 
+def _upload(cid: int, vector: np.ndarray, meta: dict[str, Any], declared: dict[str, float]) -> RecordDict:
+    """The reply layout of :mod:`.codec` (``encode_upload``), built from numpy."""
+    return RecordDict({
+        "upload": ArrayRecord({"params": Array(np.ascontiguousarray(vector))}),
+        "meta": MetricRecord({"client": int(cid), "num-samples": int(meta["num_samples"]),
+                              "train-loss": float(meta["train_loss"])}),
+        "declared": MetricRecord({k: float(v) for k, v in declared.items()}),
+    })
+
+
 @app.train()
 def train(msg: Message, context: Context) -> Message:
     cid = _client_id(context)
-    params, rc = decode_train(msg.content)
+    rc: dict[str, Any] = dict(msg.content["round"])
+    rc["state"] = json.loads(str(rc["state"]))
+    if isinstance(rc.get("shuffler-key"), bytes):
+        rc["shuffler-key"] = bytes(rc["shuffler-key"]).hex()
+    params = np.array(msg.content["global"]["params"].numpy(), copy=True)  # type: ignore[union-attr]
     if int(rc["client"]) != cid:
         raise ConfigError(f"the server asked node of client {cid} to act as client {rc['client']}")
     fault = str(context.node_config.get("fault", ""))
     data_dir = context.node_config.get("data-dir")
-    exp = _experiment(str(rc["config"]), str(data_dir) if data_dir else None)
-    if exp.data.num_clients != int(rc["num-clients"]):
-        raise ConfigError(f"this node partitions the data into {exp.data.num_clients} clients, the server into "
-                          f"{rc['num-clients']}: the data sets differ")
-    algo = exp.algorithm
-    algo.load_state_dict(rc["state"])
     t = int(rc["round"])
     if fault == "crash":
         raise RuntimeError(f"client {cid}: injected crash (node config fault=crash)")
     if fault.startswith("delay:"):
         time.sleep(float(fault.split(":", 1)[1]))
-    params = params.to(exp.init_params.device, exp.init_params.dtype)
-    local = exp.engine.train(params, [cid], t)
-    # the client's noise: from the OS CSPRNG unless the run asks for reproducible noise (testing)
-    noise_seeds = exp.seeds if bool(rc.get("reproducible", False)) else SeedSequence.secure_mode()
-    info = RoundInfo(t, exp.data.num_clients, torch.tensor([cid]), noise_seeds, cohort_size=int(rc["cohort-size"]))
-    up = algo.client_step(params, local, info)
-    vector = up.params[0]
-    declared = {k: float(v[0]) for k, v in up.declared.items()}
+    if fault.startswith("block:") and int(fault.split(":", 1)[1]) == t + 1:
+        folder = Path(str(context.node_config.get("signal-dir", ".")))
+        (folder / f"client-{cid}-round-{t + 1}").touch()
+        while True:  # until the node is killed
+            time.sleep(3600)
+    data = str(data_dir) if data_dir else None
+    simulated = "num-partitions" in context.node_config  # Flower's Simulation Engine sets it
+    if simulated or str(context.node_config.get("warm", "true")).lower() in ("false", "0", "no"):
+        meta, vector = train_round(rc, params, cid, data)  # cold: in this process
+    else:  # the worker of this SuperNode (the parent of this process is its flower-superexec)
+        meta, vector = WarmClient(f"{os.getppid()}-{cid}", os.getppid()).train(rc, params, cid, data)
+    declared = dict(meta["declared"])
     if fault == "nan":
-        vector = vector.clone()
+        vector = vector.copy()
         vector[0] = float("nan")
     elif fault == "shape":
         vector = vector[:-1]
     elif fault == "noise":
         declared["noise_std"] = declared.get("noise_std", 0.0) * 0.5 + 1e-3
-    shuffler_key = rc.get("shuffler-key")
-    if shuffler_key:  # split & shuffle: only the shuffler can read the report
-        content = encode_upload(cid, torch.zeros(0), int(up.num_samples[0]), float(up.train_loss[0]), declared)
+    elif fault == "scale":
+        vector = vector * 1e6
+    content = _upload(cid, vector, meta, declared)
+    if meta.get("sealed"):  # split & shuffle: only the shuffler can read the report
         del content["upload"]
-        content["sealed"] = ConfigRecord({"report": seal(vector, bytes(shuffler_key), t)})
-        return Message(content, reply_to=msg)
-    return Message(encode_upload(cid, vector, int(up.num_samples[0]), float(up.train_loss[0]), declared), reply_to=msg)
+        content["sealed"] = ConfigRecord({"report": bytes.fromhex(meta["sealed"])})
+    return Message(content, reply_to=msg)

@@ -11,7 +11,9 @@ runner then records what the round really released (``releases_for_arrivals``).
 
 from __future__ import annotations
 
+import math
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -22,19 +24,24 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
 from dpfl.algorithms.base import Algorithm, Uploads
+from dpfl.algorithms.private import PrivateAlgorithm
 from dpfl.client.context import RoundInfo
 from dpfl.errors import ConfigError
 from dpfl.runtime.flower.codec import decode_upload, encode_train
 from dpfl.runtime.sealed import sealed_length
-from dpfl.runtime.validate import RejectedUpload, check_upload
+from dpfl.runtime.validate import RejectedUpload, check_upload, upload_norm_limit
 from dpfl.server.shuffle import IdMultisets
 
 POLL_SECONDS = 0.2
 
 
-def _exchange(grid: Grid, messages: list[Message], timeout: float) -> list[Message]:
-    """Push ``messages`` and pull replies until all came back or ``timeout`` seconds passed."""
-    pending = set(grid.push_messages(messages))
+def _push_pull(grid: Grid, messages: list[Message], timeout: float) -> tuple[list[str], list[Message], set[str]]:
+    """Push ``messages`` and pull replies until all came back or ``timeout`` seconds passed.
+
+    Returns the ids of the pushed messages (in order), the replies, and the ids still unanswered.
+    """
+    ids = [str(i) for i in grid.push_messages(messages)]
+    pending = set(ids)
     replies: list[Message] = []
     end = time.monotonic() + timeout
     while pending and time.monotonic() < end:
@@ -43,7 +50,34 @@ def _exchange(grid: Grid, messages: list[Message], timeout: float) -> list[Messa
         pending.difference_update(m.metadata.reply_to_message_id for m in got)
         if pending:
             time.sleep(POLL_SECONDS)
-    return replies
+    return ids, replies, pending
+
+
+def _exchange(grid: Grid, messages: list[Message], timeout: float) -> list[Message]:
+    """The replies of :func:`_push_pull`."""
+    return _push_pull(grid, messages, timeout)[1]
+
+
+def _norm_limits(algo: Algorithm, info: RoundInfo, client_sizes: torch.Tensor, num_params: int) -> dict[int, float]:
+    """Per client of the cohort, the largest upload norm its clipping and declared noise allow
+    (:func:`dpfl.runtime.validate.upload_norm_limit`), for algorithms whose unit is the client
+    and whose server-observer releases are Gaussian (the enforced sensitivity then bounds the
+    clipped upload); empty otherwise."""
+    if not isinstance(algo, PrivateAlgorithm) or algo.privacy_unit != "client":
+        return {}
+    with warnings.catch_warnings():  # range notices were already stored by the runner
+        warnings.simplefilter("ignore")
+        releases = algo.releases(info, client_sizes[info.clients], False)
+    limits: dict[int, float] = {}
+    for rel in releases:
+        if rel.observer != "server" or rel.client_ids is None:
+            continue
+        for c in rel.client_ids:
+            if rel.kind != "gaussian":
+                limits[c] = math.inf
+            else:
+                limits[c] = min(limits.get(c, math.inf), upload_norm_limit(rel.sensitivity, rel.noise_std, num_params))
+    return {c: v for c, v in limits.items() if math.isfinite(v)}
 
 
 @dataclass
@@ -112,6 +146,42 @@ class FlowerCohort:
         self.reproducible = bool(reproducible)
         self.shuffler = shuffler
         self._warned_no_shuffler = False
+        self._pending: dict[str, tuple[int, int]] = {}  # train message id → (round, client), no reply yet
+        self._unused: list[tuple[int, int]] = []  # (round, client): upload received, not aggregated
+
+    # ------------------------------------------------------------------ uploads seen, not used
+
+    def _drain(self, emit: Callable[[str, str, Any], None]) -> None:
+        """Pull replies that came after their round closed: a late upload reached the SuperLink
+        (a release to the server observer); a late error is a dropout already noted."""
+        if not self._pending:
+            return
+        for rep in self.grid.pull_messages(list(self._pending)):
+            key = self._pending.pop(str(rep.metadata.reply_to_message_id), None)
+            if key is None or rep.has_error():
+                continue
+            r, c = key
+            self._unused.append((r, c))
+            emit("late-upload", f"round {r + 1}: the upload of client {c} arrived after the round closed; not "
+                 "aggregated, charged to the server observer", r)
+
+    def outstanding(self) -> list[tuple[int, int]]:
+        """(round, client) of train messages still unanswered: their uploads may still arrive."""
+        return sorted(self._pending.values())
+
+    def unused_uploads(self, *, final: bool = False, emit: Callable[[str, str, Any], None]) -> list[tuple[int, int]]:
+        """(round, client) of uploads that reached the server but entered no aggregate since the
+        last call (rejected, or late). With ``final`` (the run ends), uploads still outstanding
+        are included: they can reach the SuperLink until the run is closed."""
+        self._drain(emit)
+        if final:
+            for r, c in self.outstanding():
+                self._unused.append((r, c))
+                emit("late-upload", f"round {r + 1}: client {c} had not replied when the run ended; charged to the "
+                     "server observer, as its upload may still reach the SuperLink before the run is closed", r)
+            self._pending.clear()
+        out, self._unused = self._unused, []
+        return out
 
     def __call__(self, params: torch.Tensor, info: RoundInfo, algo: Algorithm,
                  emit: Callable[[str, str, Any], None]) -> Uploads:
@@ -125,6 +195,7 @@ class FlowerCohort:
                  "no shuffler either way)", t)
             self._warned_no_shuffler = True
         shuffled = shuffled and self.shuffler is not None
+        self._drain(emit)
         msgs = []
         for c in cohort:
             content = encode_train(params, round_idx=t, client=c, cohort_size=len(cohort), num_clients=info.num_clients,
@@ -134,14 +205,21 @@ class FlowerCohort:
                 assert self.shuffler is not None
                 content["round"]["shuffler-key"] = self.shuffler.public_key
             msgs.append(Message(content, self.nodes[c], "train", group_id=str(t)))
-        node_client = {self.nodes[c]: c for c in cohort}
+        limits = {} if shuffled else _norm_limits(algo, info, self.client_sizes, self.num_params)
+        sent, replies, pending = _push_pull(self.grid, msgs, self.round_timeout)
+        message_client = dict(zip(sent, cohort, strict=True))
+        for mid in pending:
+            self._pending[mid] = (t, message_client[mid])
+            emit("dropout", f"round {t + 1}: client {message_client[mid]} (node {self.nodes[message_client[mid]]}) "
+                 f"did not reply within the round timeout of {self.round_timeout:g} s", t)
         rows: dict[int, tuple[torch.Tensor, int, float, dict[str, float]]] = {}
-        for rep in _exchange(self.grid, msgs, self.round_timeout):
-            node = int(rep.metadata.src_node_id)
-            c = node_client.get(node)
+        for rep in replies:
+            # a reply is matched to the message it answers: the SuperLink's own error replies
+            # (e.g. "node unavailable" for a killed SuperNode) come from the SuperLink's node id
+            c = message_client.get(str(rep.metadata.reply_to_message_id))
             if c is None:
-                emit("rejected-upload", f"round {t + 1}: a reply from node {node}, which holds no client of this cohort", t)
-                continue
+                continue  # cannot happen: only replies to this round's messages were pulled
+            node = self.nodes[c]
             if rep.has_error():
                 emit("dropout", f"round {t + 1}: client {c} (node {node}) failed: {rep.error.reason[:300]}", t)
                 continue
@@ -153,10 +231,13 @@ class FlowerCohort:
                     cid, vector, n, loss, declared = decode_upload(rep.content)
             except Exception as err:  # malformed records
                 emit("rejected-upload", f"round {t + 1}: rejected the upload of client {c}: malformed message ({err})", t)
+                self._unused.append((t, c))
                 continue
             if cid != c or c in rows:
                 emit("rejected-upload", f"round {t + 1}: rejected the upload of client {c}: it claims to be client {cid}"
                      if cid != c else f"round {t + 1}: rejected a second upload of client {c}", t)
+                if c not in rows:
+                    self._unused.append((t, c))
                 continue
             if shuffled:  # sealed: the server checks length and declarations; the shuffler the values
                 ok = len(vector) == sealed_length(self.num_params)  # type: ignore[arg-type]
@@ -166,9 +247,11 @@ class FlowerCohort:
                                           expected_samples=int(self.client_sizes[c]), plan=algo.declared_plan(info, c))
             else:
                 bad = check_upload(c, vector, n, declared, num_params=self.num_params,
-                                   expected_samples=int(self.client_sizes[c]), plan=algo.declared_plan(info, c))
+                                   expected_samples=int(self.client_sizes[c]), plan=algo.declared_plan(info, c),
+                                   norm_limit=limits.get(c))
             if bad is not None:
                 emit("rejected-upload", bad.message(t), t)
+                self._unused.append((t, c))
                 continue
             rows[c] = (vector, n, loss, declared)
         missing = [c for c in cohort if c not in rows]
@@ -203,12 +286,14 @@ class FlowerCohort:
         if not replies or replies[0].has_error():
             why = replies[0].error.reason[:300] if replies else f"no reply within {self.round_timeout:g} s"
             emit("dropout", f"round {t + 1}: the shuffler failed ({why}); the round aggregates nothing", t)
+            self._unused.extend((t, c) for c in ids)  # relayed: charged as if the server read them
             return _empty(self.num_params)
         rep = replies[0].content
         rejected = {int(i) for i in rep["result"]["rejected"] if int(i) >= 0}  # type: ignore[union-attr]
         for i in sorted(rejected):
             emit("rejected-upload", f"round {t + 1}: the shuffler rejected the sealed report of client {ids[i]} "
                  "(unreadable, wrong length or non-finite values)", t)
+            self._unused.append((t, ids[i]))
         kept = [c for i, c in enumerate(ids) if i not in rejected]
         if not kept:
             return _empty(self.num_params)

@@ -43,6 +43,55 @@ def _tool(name: str) -> str:
     return found
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid`` (children first), from /proc; empty where there is none."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        fields = text.rsplit(")", 1)[-1].split()
+        if len(fields) > 1 and fields[1].isdigit():
+            parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        kids = parents.get(todo.pop(), [])
+        out.extend(kids)
+        todo.extend(kids)
+    return out
+
+
+def _start_time(pid: int) -> str | None:
+    """The start time of process ``pid`` (/proc), to tell it from a later process with its id."""
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[-1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _signal_same(procs: list[tuple[int, str | None]], sig: int) -> None:
+    """Signal each (pid, start time) that is still the same process."""
+    for pid, started in procs:
+        if started is not None and _start_time(pid) == started:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+
+def _kill_tree(proc: subprocess.Popen[bytes], sig: int) -> None:
+    """Signal ``proc``, its process group and every descendant, also those that left the group
+    (Flower's ``flower-superexec`` and the ClientApp processes it starts)."""
+    kids = [(pid, _start_time(pid)) for pid in _descendants(proc.pid)]
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass
+    _signal_same(kids, sig)
+
+
 def _wait_port(port: int, timeout: float, proc: subprocess.Popen[bytes], log: Path) -> None:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -109,7 +158,10 @@ class LocalFederation:
         self.superlink = self._spawn([_tool("flower-superlink"), "--insecure", "--port", str(self.port),
                                       "--disable-runtime-dependency-installation",
                                       *(["--simulation"] if self.simulation else []),
-                                      "--database", str(self.workdir / "superlink.db")], "superlink.log")
+                                      # the SuperLink's state in memory (Flower's default): on disk,
+                                      # SQLite's single writer made ~15 SuperNodes' concurrent calls
+                                      # fail with "database is locked"
+                                      "--database", ":flwr-in-memory:"], "superlink.log")
         _wait_port(self.port, 60, self.superlink, self.workdir / "superlink.log")
         if self.simulation:
             return self
@@ -128,23 +180,31 @@ class LocalFederation:
                             "--port", str(_free_port()), "--node-config", parts], f"supernode-{i}.log")
 
     def kill_node(self, i: int) -> None:
-        """SIGKILL SuperNode ``i`` and everything it started (its ClientApp process)."""
+        """SIGKILL SuperNode ``i`` and everything it started (``flower-superexec``, ClientApps)."""
         proc = self.nodes[i]
         if proc is not None and proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+            _kill_tree(proc, signal.SIGKILL)
             proc.wait(10)
 
+    def node_processes(self, i: int) -> list[int]:
+        """Process ids of SuperNode ``i`` and its descendants while it runs (empty once it is gone)."""
+        proc = self.nodes[i]
+        if proc is None or proc.poll() is not None:
+            return []
+        return [proc.pid, *_descendants(proc.pid)]
+
     def stop(self) -> None:
-        for proc in [*self.nodes, self.superlink]:
-            if proc is not None and proc.poll() is None:
+        """Stop every process of the federation: SIGTERM, then SIGKILL for what is left."""
+        procs = [p for p in [*self.nodes, self.superlink] if p is not None]
+        helpers = [(pid, _start_time(pid)) for p in procs if p.poll() is None for pid in _descendants(p.pid)]
+        for proc in procs:
+            if proc.poll() is None:
                 try:
                     os.killpg(proc.pid, signal.SIGTERM)
                     proc.wait(10)
                 except (subprocess.TimeoutExpired, ProcessLookupError):
-                    try:
-                        os.killpg(proc.pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
+                    _kill_tree(proc, signal.SIGKILL)
+        _signal_same(helpers, signal.SIGKILL)  # helpers that left the group or outlived their parent
         if self._tmp is not None:
             self._tmp.cleanup()
 

@@ -73,5 +73,6 @@ def main(grid: Grid, context: Context) -> None:
                             notice=notice)
     print("dpfl-result " + json.dumps({"run_id": result.run_id, "status": result.status, "rounds": result.rounds_done,
                                        "store": str(store.path), **{k: v for k, v in result.final.items()
-                                                                    if k in ("test_accuracy", "test_loss", "params_sha256")}}),
+                                                                    if k in ("test_accuracy", "test_loss", "params_sha256",
+                                                                             "stop_reason", "empty_rounds")}}),
           flush=True)
