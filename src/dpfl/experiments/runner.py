@@ -585,9 +585,6 @@ def run_experiment(
             "server step yet, so it cannot run on real clients; run it in simulation.")
     if remote is not None and wrap is not None:
         raise ConfigError("a wrapped server step (e.g. audit canaries) runs in simulation only, not on real clients.")
-    if remote is not None and config.privacy.secure_aggregation and not getattr(remote, "secure_aggregation", False):
-        raise ConfigError("`privacy.secure_aggregation = true`, but this runtime has no secure aggregation: the "
-                          "server sees each upload, and the ledger would under-charge it. Set it to false.")
     wrapper = wrap(exp) if wrap is not None else None
     stepper: ServerStep = wrapper if wrapper is not None else exp.algorithm
     # a run on real clients, or with a wrapped server step, is another run than the simulation
