@@ -36,6 +36,7 @@ __all__ = [
     "compare",
     "interior_minimum",
     "margin",
+    "monotone",
     "near_best",
     "order_of_sets",
     "spearman",
@@ -212,6 +213,28 @@ def trend(points: Sequence[tuple[float, Estimate | float]], *, increasing: bool,
     if len(pts) >= 3 and not (sign * rho >= min_rho):
         return Trend(NOT_REPRODUCED, rho, change, c.margin, f"not monotone enough (ρ below {min_rho:g})")
     return Trend(REPRODUCED, rho, change, c.margin, "changes in the claimed direction beyond the margin")
+
+
+def monotone(points: Sequence[tuple[float, Estimate | float]], *, increasing: bool,
+             tolerance: float) -> tuple[Verdict, int, int, int]:
+    """The claim "the value rises (``increasing``) / falls at every step of x" (strict).
+
+    Each adjacent pair (sorted by x) is compared with :func:`compare`: reproduced when every step
+    moves in the claimed direction beyond its margin; not reproduced when any step moves the other
+    way beyond it; otherwise (some step inside its margin) inconclusive.
+
+    Returns:
+        (verdict, steps in the claimed direction, steps the other way, steps in all).
+    """
+    pts = sorted(((float(x), _as_estimate(v)) for x, v in points), key=lambda p: p[0])
+    want = "higher" if increasing else "lower"
+    outs = [compare(b, a, tolerance=tolerance).outcome for (_, a), (_, b) in zip(pts, pts[1:], strict=False)]
+    good = sum(o == want for o in outs)
+    bad = sum(o not in (want, "tie") for o in outs)
+    if not outs:
+        return INCONCLUSIVE, 0, 0, 0
+    verdict: Verdict = NOT_REPRODUCED if bad else (REPRODUCED if good == len(outs) else INCONCLUSIVE)
+    return verdict, good, bad, len(outs)
 
 
 def interior_minimum(points: Sequence[tuple[float, Estimate | float]], *, tolerance: float) -> tuple[Verdict, str]:
