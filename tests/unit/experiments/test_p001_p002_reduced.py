@@ -186,3 +186,24 @@ def test_002_theorem2_compares_last_half_means_with_a_standard_error_tolerance(t
         ReportContext(get_recipe("002/fig5"), "reduced", None, runs, tmp_path))  # type: ignore[arg-type]
     assert "100: final 0.0600, last-3-round means 0.6100 vs 0.5867" in text
     assert "holds at 1 of 2" in text and "**does not hold**" in text
+
+
+def test_002_fig6_interior_c_on_one_point_is_inconclusive_and_fig5_spearman_handles_ties(tmp_path: Path) -> None:
+    def ctx(key: str, accs: dict[float, list[float]]) -> ReportContext:
+        runs = []
+        for x, per_seed in accs.items():
+            for seed, acc in enumerate(per_seed):
+                rec = SimpleNamespace(result={"test_accuracy": acc, "test_loss": 1.0, "rounds": 10, "privacy": None})
+                runs.append((SimpleNamespace(label=f"client {x:g} seed={seed}",
+                                             coords={"side": "client", "x": x, "seed": seed},
+                                             config=SimpleNamespace(rounds=10)), rec, []))
+        return ReportContext(get_recipe(key), "reduced", None, runs, tmp_path)  # type: ignore[arg-type]
+
+    # the committed one-seed reduced Fig. 6: 56.3 / 57.4 / 45.8 / 20.8% — the old argmax rule said "holds"
+    text = get_recipe("002/fig6").report(ctx("002/fig6", {2.5: [0.563], 5.0: [0.574], 10.0: [0.458], 20.0: [0.208]}))
+    line = next(x for x in text.splitlines() if x.startswith("- client: best accuracy"))
+    assert line.endswith("**inconclusive**")
+    # a tie at the top must not rank as a rise (argsort ranks gave ρ = 1.0 for 0.10 / 0.10 / 0.159)
+    text = get_recipe("002/fig5").report(ctx("002/fig5", {20: [0.10], 60: [0.10], 100: [0.159]}))
+    line = next(x for x in text.splitlines() if x.startswith("- client: accuracy rises"))
+    assert "ρ = 0.866" in line
