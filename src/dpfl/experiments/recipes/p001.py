@@ -692,6 +692,11 @@ _EPS_NOTE = ("Claimed ε: 001's per-weight ε (Thm 1), argued by the paper to ho
              "in, the worst client; the largest value over the seeds of a setting.")
 
 
+def _pct_est(e: Estimate) -> str:
+    """``61.0 ± 0.6%`` (mean ± SE over seeds) or ``61.0%`` (one seed)."""
+    return f"{e.mean:.1f}%" if e.n < 2 else f"{e.mean:.1f} ± {e.se:.1f}%"
+
+
 def _seed_estimates(items: list[tuple[Any, list[float]]]) -> list[tuple[Any, Estimate]]:
     return [(x, Estimate.of(v)) for x, v in items if v]
 
@@ -739,7 +744,7 @@ def _fig3_report(ctx: ReportContext) -> str:
         pts.sort(key=lambda p: p[0])
         ax_b.errorbar([p[0] for p in pts], [p[1].mean for p in pts],
                       yerr=[0.0 if math.isnan(p[1].se) else p[1].se for p in pts], marker="o", capsize=3, label=ds)
-        shown = ", ".join(f"f={f:g}: {e.text(3)}%" for f, e in pts)
+        shown = ", ".join(f"f={f:g}: {_pct_est(e)}" for f, e in pts)
         if ds == "mnist":
             verdicts.append(f"- Fig. 3(b) {ds}: paper — a small fraction f_r **does not affect** MNIST. Ours: {shown} → "
                             + _no_effect_text(ctx.scale, pts) + ".")
@@ -924,7 +929,7 @@ def _fig4_report(ctx: ReportContext) -> str:
                     yerr=[0.0 if math.isnan(p[1].se) else p[1].se for p in pts], marker="o", capsize=3, label=ds)
         what = "the number of clients n" if panel == "n" else "ε"
         tr = trend(pts, increasing=True, tolerance=TREND_TOL, chance=CHANCE, chance_tolerance=CHANCE_TOL)
-        shown = ", ".join(f"{x:g}: {e.mean:.1f}%" for x, e in pts)
+        shown = ", ".join(f"{x:g}: {_pct_est(e)}" for x, e in pts)
         verdicts.append(f"- Fig. 4 {ds}: paper — accuracy increases with {what}. Ours: {shown} → "
                         f"{_verdict_text(ctx.scale, tr)}.")
         if panel == "eps":
