@@ -497,8 +497,7 @@ def _sweep_report(metric: str = "test_loss") -> Callable[[ReportContext], str]:
 
 def _majority_note(ctx: ReportContext) -> list[str]:
     """Census-Income: say when every run's accuracy is the majority-class rate (the SVM predicts one class)."""
-    accs = [float((rec.result or {}).get("test_accuracy")) for _, rec, _ in ctx.runs
-            if ctx.runs and (rec.result or {}).get("test_accuracy") is not None]
+    accs = [float(a) for a in ((rec.result or {}).get("test_accuracy") for _, rec, _ in ctx.runs) if a is not None]
     if not accs or not all(r.config.data.name == "census-income" for r, _, _ in ctx.runs):
         return []
     if max(accs) - min(accs) <= ACC_TOL and abs(statistics.fmean(accs) - CENSUS_MAJORITY) <= ACC_TOL:
@@ -825,10 +824,10 @@ def _init_report(ctx: ReportContext) -> str:
         g = groups[eps]
         items = sorted(g["crd"].items())
         inits = [t for (t, _), _ in items]
-        ests = [_est(v, "test_loss") for _, v in items]
-        if not inits or any(e is None for e in ests):
+        pts: list[tuple[int, Estimate]] = [(t, e) for t, e in ((t, _est(v, "test_loss")) for (t, _), v in items)
+                                           if e is not None]
+        if not inits or len(pts) < len(inits):
             continue
-        pts = [(t, e) for t, e in zip(inits, ests, strict=True)]
         ax.errorbar(inits, [e.mean for _, e in pts], yerr=[0.0 if math.isnan(e.se) else e.se for _, e in pts],
                     marker="o", capsize=3, label=f"CRD ε = {eps:g}")
         if not g["udp"]:
@@ -923,8 +922,8 @@ _SHARED_CPU_EPS = {"reduced": (2.0,)}
 _BETA_NOTE = (" Figs. 14-15: CRD with β ∈ {0.5, 0.6, 0.7, 0.8, 0.9}, initial T = 200, q = 1; reduced scale runs "
               "ε = 2 only (the CPU was shared with other jobs), full scale every ε.")
 #: Figs. 12-13 at reduced scale: ε inside the paper's range {4..20} and a grid cut to fit ~8 min of CPU
-_FIG12_13_EPS = {"reduced": (4.0,)}
-_FIG12_13_GRID = {"reduced": (200,)}
+_FIG12_13_EPS: dict[str, tuple[float, ...]] = {"reduced": (4.0,)}
+_FIG12_13_GRID: dict[str, tuple[int, ...]] = {"reduced": (200,)}
 _FIG12_13_NOTE = ("MNIST, MLP 784-256-10, U = K = 50, T = 200 (original UDP, CRD's initial T, Lei's σ⁰), β = 0.9; "
                   "η = 0.5, C = 1.12 = median of unclipped per-sample gradient norms (non-private pilot on IID data, "
                   "not covered by the certified ε). Reduced scale: ε = 4 only (the paper: 4, 8, 12, 16, 20) and no "

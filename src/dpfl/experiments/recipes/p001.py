@@ -392,7 +392,7 @@ def _privacy_note() -> str:
     )
 
 
-def _plot_accuracy_vs_eps(ctx: ReportContext, series: dict[str, dict[Any, tuple[float, float]]], name: str,
+def _plot_accuracy_vs_eps(ctx: ReportContext, series: dict[str, dict[Any, tuple[float, ...]]], name: str,
                           paper: dict[str, dict[Any, float]]) -> str:
     import matplotlib
 

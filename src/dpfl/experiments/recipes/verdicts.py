@@ -22,7 +22,7 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Final, Literal
 
 __all__ = [
     "INCONCLUSIVE",
@@ -43,9 +43,9 @@ __all__ = [
     "trend",
 ]
 
-REPRODUCED = "reproduced"
-NOT_REPRODUCED = "not reproduced"
-INCONCLUSIVE = "inconclusive"
+REPRODUCED: Final = "reproduced"
+NOT_REPRODUCED: Final = "not reproduced"
+INCONCLUSIVE: Final = "inconclusive"
 Verdict = Literal["reproduced", "not reproduced", "inconclusive"]
 
 
