@@ -11,48 +11,108 @@ from dpfl.experiments.recipes.base import ReportContext
 from dpfl.experiments.recipes.p000 import _concordance
 
 
-def _ctx(key: str, tmp_path: Path, finals: dict[tuple[str, float, int, float], tuple[float, int]]) -> ReportContext:
-    """A report context over fake stored runs: (alg, ε, T, β) → (final test loss, rounds run)."""
+def _ctx(key: str, tmp_path: Path, finals: dict[tuple[str, float, int, float], Any]) -> ReportContext:
+    """A report context over fake stored runs: (alg, ε, T, β) → (final test loss, rounds run), or a list
+    of such pairs, one per seed."""
     runs = []
-    for (alg, eps, t, beta), (loss, rounds) in finals.items():
-        coords: dict[str, Any] = {"eps": eps, "alg": alg, "T": t}
-        if alg == "udp-crd":
-            coords["beta"] = beta
-        rows = [{"test_loss": loss, "test_accuracy": 1 - loss, "seconds": 0.1,
-                 **({"crd_T": t} if alg == "udp-crd" else {})} for _ in range(rounds)]
-        rec = SimpleNamespace(result={"rounds": rounds, "test_loss": loss, "test_accuracy": 1 - loss,
-                                      "privacy": {"claimed_epsilon": {"0": eps}}})
-        runs.append((SimpleNamespace(coords=coords), rec, rows))
+    for (alg, eps, t, beta), value in finals.items():
+        for seed, (loss, rounds) in enumerate(value if isinstance(value, list) else [value]):
+            coords: dict[str, Any] = {"eps": eps, "alg": alg, "T": t, "seed": seed}
+            if alg == "udp-crd":
+                coords["beta"] = beta
+            rows = [{"test_loss": loss, "test_accuracy": 1 - loss, "seconds": 0.1,
+                     **({"crd_T": t} if alg == "udp-crd" else {})} for _ in range(rounds)]
+            rec = SimpleNamespace(result={"rounds": rounds, "test_loss": loss, "test_accuracy": 1 - loss,
+                                          "privacy": {"claimed_epsilon": {"0": eps}}})
+            runs.append((SimpleNamespace(coords=coords), rec, rows))
     return ReportContext(get_recipe(key), "reduced", None, runs, tmp_path)  # type: ignore[arg-type]
+
+
+def _claim(text: str, start: str) -> str:
+    return next(x for x in text.splitlines() if x.startswith(start))
 
 
 def test_concordance_counts_pairs() -> None:
     assert _concordance([1, 2, 3], [1, 2, 3]) == (3, 0)
     assert _concordance([1, 2, 3], [3, 2, 1]) == (0, 3)
     assert _concordance([1, 2, 3], [1, 1, 0]) == (0, 2)  # the tie counts neither way
+    # pairs inside the tolerance count neither way (the old count took 0.0003 as a discordance)
+    assert _concordance([0, 50, 100], [0.4507, 0.4504, 0.52], tolerance=0.005) == (2, 0)
 
 
 def test_fig7_verdict_follows_the_numbers(tmp_path: Path) -> None:
     udp = {("udp", 4.0, t, 0.0): (v, t) for t, v in ((50, 0.6), (100, 0.45), (200, 0.40), (300, 0.42))}
     good = {("udp-crd", 4.0, t, 0.9): (v, 100) for t, v in ((100, 0.44), (200, 0.39), (300, 0.41))}
     text = get_recipe("000/fig7").report(_ctx("000/fig7", tmp_path, udp | good))
-    assert "| 1/1 ε (ε=4: T* = 200" in text and "**disagrees**" not in text
+    assert "**agrees**" in _claim(text, "| the initial T closest") and "**disagrees**" not in text
     bad = {("udp-crd", 4.0, t, 0.9): (v, 100) for t, v in ((100, 0.38), (200, 0.39), (300, 0.41))}
     text = get_recipe("000/fig7").report(_ctx("000/fig7", tmp_path, udp | bad))
-    assert "| 0/1 ε (ε=4: T* = 200" in text and "**disagrees**" in text
+    assert "**disagrees**" in _claim(text, "| the initial T closest")
+
+
+def test_fig7_a_noise_sized_miss_is_inconclusive(tmp_path: Path) -> None:
+    # the committed reduced numbers: lowest loss from T0 = 200 (0.4504), the T0 closest to T* = 150
+    # gave 0.4507 — the old rule said "disagrees" on 0.0003
+    udp = {("udp", 2.0, t, 0.0): (v, t) for t, v in ((100, 0.46), (150, 0.455), (200, 0.458), (300, 0.47))}
+    crd = {("udp-crd", 2.0, t, 0.9): (v, 100) for t, v in ((100, 0.4530), (150, 0.4507), (200, 0.4504),
+                                                           (300, 0.4620))}
+    text = get_recipe("000/fig7").report(_ctx("000/fig7", tmp_path, udp | crd))
+    assert "**inconclusive**" in _claim(text, "| the initial T closest")
 
 
 def test_fig14_15_verdicts_follow_the_numbers(tmp_path: Path) -> None:
     finals = {("udp-crd", 2.0, 200, b): (loss, rounds)
               for b, loss, rounds in ((0.5, 0.60, 40), (0.7, 0.50, 60), (0.8, 0.45, 80), (0.9, 0.47, 95))}
     text = get_recipe("000/fig14").report(_ctx("000/fig14", tmp_path, finals))
-    assert "best β per ε: 0.8 (ε=2: loss at β = 0.8 minus the lowest +0.0000) | **agrees** |" in text
+    assert "| β = 0.8 gives the lowest loss | ε=2: β within the margin of the lowest loss: [0.8] | **agrees** |" in text
     assert "ε=2: 1 concordant / 5 discordant" in text  # loss mostly falls as β grows
     text = get_recipe("000/fig15").report(_ctx("000/fig15", tmp_path, finals))
-    assert "monotone in 1/1 ε" in text and "**agrees**" in text
+    assert "**agrees**" in _claim(text, "| a larger β consumes more rounds")
     finals[("udp-crd", 2.0, 200, 0.9)] = (0.47, 50)
     text = get_recipe("000/fig15").report(_ctx("000/fig15", tmp_path, finals))
-    assert "monotone in 0/1 ε" in text and "**disagrees**" in text
+    assert "**disagrees**" in _claim(text, "| a larger β consumes more rounds")
+
+
+def test_fig14_best_beta_within_the_margin_is_inconclusive_and_fig15_needs_a_strict_rise(tmp_path: Path) -> None:
+    # the committed reduced numbers: β = 0.9 lowest by 0.004 — the old rule said "β = 0.8 best: disagrees"
+    finals = {("udp-crd", 2.0, 200, b): (loss, rounds)
+              for b, loss, rounds in ((0.5, 0.480, 70), (0.6, 0.470, 73), (0.7, 0.460, 75), (0.8, 0.454, 82),
+                                      (0.9, 0.450, 82))}
+    text = get_recipe("000/fig14").report(_ctx("000/fig14", tmp_path, finals))
+    assert "**inconclusive**" in _claim(text, "| β = 0.8 gives the lowest loss")
+    # 82 → 82 rounds: the old non-decreasing rule passed a tie for "more rounds"
+    text = get_recipe("000/fig15").report(_ctx("000/fig15", tmp_path, finals))
+    assert "**inconclusive**" in _claim(text, "| a larger β consumes more rounds")
+
+
+def test_sweep_larger_eps_lower_loss_is_strict_and_seeds_set_the_margin(tmp_path: Path) -> None:
+    from dpfl.experiments.recipes.p000 import _sweep_report
+
+    def ctx(vals: dict[tuple[float, int], list[float]]) -> ReportContext:
+        runs = []
+        for (eps, t), losses in vals.items():
+            for seed, loss in enumerate(losses):
+                rec = SimpleNamespace(result={"rounds": t, "test_loss": loss, "test_accuracy": 0.9, "privacy": {}})
+                run = SimpleNamespace(coords={"q": 1.0, "eps": eps, "T": t, "seed": seed},
+                                      config=SimpleNamespace(data=SimpleNamespace(name="mnist")))
+                runs.append((run, rec, []))
+        return ReportContext(get_recipe("000/fig5"), "reduced", None, runs, tmp_path)  # type: ignore[arg-type]
+
+    # equal losses at every T: the old "b <= a" rule counted 3/3 pairs as "larger ε lower loss"
+    equal = {(e, t): [v] for e in (4.0, 8.0) for t, v in ((50, 0.5), (100, 0.4), (200, 0.45))}
+    text = _sweep_report()(ctx(equal))
+    assert "**inconclusive**" in _claim(text, "| a larger ε gives a lower loss")
+    assert "0/3 pairs lower beyond the margin" in text
+    # third-digit optimum from one seed each: best T 100 → 200 by 0.001 is not a move
+    close = {(4.0, 50): [0.50], (4.0, 100): [0.400], (4.0, 200): [0.401], (4.0, 300): [0.45],
+             (8.0, 50): [0.45], (8.0, 100): [0.351], (8.0, 200): [0.350], (8.0, 300): [0.40]}
+    text = _sweep_report()(ctx(close))
+    assert "**inconclusive**" in _claim(text, "| the optimal T increases with ε")
+    assert "**agrees**" in _claim(text, "| test loss against T is convex")
+    # three seeds whose spread swamps a 0.03 interior dip: the interior optimum is not resolved
+    noisy = {(4.0, t): [v - 0.1, v, v + 0.1] for t, v in ((50, 0.43), (100, 0.40), (200, 0.43))}
+    text = _sweep_report()(ctx(noisy))
+    assert "**inconclusive**" in _claim(text, "| test loss against T is convex")
 
 
 def test_reduced_grids_of_figs_7_12_13() -> None:

@@ -1,0 +1,56 @@
+"""003 report verdicts follow the rules of ``recipes.verdicts`` (fake stored runs, no training)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from dpfl.experiments.recipes import get_recipe
+from dpfl.experiments.recipes.base import ReportContext
+
+
+def _ctx(key: str, tmp_path: Path, finals: dict[tuple[Any, ...], list[float]], coords: tuple[str, ...]) -> ReportContext:
+    """(coordinate values) → final test loss per seed."""
+    runs = []
+    for values, losses in finals.items():
+        for seed, loss in enumerate(losses):
+            c = dict(zip(coords, values, strict=True)) | {"seed": seed}
+            rec = SimpleNamespace(config={"algorithm": {"options": {"clip_norm": 10.0}}, "privacy": {"delta": 0.01}},
+                                  result={"privacy": None})
+            rows = [{"round": 0, "test_loss": loss, "test_accuracy": 1 - loss / 3, "seconds": 0.1}]
+            runs.append((SimpleNamespace(label=f"{values} seed={seed}", coords=c), rec, rows))
+    return ReportContext(get_recipe(key), "reduced", None, runs, tmp_path)  # type: ignore[arg-type]
+
+
+def test_fig11_interior_k_on_a_noise_sized_difference_is_inconclusive(tmp_path: Path) -> None:
+    # the committed non-private curve (one seed): argmin K = 10 by 0.0006-0.0014; the old rule said "yes"
+    ks = (5, 10, 20, 30, 40, 50)
+    flat = dict(zip(ks, (0.9820, 0.9806, 0.9813, 0.9812, 0.9810, 0.9812), strict=True))
+    mono = dict(zip(ks, (2.2394, 2.1845, 2.0245, 1.8725, 1.7619, 1.6451), strict=True))
+    finals = {(k, None): [v] for k, v in flat.items()} | {(k, 60.0): [v] for k, v in mono.items()}
+    text = get_recipe("003/fig11").report(_ctx("003/fig11", tmp_path, finals, ("K", "epsilon")))
+    lines = {x.split(":")[0]: x for x in text.splitlines() if x.startswith("- ")}
+    assert "interior optimal K (Remark 5): inconclusive" in lines["- non-private"]
+    assert "**disagrees**" in lines["- eps=60"]
+
+
+def test_fig10_interior_t_with_seeds(tmp_path: Path) -> None:
+    ts = (5, 10, 15, 25, 35, 50)
+    clear = {(t, 60.0, None): [v, v + 0.01, v - 0.01]
+             for t, v in zip(ts, (2.00, 1.68, 1.53, 1.65, 2.00, 2.17), strict=True)}
+    text = get_recipe("003/fig10").report(_ctx("003/fig10", tmp_path, clear, ("T", "epsilon", "K")))
+    assert "interior optimum (Remark 4): **agrees**" in text and "3 seed(s)" in text
+    # the same means but seeds spread by ± 0.5: nothing is resolved
+    noisy = {(t, 60.0, None): [v, v + 0.5, v - 0.5]
+             for t, v in zip(ts, (2.00, 1.68, 1.53, 1.65, 2.00, 2.17), strict=True)}
+    text = get_recipe("003/fig10").report(_ctx("003/fig10", tmp_path, noisy, ("T", "epsilon", "K")))
+    assert "interior optimum (Remark 4): **inconclusive**" in text
+
+
+def test_fig2_trend_inside_the_tolerance_is_inconclusive(tmp_path: Path) -> None:
+    finals = {(None, None): [0.98], (50.0, None): [1.650], (60.0, None): [1.645], (100.0, None): [1.2372]}
+    text = get_recipe("003/fig2").report(_ctx("003/fig2", tmp_path, finals, ("epsilon", "K")))
+    # the old rule counted 1.650 → 1.645 as a step down and said "agrees"
+    assert "test loss falls with ε over ε ∈ {50, 60, 100}: **inconclusive**" in text
+    assert "the non-private run is better than the best private one: **agrees**" in text

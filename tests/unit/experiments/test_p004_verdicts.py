@@ -1,0 +1,42 @@
+"""004 report verdicts use a margin, and every report carries both epsilons per observer (fake runs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from dpfl.experiments.recipes import get_recipe
+from dpfl.experiments.recipes.base import ReportContext
+
+
+def _ctx(key: str, tmp_path: Path, cells: dict[tuple[Any, ...], list[float]], coords: tuple[str, ...]) -> ReportContext:
+    runs = []
+    for values, accs in cells.items():
+        for seed, acc in enumerate(accs):
+            c = dict(zip(coords, values, strict=True)) | {"seed": seed}
+            rec = SimpleNamespace(config={"algorithm": {"options": {"clip_norm": 0.3}}},
+                                  result={"privacy": {"claimed_epsilon": 6.0, "certified": {"observers": {
+                                      "public": {"epsilon": 7.5}, "server": {"epsilon": 912.0}}}}})
+            rows = [{"round": 0, "test_accuracy": acc, "seconds": 0.1}]
+            runs.append((SimpleNamespace(label=f"{values} seed={seed}", coords=c), rec, rows))
+    return ReportContext(get_recipe(key), "reduced", None, runs, tmp_path)  # type: ignore[arg-type]
+
+
+def test_table3_gain_inside_the_margin_is_inconclusive_and_epsilons_are_shown(tmp_path: Path) -> None:
+    lus, both = "DP-FedAvg+LUS", "DP-FedAvg+BLUR+LUS"
+    # LUS 0.1 points above DP-FedAvg on two seeds: the old rule counted every g > 0 as "beats"
+    cells = {(lus, 0.0): [0.800, 0.802], (lus, 0.5): [0.801, 0.803], (both, 0.5): [0.830, 0.832]}
+    text = get_recipe("004/table3").report(_ctx("004/table3", tmp_path, cells, ("method", "sparsity")))
+    assert "LUS alone beats DP-FedAvg beyond the margin at 0 of 1 sparsities, below it at 0, inside it at 1" in text
+    assert "→ **inconclusive**; adding BLUR beats LUS alone at 1 of 1" in text
+    assert "| 6 | 7.5 | 912 |" in text and "certified ε server" in text
+
+
+def test_fig3_sweep_counts_only_differences_beyond_the_margin(tmp_path: Path) -> None:
+    base, ours = "DP-FedAvg", "DP-FedAvg+BLUR+LUS"
+    cells = {(10, base): [0.90], (10, ours): [0.902], (40, base): [0.80], (40, ours): [0.85]}
+    text = get_recipe("004/fig3").report(_ctx("004/fig3", tmp_path, cells, ("Q", "method")))
+    # the old rule: "ours above DP-FedAvg at 2 of 2" (0.2 points counted)
+    assert "ours above DP-FedAvg beyond the margin at 1 of 2 values, below at 0, inside at 1 → **inconclusive**" in text
+    assert "certified ε public" in text
