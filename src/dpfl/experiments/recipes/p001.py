@@ -432,7 +432,7 @@ def _final_model(rec: Any) -> dict[str, Any] | None:
         return None
     from dpfl.sim.checkpoint import load_checkpoint
 
-    state = load_checkpoint(path)
+    state = load_checkpoint(path, legacy=True)  # also final models of stores written before the data-only format
     if state is None:
         return None
     flat, layout = state["global_params"].double(), state["layout"]
