@@ -766,26 +766,8 @@ class PrivacyLedger:
             trial.pld_every = 0
             trial.record_round(-1, next_round_releases, sampling=self.sampling, participants=parts)
             return trial.certify(None, None, "best").epsilon > target_epsilon
-        worst = 0.0
-        for obs in OBSERVERS:
-            st = self._state[obs]
-            trial_state = _ObserverState(st.n_orders)
-            trial_state.shared_rdp = st.shared_rdp.copy()
-            trial_state.index = dict(st.index)
-            trial_state.ids = list(st.ids)
-            trial_state.rows = st.rows.copy()
-            trial_state.counts = [Counter() for _ in st.ids]  # counts unused by _worst_rdp
-            for rel in next_round_releases:
-                if rel.observer != obs:
-                    continue
-                shared, clients, event = self._targets(rel, parts)
-                if shared is not None and not isinstance(shared, dpa.NoOpDpEvent):
-                    trial_state.shared_rdp += rdp_vector(shared, self.relation, self.rdp_orders)
-                if clients and not isinstance(event, dpa.NoOpDpEvent):
-                    vec = rdp_vector(event, self.relation, self.rdp_orders)
-                    rows = [trial_state.row(c) for c in clients]
-                    trial_state.rows[rows] += vec
-            worst = max(worst, self._worst_rdp(obs, trial_state)[0])
+        trial = self._trial_states(next_round_releases, parts)
+        worst = max(self._worst_rdp(obs, trial[obs])[0] for obs in OBSERVERS)
         return worst > target_epsilon
 
     # ------------------------------------------------------------------ Rényi filter
@@ -810,7 +792,8 @@ class PrivacyLedger:
                     trial.shared_rdp += rdp_vector(shared, self.relation, self.rdp_orders)
                 if clients and not isinstance(event, dpa.NoOpDpEvent):
                     vec = rdp_vector(event, self.relation, self.rdp_orders)
-                    trial.rows[[trial.row(c) for c in clients]] += vec
+                    rows = [trial.row(c) for c in clients]  # may grow trial.rows: index after
+                    trial.rows[rows] += vec
             out[obs] = trial
         return out
 

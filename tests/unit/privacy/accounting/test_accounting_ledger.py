@@ -349,3 +349,13 @@ def test_rdp_orders_start_near_one_so_huge_epsilons_are_tight() -> None:
     exact = pld.PLDAccountant(value_discretization_interval=1e-3).compose(dpa.GaussianDpEvent(0.05), 100).get_epsilon(1e-5)
     got = ledger.certify("server", method="rdp").epsilon
     assert exact <= got <= exact * 1.01
+
+
+def test_renyi_filter_check_with_more_new_clients_than_preallocated_rows() -> None:
+    """A round naming 40 clients none of which has receipts yet (the row table grows)."""
+    n = 40
+    budget, run = _ledger(AllClients(), n=n), _ledger(AllClients(), n=n)
+    rel = [Release.gaussian("server", 1.0, 1.0, range(n))]
+    budget.record_round(0, rel, sampling=AllClients(), participants=range(n))
+    assert run.within_budget(budget, rel, participants=range(n))
+    assert not run.within_budget(budget, [Release.gaussian("server", 0.5, 1.0, range(n))], participants=range(n))
