@@ -48,7 +48,7 @@ def main() -> int:
         p.error("--rounds must be >= 6 (one warm-up + at least 5 measured)")
     logging.getLogger("absl").setLevel(logging.ERROR)
     from dpfl.client.context import RoundInfo
-    from dpfl.experiments.config import parse_config
+    from dpfl.config import parse_config
     from dpfl.experiments.runner import ENGINES, build_experiment
 
     model = {"name": "mlp", "options": {"hidden": 64}} if args.model == "mlp" else {"name": "cnn2", "options": {}}

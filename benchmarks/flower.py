@@ -56,16 +56,16 @@ def _config(tmp: Path, data_dir: str, clients: int, rounds: int) -> Path:
 
 
 def _per_round(store: Path, run_id: str) -> tuple[float, list[float]]:
-    from dpfl.experiments.store import RunStore
+    from dpfl.store import RunStore
 
     secs = [float(r["seconds"]) for r in RunStore(store).rounds(run_id)]
     return statistics.median(secs[1:] if len(secs) > 1 else secs), secs
 
 
 def _in_process(path: Path, store: Path) -> tuple[float, list[float]]:
-    from dpfl.experiments.config import load_config
+    from dpfl.config import load_config
     from dpfl.experiments.runner import run_experiment
-    from dpfl.experiments.store import RunStore
+    from dpfl.store import RunStore
 
     res = run_experiment(load_config(path), RunStore(store), restart=True)
     return _per_round(store, res.run_id)

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from dpfl.experiments.config import parse_config
+from dpfl.config import parse_config
 from dpfl.experiments.runner import dry_run, run_experiment
-from dpfl.experiments.store import RunStore
+from dpfl.store import RunStore
 
 SIZES = [20, 35, 12, 50, 28, 40]
 EPS6 = [1.0, 3.0, 9.0, 2.0, 20.0, 5.0]

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from dpfl.audit.canary import run_audited
-from dpfl.experiments.config import parse_config
+from dpfl.config import parse_config
 from dpfl.experiments.runner import run_experiment
-from dpfl.experiments.store import RunStore
+from dpfl.store import RunStore
 from dpfl.privacy.calibration import dpfedavg_client_noise_std
 
 logging.getLogger("absl").setLevel(logging.ERROR)
@@ -118,7 +118,7 @@ def test_udp_and_nbafl_audits_run_and_udp_bug_is_flagged(mnist_fixture: Path) ->
 
 def test_dpfl_run_attaches_the_audit(mnist_fixture: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     from dpfl.cli import main
-    from dpfl.experiments.store import RunStore
+    from dpfl.store import RunStore
 
     root = Path(__file__).resolve().parents[2]
     store = tmp_path / "s.sqlite"

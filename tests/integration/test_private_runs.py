@@ -8,9 +8,9 @@ import dp_accounting as dpa
 import pytest
 
 from dpfl.errors import ConfigError, PrivacyPreconditionError
-from dpfl.experiments.config import parse_config
+from dpfl.config import parse_config
 from dpfl.experiments.runner import run_experiment
-from dpfl.experiments.store import RunStore
+from dpfl.store import RunStore
 
 
 def _cfg(shared: Path, **over: object):

@@ -31,9 +31,9 @@ import torch
 
 from dpfl.errors import ConfigError
 from dpfl.experiments import runner
-from dpfl.experiments.config import parse_config
+from dpfl.config import parse_config
 from dpfl.experiments.runner import run_experiment
-from dpfl.experiments.store import RunStore
+from dpfl.store import RunStore
 from dpfl.sim.base import LocalResult
 from dpfl.sim.checkpoint import load_checkpoint
 from dpfl.sim.ray_engine import RayEngine, concat_results, shard_bounds

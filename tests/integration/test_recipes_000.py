@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from dpfl.experiments.config import parse_config
+from dpfl.config import parse_config
 from dpfl.experiments.recipes import get_recipe
 from dpfl.experiments.recipes.base import reproduce
 from dpfl.experiments.runner import run_experiment
-from dpfl.experiments.store import RunStore
+from dpfl.store import RunStore
 
 
 def test_fig8_smoke_reproduces_with_both_epsilons(tmp_path: Path, shared_data: Path) -> None:

@@ -11,7 +11,7 @@ from dpfl.data.cifar import TEST_BATCH, TRAIN_BATCHES, encode_cifar_batch
 from dpfl.experiments.recipes import get_recipe
 from dpfl.experiments.recipes.base import reproduce
 from dpfl.experiments.runner import run_experiment
-from dpfl.experiments.store import RunStore
+from dpfl.store import RunStore
 
 
 def _reproduce(key: str, tmp_path: Path, data_dir: Path) -> tuple[str, RunStore]:

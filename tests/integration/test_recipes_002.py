@@ -10,7 +10,7 @@ import pytest
 
 import dpfl.data
 from dpfl.data.cifar import encode_cifar_batch
-from dpfl.experiments.config import parse_config
+from dpfl.config import parse_config
 from dpfl.experiments.recipes import get_recipe
 from dpfl.experiments.recipes.base import reproduce
 from dpfl.experiments.recipes.p002 import (
@@ -20,7 +20,7 @@ from dpfl.experiments.recipes.p002 import (
     stored_client_epsilons,
 )
 from dpfl.experiments.runner import run_experiment
-from dpfl.experiments.store import RunStore
+from dpfl.store import RunStore
 
 
 def _reproduce(key: str, tmp: Path, data_dir: Path) -> tuple[str, RunStore]:

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from dpfl.experiments.config import parse_config
+from dpfl.config import parse_config
 from dpfl.experiments.recipes.base import reproduce
 from dpfl.experiments.recipes.p003 import RECIPES
 from dpfl.experiments.runner import run_experiment
-from dpfl.experiments.store import RunStore
+from dpfl.store import RunStore
 from dpfl.sim.checkpoint import load_checkpoint
 
 

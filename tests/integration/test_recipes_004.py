@@ -16,11 +16,11 @@ from dpfl.data import partition as P
 from dpfl.data.checksums import ChecksumRegistry
 from dpfl.data.cifar import TEST_BATCH, TRAIN_BATCHES, encode_cifar_batch
 from dpfl.data.leaf import encode_leaf_json
-from dpfl.experiments.config import parse_config
+from dpfl.config import parse_config
 from dpfl.experiments.recipes import get_recipe
 from dpfl.experiments.recipes.base import reproduce
 from dpfl.experiments.runner import build_experiment, run_experiment
-from dpfl.experiments.store import RunStore
+from dpfl.store import RunStore
 
 logging.getLogger("absl").setLevel(logging.ERROR)
 
@@ -58,7 +58,7 @@ def test_fig2_smoke_reproduction_writes_report(shared_data: Path, tmp_path: Path
 
 
 def run_id_of(config, data_dir: Path) -> str:  # type: ignore[no-untyped-def]
-    from dpfl.experiments.config import run_id
+    from dpfl.config import run_id
 
     return run_id(config.model_copy(update={"data": config.data.model_copy(update={"dir": str(data_dir)})}))
 

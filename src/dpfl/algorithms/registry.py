@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 from dpfl.algorithms.base import Algorithm
 from dpfl.algorithms.fedavg import FedAvg
 from dpfl.errors import ConfigError
-from dpfl.experiments.config import AlgorithmConfig, PrivacyConfig, RunConfig, SamplingConfig
+from dpfl.config import AlgorithmConfig, PrivacyConfig, RunConfig, SamplingConfig
 from dpfl.sampling import AllClients, FixedSizeSampler, PoissonSampler
 
 

@@ -78,7 +78,7 @@ from dpfl.rng import SeedSequence
 
 if TYPE_CHECKING:
     from dpfl.experiments.runner import Experiment, NoticeFn, ProgressFn
-    from dpfl.experiments.store import RunStore
+    from dpfl.store import RunStore
 
 __all__ = ["AuditResult", "CanaryAlgorithm", "canary_cosines", "run_audited"]
 
@@ -340,7 +340,7 @@ def run_audited(
         whole interval lies above the certified public ε.
     """
     from dpfl.experiments.runner import run_experiment
-    from dpfl.experiments.store import RunStore
+    from dpfl.store import RunStore
     from dpfl.sim.checkpoint import load_checkpoint
 
     built: dict[str, Any] = {}

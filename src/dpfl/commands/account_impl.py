@@ -647,7 +647,7 @@ def _ldpfl(args: argparse.Namespace) -> int:
 
 def _config(args: argparse.Namespace) -> int:
     """``dpfl account CONFIG``: :func:`dpfl.experiments.runner.dry_run` of the config."""
-    from dpfl.experiments.config import load_config
+    from dpfl.config import load_config
     from dpfl.experiments.runner import dry_run
 
     config = load_config(args.config, args.set or [])

@@ -15,7 +15,7 @@ import logging
 import sys
 from typing import Any
 
-from dpfl.experiments.store import DEFAULT_STORE
+from dpfl.store import DEFAULT_STORE
 
 
 def _fmt(x: Any) -> str:
@@ -44,7 +44,7 @@ def audit_summary(audit: dict[str, Any]) -> str:
 
 def _one(config: Any, args: argparse.Namespace) -> dict[str, Any]:
     from dpfl.audit.canary import run_audited
-    from dpfl.experiments.store import RunStore
+    from dpfl.store import RunStore
 
     def progress(done: int, total: int, metrics: dict[str, Any], elapsed: float) -> None:
         del elapsed
@@ -100,7 +100,7 @@ def plot_audits(rows: list[tuple[str, dict[str, Any]]], out: str, title: str) ->
 
 def _audit(args: argparse.Namespace) -> int:
     from dpfl.errors import ConfigError
-    from dpfl.experiments.config import load_config
+    from dpfl.config import load_config
 
     logging.getLogger("absl").setLevel(logging.ERROR)  # RDP orders dp-accounting excludes, per round
     sweep: list[str | None] = [None]

@@ -15,11 +15,11 @@ import json
 from pathlib import Path
 
 from dpfl.errors import ConfigError
-from dpfl.experiments.store import DEFAULT_STORE
+from dpfl.store import DEFAULT_STORE
 
 
 def _config_path(name: str) -> Path:
-    from dpfl.experiments.config import builtin_configs
+    from dpfl.config import builtin_configs
 
     path = Path(name)
     if path.exists():
@@ -31,7 +31,7 @@ def _config_path(name: str) -> Path:
 
 
 def _local(args: argparse.Namespace) -> int:
-    from dpfl.experiments.config import load_config
+    from dpfl.config import load_config
 
     try:
         from dpfl.runtime.flower.local import LocalFederation

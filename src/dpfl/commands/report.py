@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from dpfl.experiments.store import DEFAULT_STORE, RunStore
+from dpfl.store import DEFAULT_STORE, RunStore
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from dpfl.experiments.store import DEFAULT_STORE, RunStore
+from dpfl.store import DEFAULT_STORE, RunStore
 
 
 def _reproduce(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ import sys
 import time
 from typing import Any
 
-from dpfl.experiments.store import DEFAULT_STORE, RunStore
+from dpfl.store import DEFAULT_STORE, RunStore
 
 LONG_RUN_SECONDS = 3600.0
 """A run projected (after its first round) to take longer than this says so once, up front."""
@@ -92,7 +92,7 @@ class RoundProgress:
 
 def _run(args: argparse.Namespace) -> int:
     from dpfl.errors import ConfigError
-    from dpfl.experiments.config import load_config
+    from dpfl.config import load_config
     from dpfl.experiments.runner import run_experiment
     from dpfl.plots.curves import plot_run
 

@@ -29,8 +29,8 @@ from dpfl.algorithms.registry import BuildContext, build_algorithm, build_sample
 from dpfl.client.context import LocalResult, RoundInfo
 from dpfl.client.local import LocalTraining
 from dpfl.errors import ConfigError, PrivacyPreconditionError
-from dpfl.experiments.config import RunConfig, run_id
-from dpfl.experiments.store import RunStore
+from dpfl.config import RunConfig, run_id
+from dpfl.store import RunStore
 from dpfl.models import build_model, per_sample_loss
 from dpfl.privacy.accounting.ledger import PrivacyLedger, Release
 from dpfl.privacy.notices import collect_range_warnings

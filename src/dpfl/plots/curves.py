@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dpfl.errors import ConfigError
-from dpfl.experiments.store import RunStore
+from dpfl.store import RunStore
 
 
 def plot_run(store: RunStore, run_id: str, out: str | Path | None = None) -> Path:

@@ -46,7 +46,7 @@ the stored metrics hold no curvature information; with ``contraction`` given the
 only through λ1 = (1 + ρB)/μ and λ0 = ρ/2.
 
 Imports: :mod:`dpfl.privacy.calibration` (c and eq. 22's log argument) and :mod:`dpfl.errors`;
-the CLI part also reads :mod:`dpfl.experiments.store`.
+the CLI part also reads :mod:`dpfl.store`.
 
 References:
     003_c42e3eb46a620b42.txt, Lemma 3 (eq. 12–16), Theorem 2 (eq. 17–20), Theorem 3
@@ -328,7 +328,7 @@ def _exposures_arg(text: str) -> int | str:
 
 
 def _from_run(args: argparse.Namespace) -> dict[str, Any]:
-    from dpfl.experiments.store import RunStore
+    from dpfl.store import RunStore
 
     store = RunStore(args.store)
     rec = store.find(args.from_run)

@@ -214,7 +214,7 @@ def _bound(args: argparse.Namespace) -> int:
     est: dict[str, Any] = {}
     notes: list[str] = []
     if args.from_run:
-        from dpfl.experiments.store import RunStore
+        from dpfl.store import RunStore
 
         store = RunStore(args.store)
         rec = store.get(args.from_run)

@@ -18,9 +18,9 @@ from dpfl.algorithms.registry import parse_options
 from dpfl.client.context import LocalResult, RoundInfo
 from dpfl.client.layout import ParamLayout
 from dpfl.errors import ConfigError
-from dpfl.experiments.config import parse_config
+from dpfl.config import parse_config
 from dpfl.experiments.runner import build_experiment, run_experiment
-from dpfl.experiments.store import RunStore
+from dpfl.store import RunStore
 from dpfl.privacy.mechanisms import (
     agree_log_ranges,
     layer_log_max_abs,

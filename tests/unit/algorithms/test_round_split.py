@@ -42,7 +42,7 @@ from dpfl.algorithms.private import PrivateAlgorithm
 from dpfl.algorithms.registry import algorithms
 from dpfl.client.context import LocalResult, RoundInfo
 from dpfl.errors import ConfigError
-from dpfl.experiments.config import parse_config
+from dpfl.config import parse_config
 from dpfl.experiments.runner import Experiment, build_experiment
 from dpfl.privacy.accounting.ledger import Release
 from dpfl.privacy.calibration import (

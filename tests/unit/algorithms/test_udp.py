@@ -11,7 +11,7 @@ from dpfl.algorithms.registry import BuildContext, build_algorithm, build_sample
 from dpfl.algorithms.udp import UdpCrd, local_sensitivity
 from dpfl.client.context import LocalResult, RoundInfo
 from dpfl.errors import ConfigError
-from dpfl.experiments.config import parse_config
+from dpfl.config import parse_config
 from dpfl.privacy.calibration import udp_noise_std, udp_noise_std_after_change, udp_sensitivity
 from dpfl.rng import SeedSequence
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from dpfl.errors import ConfigError
-from dpfl.experiments.config import apply_overrides, load_config, parse_config, run_id
-from dpfl.experiments.store import RunStore
+from dpfl.config import apply_overrides, load_config, parse_config, run_id
+from dpfl.store import RunStore
 
 
 def test_defaults_and_builtin_default_config() -> None:

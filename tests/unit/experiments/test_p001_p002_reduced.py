@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from dpfl.experiments.config import run_id
+from dpfl.config import run_id
 from dpfl.experiments.recipes import get_recipe
 from dpfl.experiments.recipes.base import ReportContext
 from dpfl.experiments.recipes.p001 import REDUCED, _round_noise_std

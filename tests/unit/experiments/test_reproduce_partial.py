@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from dpfl.errors import ConfigError
-from dpfl.experiments.config import RunConfig, load_config, run_id
+from dpfl.config import RunConfig, load_config, run_id
 from dpfl.experiments.recipes.base import Recipe, RecipeRun, ReportContext, reproduce
-from dpfl.experiments.store import RunStore
+from dpfl.store import RunStore
 
 
 def _recipe(n: int) -> Recipe:

@@ -19,9 +19,9 @@ import torch
 
 from dpfl.algorithms.base import Algorithm, Uploads
 from dpfl.client.context import RoundInfo
-from dpfl.experiments.config import parse_config
+from dpfl.config import parse_config
 from dpfl.experiments.runner import MAX_CONSECUTIVE_EMPTY_ROUNDS, build_experiment, run_experiment
-from dpfl.experiments.store import RunStore
+from dpfl.store import RunStore
 
 NBAFL = {"name": "nbafl", "options": {"epsilon": 60.0, "clip_norm": 10.0, "prox_mu": 0.1}}
 DPFEDAVG = {"name": "dp-fedavg", "options": {"noise_multiplier": 1.0, "clip_norm": 0.5}}

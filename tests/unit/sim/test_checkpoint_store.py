@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from dpfl.errors import DataFormatError
-from dpfl.experiments.config import parse_config
+from dpfl.config import parse_config
 from dpfl.experiments.runner import checkpoint_path, run_experiment
-from dpfl.experiments.store import RunStore
+from dpfl.store import RunStore
 
 
 def _cfg(shared: Path, **over: Any) -> Any:

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from dpfl.errors import ConfigError
-from dpfl.experiments.config import RunConfig, run_id
-from dpfl.experiments.store import RunRecord, RunStore
+from dpfl.config import RunConfig, run_id
+from dpfl.store import RunRecord, RunStore
 
 SCALES = ("smoke", "reduced", "full")
 

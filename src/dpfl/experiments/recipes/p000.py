@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch.func import functional_call, grad, vmap
 
-from dpfl.experiments.config import RunConfig, parse_config
+from dpfl.config import RunConfig, parse_config
 from dpfl.experiments.recipes.base import Recipe, RecipeRun, ReportContext
 from dpfl.experiments.recipes.verdicts import (
     INCONCLUSIVE,

@@ -30,7 +30,7 @@ from collections import defaultdict
 from typing import Any
 
 from dpfl.algorithms.ldp_fl import ldp_fl_privacy
-from dpfl.experiments.config import RunConfig
+from dpfl.config import RunConfig
 from dpfl.experiments.recipes.base import Recipe, RecipeRun, ReportContext
 from dpfl.experiments.recipes.verdicts import (
     INCONCLUSIVE,

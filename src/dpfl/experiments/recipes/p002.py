@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from dpfl.algorithms.midp import round_releases
-from dpfl.experiments.config import parse_config
+from dpfl.config import parse_config
 from dpfl.experiments.recipes.base import Recipe, RecipeRun, ReportContext
 from dpfl.experiments.recipes.verdicts import (
     INCONCLUSIVE,

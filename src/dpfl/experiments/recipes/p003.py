@@ -22,7 +22,7 @@ from typing import Any
 import dp_accounting as dpa
 
 from dpfl.errors import PrivacyPreconditionError
-from dpfl.experiments.config import RunConfig, parse_config
+from dpfl.config import RunConfig, parse_config
 from dpfl.experiments.recipes.base import Recipe, RecipeRun, ReportContext
 from dpfl.experiments.recipes.verdicts import (
     REPRODUCED,

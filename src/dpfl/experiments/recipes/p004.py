@@ -28,7 +28,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from dpfl.experiments.config import RunConfig, parse_config
+from dpfl.config import RunConfig, parse_config
 from dpfl.experiments.recipes.base import Recipe, RecipeRun, ReportContext
 from dpfl.experiments.recipes.verdicts import Estimate, compare
 

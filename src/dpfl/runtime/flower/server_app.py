@@ -30,9 +30,9 @@ def _overrides(text: str) -> list[str]:
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    from dpfl.experiments.config import load_config
+    from dpfl.config import load_config
     from dpfl.experiments.runner import build_experiment, run_experiment
-    from dpfl.experiments.store import RunStore
+    from dpfl.store import RunStore
     from dpfl.runtime.flower.cohort import FlowerCohort, Shuffler, discover_nodes
 
     rc = context.run_config
