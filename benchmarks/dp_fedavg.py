@@ -49,7 +49,7 @@ def main() -> int:
     logging.getLogger("absl").setLevel(logging.ERROR)
     from dpfl.client.context import RoundInfo
     from dpfl.config import parse_config
-    from dpfl.experiments.runner import ENGINES, build_experiment
+    from dpfl.rounds import ENGINES, build_experiment
 
     model = {"name": "mlp", "options": {"hidden": 64}} if args.model == "mlp" else {"name": "cnn2", "options": {}}
     raw = {

@@ -64,7 +64,7 @@ def _per_round(store: Path, run_id: str) -> tuple[float, list[float]]:
 
 def _in_process(path: Path, store: Path) -> tuple[float, list[float]]:
     from dpfl.config import load_config
-    from dpfl.experiments.runner import run_experiment
+    from dpfl.rounds import run_experiment
     from dpfl.store import RunStore
 
     res = run_experiment(load_config(path), RunStore(store), restart=True)

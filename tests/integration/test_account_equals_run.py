@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from dpfl.config import parse_config
-from dpfl.experiments.runner import dry_run, run_experiment
+from dpfl.rounds import dry_run, run_experiment
 from dpfl.store import RunStore
 
 SIZES = [20, 35, 12, 50, 28, 40]
@@ -62,7 +62,7 @@ def _same(a: float, b: float) -> bool:
 def test_account_dry_run_equals_the_run_ledger(case: str, mnist_fixture: Path, tmp_path: Path) -> None:
     cfg = _config(*CASES[case], mnist_fixture)
     run = run_experiment(cfg, RunStore(tmp_path / "s.sqlite")).final["privacy"]
-    dry = dry_run(cfg)["privacy"]
+    dry = dry_run(cfg).privacy.to_dict()
     assert dry is not None and run["certified"] is not None
     for obs in ("server", "public"):
         r, d = run["certified"]["observers"][obs], dry["certified"]["observers"][obs]
@@ -96,5 +96,31 @@ def test_account_config_on_the_command_line(mnist_fixture: Path, tmp_path: Path,
     assert main(["account", str(path), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["rounds"] == 3
-    direct = dry_run(cfg)["privacy"]["certified"]["headline"]["epsilon"]
+    direct = dry_run(cfg).privacy.to_dict()["certified"]["headline"]["epsilon"]
     assert out["privacy"]["certified"]["headline"]["epsilon"] == pytest.approx(direct, rel=1e-12)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_plan_from_shapes_equals_the_config_dry_run(case: str, mnist_fixture: Path) -> None:
+    """The per-paper shortcuts dry-run a plan built from shapes only (client sizes, number of
+    parameters): it must equal the dry run of the built config."""
+    from dpfl.rounds import build_plan
+
+    cfg = _config(*CASES[case], mnist_fixture)
+    full = dry_run(cfg).privacy.to_dict()
+    shapes = dry_run(cfg, experiment=build_plan(cfg, SIZES, 785 * 10)).privacy.to_dict()  # logistic on 28×28, 10 classes
+    for obs in ("server", "public"):
+        a, b = full["certified"]["observers"][obs], shapes["certified"]["observers"][obs]
+        assert _same(float(a["epsilon"]), float(b["epsilon"])), (obs, a["epsilon"], b["epsilon"])
+        assert a["method"] == b["method"]
+
+
+def test_per_round_epsilons_end_at_the_summary(mnist_fixture: Path) -> None:
+    cfg = _config(*CASES["dp-fedavg-central-fixed"], mnist_fixture)
+    out = dry_run(cfg, per_round=True)
+    assert [r["round"] for r in out.per_round] == [1, 2, 3]
+    assert out.privacy is not None and out.privacy.certified is not None
+    for obs in ("server", "public"):
+        eps = [float(r[obs]) for r in out.per_round]
+        assert eps == sorted(eps)  # composition never lowers ε
+        assert eps[-1] == pytest.approx(out.privacy.certified[obs].epsilon_rdp, rel=1e-9)

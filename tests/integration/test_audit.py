@@ -14,7 +14,7 @@ import pytest
 
 from dpfl.audit.canary import run_audited
 from dpfl.config import parse_config
-from dpfl.experiments.runner import run_experiment
+from dpfl.rounds import run_experiment
 from dpfl.store import RunStore
 from dpfl.privacy.calibration import dpfedavg_client_noise_std
 
@@ -153,7 +153,7 @@ def test_killed_audit_resumes_to_the_uninterrupted_result(mnist_fixture: Path, t
         run_audited(cfg, 20, store=store, progress=kill_after_round_3, **kw)
     rid = whole.run_id
     assert rid.endswith("-audit20") and store.get(rid).status == "interrupted"
-    from dpfl.experiments.runner import checkpoint_path
+    from dpfl.rounds import checkpoint_path
 
     assert checkpoint_path(store, rid).exists()
     seen.clear()

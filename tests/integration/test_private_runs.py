@@ -9,7 +9,7 @@ import pytest
 
 from dpfl.errors import ConfigError, PrivacyPreconditionError
 from dpfl.config import parse_config
-from dpfl.experiments.runner import run_experiment
+from dpfl.rounds import run_experiment
 from dpfl.store import RunStore
 
 

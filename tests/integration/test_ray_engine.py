@@ -30,9 +30,9 @@ import pytest
 import torch
 
 from dpfl.errors import ConfigError
-from dpfl.experiments import runner
+from dpfl import rounds as runner
 from dpfl.config import parse_config
-from dpfl.experiments.runner import run_experiment
+from dpfl.rounds import run_experiment
 from dpfl.store import RunStore
 from dpfl.sim.base import LocalResult
 from dpfl.sim.checkpoint import load_checkpoint

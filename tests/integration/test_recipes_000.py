@@ -9,7 +9,7 @@ import pytest
 from dpfl.config import parse_config
 from dpfl.experiments.recipes import get_recipe
 from dpfl.experiments.recipes.base import reproduce
-from dpfl.experiments.runner import run_experiment
+from dpfl.rounds import run_experiment
 from dpfl.store import RunStore
 
 

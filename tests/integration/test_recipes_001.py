@@ -10,7 +10,7 @@ import numpy as np
 from dpfl.data.cifar import TEST_BATCH, TRAIN_BATCHES, encode_cifar_batch
 from dpfl.experiments.recipes import get_recipe
 from dpfl.experiments.recipes.base import reproduce
-from dpfl.experiments.runner import run_experiment
+from dpfl.rounds import run_experiment
 from dpfl.store import RunStore
 
 

@@ -19,7 +19,7 @@ from dpfl.experiments.recipes.p002 import (
     replay_client_ledger,
     stored_client_epsilons,
 )
-from dpfl.experiments.runner import run_experiment
+from dpfl.rounds import run_experiment
 from dpfl.store import RunStore
 
 

@@ -13,7 +13,7 @@ import torch
 from dpfl.config import parse_config
 from dpfl.experiments.recipes.base import reproduce
 from dpfl.experiments.recipes.p003 import RECIPES
-from dpfl.experiments.runner import run_experiment
+from dpfl.rounds import run_experiment
 from dpfl.store import RunStore
 from dpfl.sim.checkpoint import load_checkpoint
 

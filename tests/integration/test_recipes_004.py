@@ -19,7 +19,7 @@ from dpfl.data.leaf import encode_leaf_json
 from dpfl.config import parse_config
 from dpfl.experiments.recipes import get_recipe
 from dpfl.experiments.recipes.base import reproduce
-from dpfl.experiments.runner import build_experiment, run_experiment
+from dpfl.rounds import build_experiment, run_experiment
 from dpfl.store import RunStore
 
 logging.getLogger("absl").setLevel(logging.ERROR)

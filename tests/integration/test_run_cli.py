@@ -148,7 +148,7 @@ def test_kill_9_then_same_command_resumes_to_the_same_model(mnist_fixture: Path,
 def test_algorithm_can_end_the_run_early(mnist_fixture: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from dpfl.algorithms.fedavg import FedAvg
     from dpfl.config import parse_config
-    from dpfl.experiments.runner import run_experiment
+    from dpfl.rounds import run_experiment
 
     monkeypatch.setattr(FedAvg, "should_stop", lambda self, t: "T lowered to 2" if t >= 2 else None)
     store = RunStore(tmp_path / "s.sqlite")

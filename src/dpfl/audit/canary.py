@@ -36,7 +36,7 @@ Per algorithm (what a canary row is, and why real clients are not weakened):
   aggregation weights. Not weakened. The canary shift s is per *record*, so the audit estimates
   the per-record ε of the template client.
 
-An audited run is an ordinary run of :func:`dpfl.experiments.runner.run_experiment` with the
+An audited run is an ordinary run of :func:`dpfl.rounds.run_experiment` with the
 wrapper as its server step (``wrap=``): it is stored as ``<run id>-audit<N>``, checkpointed, and
 resumed like any run. The wrapper's checkpoint state is its canary participations plus the inner
 algorithm's state, and every canary draw is keyed by (round, canary id, purpose), so a killed
@@ -77,7 +77,7 @@ from dpfl.errors import ConfigError
 from dpfl.rng import SeedSequence
 
 if TYPE_CHECKING:
-    from dpfl.experiments.runner import Experiment, NoticeFn, ProgressFn
+    from dpfl.rounds import Experiment, NoticeFn, ProgressFn
     from dpfl.store import RunStore
 
 __all__ = ["AuditResult", "CanaryAlgorithm", "canary_cosines", "run_audited"]
@@ -323,7 +323,7 @@ def run_audited(
 ) -> AuditResult:
     """Run ``config`` with canary clients and estimate the empirical ε of its final model.
 
-    The run is :func:`dpfl.experiments.runner.run_experiment` with :class:`CanaryAlgorithm` as
+    The run is :func:`dpfl.rounds.run_experiment` with :class:`CanaryAlgorithm` as
     its server step: stored in ``store`` as ``<run id>-audit<N>`` with checkpoints, so a killed
     audit resumes where it stopped and a finished one is not run again (``restart`` runs it
     anew). The estimate is then computed from the run's final model file and stored in the run's
@@ -339,7 +339,7 @@ def run_audited(
         interval next to the certified (public and headline) and claimed ε, and a ``flag``: the
         whole interval lies above the certified public ε.
     """
-    from dpfl.experiments.runner import run_experiment
+    from dpfl.rounds import run_experiment
     from dpfl.store import RunStore
     from dpfl.sim.checkpoint import load_checkpoint
 

@@ -646,46 +646,50 @@ def _ldpfl(args: argparse.Namespace) -> int:
 
 
 def _config(args: argparse.Namespace) -> int:
-    """``dpfl account CONFIG``: :func:`dpfl.experiments.runner.dry_run` of the config."""
+    """``dpfl account CONFIG``: :func:`dpfl.rounds.dry_run` of the config."""
     from dpfl.config import load_config
-    from dpfl.experiments.runner import dry_run
+    from dpfl.rounds import dry_run
 
     config = load_config(args.config, args.set or [])
     notices: list[str] = []
-    out = dry_run(config, notice=notices.append)
-    priv = out["privacy"]
+    out = dry_run(config, notice=notices.append, per_round=bool(getattr(args, "per_round", False)))
+    priv = out.privacy
     if priv is None:
         raise ConfigError(f"algorithm {config.algorithm.name!r} adds no noise: there is no privacy to account.")
     if args.json:
-        sys.stdout.write(json.dumps(_jsonable({**out, "notices": notices}), indent=2) + "\n")
+        sys.stdout.write(json.dumps(_jsonable({**out.to_dict(), "notices": notices}), indent=2) + "\n")
         return 0
     from rich.console import Console
     from rich.table import Table
 
     console = Console()
     console.print(f"[bold]dpfl account[/bold] {args.config}  ({config.algorithm.name}, dry run of "
-                  f"{out['rounds']} rounds: no training)")
-    claimed = priv["claimed_epsilon"]
-    if isinstance(claimed, dict):
-        claimed = max(claimed.values()) if claimed else None
+                  f"{out.rounds} rounds: no training)")
+    claimed = priv.claimed_max
     console.print(f"  claimed epsilon: [bold]{'—' if claimed is None else f'{claimed:.4g}'}[/bold]  — "
-                  f"{priv['claim_notion']}")
-    certs = priv["certified"]
-    if certs is not None:
-        table = Table(title=f"certified epsilon at delta = {priv['delta']:g}")
+                  f"{priv.claim_notion}")
+    head = priv.headline
+    if priv.certified is not None and head is not None:
+        table = Table(title=f"certified epsilon at delta = {priv.delta:g}")
         for col in ("observer", "epsilon", "method", "rdp", "pld", "unit", "relation"):
             table.add_column(col)
-        head = certs["headline"]["observer"]
-        for name, c in certs["observers"].items():
-            f = (lambda x: "—" if x is None else f"{float(x):.4g}")  # noqa: E731
-            table.add_row(name + (" (headline)" if name == head else ""), f(c["epsilon"]), c["method"],
-                          f(c.get("epsilon_rdp")), f(c.get("epsilon_pld")), c["privacy_unit"], c["relation"])
+        f = (lambda x: "—" if x is None else f"{float(x):.4g}")  # noqa: E731
+        for name, c in priv.certified.items():
+            table.add_row(name + (" (headline)" if name == head.observer else ""), f(c.epsilon), c.method,
+                          f(c.epsilon_rdp), f(c.epsilon_pld), c.privacy_unit, c.relation)
         console.print(table)
-    if priv.get("certified_basis"):
-        console.print(f"  basis: {priv['certified_basis']}")
-    if out["stop_reason"]:
-        console.print(f"  the run would stop early: {out['stop_reason']}")
-    for line in priv.get("not_covered", []):
+    if out.per_round:
+        table = Table(title="certified epsilon (RDP) after each round")
+        for col in ("round", "server", "public"):
+            table.add_column(col)
+        for row in out.per_round:
+            table.add_row(str(row["round"]), f"{float(row['server']):.4g}", f"{float(row['public']):.4g}")
+        console.print(table)
+    if priv.certified_basis:
+        console.print(f"  basis: {priv.certified_basis}")
+    if out.stop_reason:
+        console.print(f"  the run would stop early: {out.stop_reason}")
+    for line in priv.not_covered:
         console.print(f"  not covered: {line}")
     for line in dict.fromkeys(notices):
         console.print(f"  [yellow]notice:[/yellow] {line}")

@@ -13,7 +13,7 @@ def _reproduce(args: argparse.Namespace) -> int:
     from dpfl.commands.run import RoundProgress
     from dpfl.experiments.recipes import all_recipes, get_recipe
     from dpfl.experiments.recipes.base import reproduce
-    from dpfl.experiments.runner import run_experiment
+    from dpfl.rounds import run_experiment
 
     if args.list or not args.key:
         for key, recipe in sorted(all_recipes().items()):

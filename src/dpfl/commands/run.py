@@ -93,7 +93,7 @@ class RoundProgress:
 def _run(args: argparse.Namespace) -> int:
     from dpfl.errors import ConfigError
     from dpfl.config import load_config
-    from dpfl.experiments.runner import run_experiment
+    from dpfl.rounds import run_experiment
     from dpfl.plots.curves import plot_run
 
     config = load_config(args.config, args.set or [])

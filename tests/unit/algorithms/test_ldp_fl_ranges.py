@@ -19,7 +19,7 @@ from dpfl.client.context import LocalResult, RoundInfo
 from dpfl.client.layout import ParamLayout
 from dpfl.errors import ConfigError
 from dpfl.config import parse_config
-from dpfl.experiments.runner import build_experiment, run_experiment
+from dpfl.rounds import build_experiment, run_experiment
 from dpfl.store import RunStore
 from dpfl.privacy.mechanisms import (
     agree_log_ranges,

@@ -43,7 +43,7 @@ from dpfl.algorithms.registry import algorithms
 from dpfl.client.context import LocalResult, RoundInfo
 from dpfl.errors import ConfigError
 from dpfl.config import parse_config
-from dpfl.experiments.runner import Experiment, build_experiment
+from dpfl.rounds import Experiment, build_experiment
 from dpfl.privacy.accounting.ledger import Release
 from dpfl.privacy.calibration import (
     midp_client_noise_std,

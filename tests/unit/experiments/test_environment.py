@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import dpfl
-from dpfl.experiments import runner
+from dpfl.rounds import build as runner
 
 
 def _git(cwd: Path, *args: str) -> str:
@@ -30,8 +30,8 @@ def _repo(path: Path, pyproject: str | None) -> str:
 
 
 def _placed_at(monkeypatch: pytest.MonkeyPatch, package_root: Path) -> None:
-    """Make the runner believe it is the file ``package_root/experiments/runner.py``."""
-    target = package_root / "experiments" / "runner.py"
+    """Make the runner believe it is the file ``package_root/rounds/build.py``."""
+    target = package_root / "rounds" / "build.py"
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text("")
     monkeypatch.setattr(runner, "__file__", str(target))

@@ -20,7 +20,7 @@ import torch
 from dpfl.algorithms.base import Algorithm, Uploads
 from dpfl.client.context import RoundInfo
 from dpfl.config import parse_config
-from dpfl.experiments.runner import MAX_CONSECUTIVE_EMPTY_ROUNDS, build_experiment, run_experiment
+from dpfl.rounds import MAX_CONSECUTIVE_EMPTY_ROUNDS, build_experiment, run_experiment
 from dpfl.store import RunStore
 
 NBAFL = {"name": "nbafl", "options": {"epsilon": 60.0, "clip_norm": 10.0, "prox_mu": 0.1}}

@@ -12,7 +12,7 @@ import torch
 
 from dpfl.errors import DataFormatError
 from dpfl.config import parse_config
-from dpfl.experiments.runner import checkpoint_path, run_experiment
+from dpfl.rounds import checkpoint_path, run_experiment
 from dpfl.store import RunStore
 
 

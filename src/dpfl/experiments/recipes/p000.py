@@ -145,7 +145,7 @@ def median_unclipped_norm(
     Returns:
         ``{"clip_norm": median, "quantiles": {...}, "checkpoints": [...], "records": n}``.
     """
-    from dpfl.experiments.runner import build_experiment
+    from dpfl.rounds import build_experiment
     from dpfl.models import per_sample_loss
     from dpfl.server.aggregators import WeightedMean
     from dpfl.sim.vectorized import VectorizedEngine

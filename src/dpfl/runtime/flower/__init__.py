@@ -1,6 +1,6 @@
 """Flower adapter: every split dpfl algorithm as a Flower ServerApp + ClientApp.
 
-* :mod:`.server_app` — the ServerApp: runs :func:`dpfl.experiments.runner.run_experiment` with a
+* :mod:`.server_app` — the ServerApp: runs :func:`dpfl.rounds.run_experiment` with a
   :class:`.cohort.FlowerCohort` that sends each round's global model to the SuperNodes of the
   sampled clients, validates what comes back and hands the valid rows to ``aggregate``.
 * :mod:`.client_app` — the ClientApp: trains its own client with the run's engine and runs the

@@ -1,6 +1,6 @@
 """The server side of a round on Flower: send, wait, validate, hand over the valid rows.
 
-:class:`FlowerCohort` is the ``remote`` of :func:`dpfl.experiments.runner.run_experiment`. It
+:class:`FlowerCohort` is the ``remote`` of :func:`dpfl.rounds.run_experiment`. It
 knows which SuperNode holds which dpfl client (asked once with a ``query`` message), sends the
 global model to the nodes of the sampled clients, and collects replies until all arrived or the
 round timeout passed. A client that does not reply in time (crashed, killed, straggling) or

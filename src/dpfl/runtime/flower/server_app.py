@@ -7,7 +7,7 @@ and ``connect-timeout`` (seconds), ``reproducible`` (draw all noise from the run
 default false, i.e. the OS CSPRNG on the server and on every client).
 
 The server samples, calibrates, aggregates, evaluates, checkpoints and keeps the privacy ledger
-exactly as :func:`dpfl.experiments.runner.run_experiment` does in simulation (it *is* that
+exactly as :func:`dpfl.rounds.run_experiment` does in simulation (it *is* that
 function, with a :class:`dpfl.runtime.flower.cohort.FlowerCohort`); the run is stored under the
 simulation's run id with the suffix ``-flower``.
 """
@@ -31,7 +31,7 @@ def _overrides(text: str) -> list[str]:
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     from dpfl.config import load_config
-    from dpfl.experiments.runner import build_experiment, run_experiment
+    from dpfl.rounds import build_experiment, run_experiment
     from dpfl.store import RunStore
     from dpfl.runtime.flower.cohort import FlowerCohort, Shuffler, discover_nodes
 

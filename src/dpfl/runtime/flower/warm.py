@@ -47,7 +47,7 @@ _CACHE: dict[str, Any] = {}
 def _experiment(config_json: str, data_dir: str | None) -> Any:
     """The run, rebuilt from the server's config on this node (cached per config)."""
     from dpfl.config import parse_config
-    from dpfl.experiments.runner import build_experiment
+    from dpfl.rounds import build_experiment
 
     key = hashlib.sha256((config_json + "|" + str(data_dir)).encode()).hexdigest()
     if key not in _CACHE:

@@ -1,0 +1,382 @@
+"""dpfl as a library: your model, your data, any algorithm, two epsilons.
+
+    import dpfl
+    data = dpfl.FederatedData.from_tensors(x_train, y_train, x_test, y_test,
+                                           partition={"kind": "iid", "num_clients": 100})
+    result = dpfl.train(MyNet(), data, "dp-fedavg",
+                        options={"noise_multiplier": 1.0, "clip_norm": 1.0},
+                        sampling={"kind": "poisson", "sample_rate": 0.1}, rounds=50)
+    result.model                     # the trained nn.Module (a copy; yours is untouched)
+    result.privacy.epsilon("public") # certified ε against the public; result.claimed_epsilon
+
+:func:`train` is a thin face over the same round loop, store and checkpoints as ``dpfl run``
+(:mod:`dpfl.rounds`): a run's id is a hash of its settings *and* of the data, partition and
+initial model, so calling :func:`train` again after a crash resumes it and calling it after it
+finished returns the stored result. :func:`account` is the dry run of the same plan.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from dpfl.config import RunConfig, parse_config
+from dpfl.errors import ConfigError
+from dpfl.rounds.build import Experiment, assemble, partition_clients
+from dpfl.rounds.result import DryRunResult, PrivacySummary
+from dpfl.store import DEFAULT_STORE, RunStore
+
+
+def _as_tensor(x: Any, name: str) -> torch.Tensor:
+    try:
+        return torch.as_tensor(x)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise ConfigError(f"`{name}` cannot be read as a tensor: {err}") from None
+
+
+def _digest(*tensors: torch.Tensor) -> hashlib._Hash:
+    h = hashlib.sha256()
+    for t in tensors:
+        t = t.detach().cpu().contiguous()
+        h.update(str((tuple(t.shape), str(t.dtype))).encode())
+        h.update(t.numpy().tobytes() if t.dtype != torch.bfloat16 else t.float().numpy().tobytes())
+    return h
+
+
+@dataclass(frozen=True)
+class FederatedData:
+    """A data set split across clients: training samples, a test set, and who holds what.
+
+    Build it with :meth:`from_tensors`, :meth:`from_datasets` or :meth:`builtin`. The partition
+    is either a ``partition`` spec as in a YAML config (``{"kind": "iid" | "dirichlet" |
+    "classes" | "groups", "num_clients": N, ...}``, drawn from the run's seed) or an explicit
+    ``clients`` mapping client id → training sample indices, which must cover every training
+    sample exactly once.
+    """
+
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    num_classes: int
+    input_shape: tuple[int, ...]
+    partition: dict[str, Any] = field(default_factory=lambda: {"kind": "iid", "num_clients": 10})
+    clients: tuple[np.ndarray, ...] | None = None
+    name: str = "user-data"
+    groups_train: Any = None
+
+    @classmethod
+    def from_tensors(cls, x_train: Any, y_train: Any, x_test: Any, y_test: Any, *, num_classes: int | None = None,
+                     partition: Mapping[str, Any] | None = None,
+                     clients: Mapping[int, Sequence[int]] | Sequence[Sequence[int]] | None = None,
+                     name: str = "user-data") -> FederatedData:
+        """From tensors (or arrays): inputs ``[n, *input_shape]`` (float), integer labels ``[n]``.
+
+        Args:
+            num_classes: default ``max(label) + 1`` over train and test.
+            partition: a partition spec (default: IID over 10 clients); not with ``clients``.
+            clients: client id → indices into the training set (ids 0..N-1), or a list of index
+                lists; every training sample must be held by exactly one client.
+
+        Raises:
+            ConfigError: mismatched lengths, non-integer labels, a label outside the classes, or
+                a partition that loses or duplicates samples.
+        """
+        xt, yt = _as_tensor(x_train, "x_train").float(), _as_tensor(y_train, "y_train")
+        xs, ys = _as_tensor(x_test, "x_test").float(), _as_tensor(y_test, "y_test")
+        for xn, yn, x, y in (("x_train", "y_train", xt, yt), ("x_test", "y_test", xs, ys)):
+            if x.ndim < 2:
+                raise ConfigError(f"`{xn}` must be [samples, *input_shape]. Found shape {tuple(x.shape)}.")
+            if y.ndim != 1 or y.shape[0] != x.shape[0]:
+                raise ConfigError(f"`{yn}` must be one label per sample of `{xn}` ({x.shape[0]}). "
+                                  f"Found shape {tuple(y.shape)}.")
+            if y.dtype.is_floating_point or y.dtype == torch.bool:
+                raise ConfigError(f"`{yn}` must hold integer class labels. Found dtype {y.dtype}.")
+        if xt.shape[1:] != xs.shape[1:]:
+            raise ConfigError(f"train and test inputs differ in shape: {tuple(xt.shape[1:])} vs {tuple(xs.shape[1:])}.")
+        yt, ys = yt.long(), ys.long()
+        top = int(max(int(yt.max()), int(ys.max()) if ys.numel() else 0)) + 1
+        k = top if num_classes is None else int(num_classes)
+        if min(int(yt.min()), int(ys.min()) if ys.numel() else 0) < 0 or top > k:
+            raise ConfigError(f"labels must lie in 0..{k - 1} (`num_classes` = {k}). Found {int(yt.min())}..{top - 1}.")
+        if partition is not None and clients is not None:
+            raise ConfigError("give either `partition` (a spec) or `clients` (explicit indices), not both.")
+        parts = None if clients is None else _check_clients(clients, int(xt.shape[0]))
+        spec = dict(partition) if partition is not None else {"kind": "iid", "num_clients": 10}
+        if parts is not None:
+            spec = {"kind": "iid", "num_clients": len(parts)}
+        return cls(xt, yt, xs, ys, k, tuple(int(s) for s in xt.shape[1:]), spec, parts, name)
+
+    @classmethod
+    def from_datasets(cls, train: torch.utils.data.Dataset, test: torch.utils.data.Dataset, **kwargs: Any) -> FederatedData:
+        """From any two map-style ``torch.utils.data.Dataset`` of ``(input, label)`` pairs
+        (read once into memory); keyword arguments as :meth:`from_tensors`."""
+
+        def read(ds: Any, which: str) -> tuple[torch.Tensor, torch.Tensor]:
+            try:
+                n = len(ds)
+            except TypeError:
+                raise ConfigError(f"the {which} data set has no length; give a map-style Dataset.") from None
+            if n == 0:
+                raise ConfigError(f"the {which} data set is empty.")
+            xs, ys = zip(*(ds[i] for i in range(n)), strict=True)
+            return torch.stack([torch.as_tensor(x) for x in xs]), torch.as_tensor([int(y) for y in ys])
+
+        xt, yt = read(train, "training")
+        xs, ys = read(test, "test")
+        return cls.from_tensors(xt, yt, xs, ys, **kwargs)
+
+    @classmethod
+    def builtin(cls, name: str, data_dir: str | Path = "data", *, partition: Mapping[str, Any] | None = None,
+                verify: bool = True) -> FederatedData:
+        """A built-in data set (``mnist``, ``fmnist``, ``cifar10``, ...) read from ``data_dir``."""
+        from dpfl.data import load_dataset
+
+        ds = load_dataset(name, str(data_dir), verify=verify)
+        spec = dict(partition) if partition is not None else {"kind": "iid", "num_clients": 10}
+        return cls(ds.x_train, ds.y_train, ds.x_test, ds.y_test, int(ds.num_classes), tuple(ds.input_shape),
+                   spec, None, name, ds.groups_train)
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.clients) if self.clients is not None else int(self.partition.get("num_clients", 0))
+
+    def fingerprint(self) -> str:
+        """A hash of the samples, labels and explicit partition (part of a run's id)."""
+        h = _digest(self.x_train, self.y_train, self.x_test, self.y_test)
+        if self.clients is not None:
+            for p in self.clients:
+                h.update(np.asarray(p, dtype=np.int64).tobytes() + b"|")
+        return h.hexdigest()[:12]
+
+
+def _check_clients(clients: Mapping[int, Sequence[int]] | Sequence[Sequence[int]], n: int) -> tuple[np.ndarray, ...]:
+    if isinstance(clients, Mapping):
+        ids = sorted(int(k) for k in clients)
+        if ids != list(range(len(ids))):
+            raise ConfigError(f"`clients` ids must be 0..{len(ids) - 1}. Found {ids[:8]}{' ...' if len(ids) > 8 else ''}.")
+        lists = [clients[k] for k in sorted(clients)]
+    else:
+        lists = list(clients)
+    if not lists:
+        raise ConfigError("`clients` holds no client.")
+    parts = []
+    for cid, idx in enumerate(lists):
+        arr = np.asarray(idx, dtype=np.int64).reshape(-1)
+        if arr.size == 0:
+            raise ConfigError(f"`clients`: client {cid} holds no sample.")
+        if arr.min() < 0 or arr.max() >= n:
+            raise ConfigError(f"`clients`: client {cid} holds index {int(arr.max() if arr.max() >= n else arr.min())}, "
+                              f"outside the {n} training samples.")
+        parts.append(arr)
+    counts = np.bincount(np.concatenate(parts), minlength=n)
+    if (counts > 1).any():
+        dup = int(np.flatnonzero(counts > 1)[0])
+        raise ConfigError(f"`clients`: training sample {dup} is held by {int(counts[dup])} clients; a partition "
+                          f"must give each sample to one client ({int((counts > 1).sum())} duplicated).")
+    if (counts == 0).any():
+        lost = int(np.flatnonzero(counts == 0)[0])
+        raise ConfigError(f"`clients`: training sample {lost} is held by no client ({int((counts == 0).sum())} of {n} "
+                          "lost); select the samples you use before building the data set.")
+    return tuple(parts)
+
+
+def _model_fingerprint(model: nn.Module) -> str:
+    h = _digest(*[p for _, p in sorted(model.state_dict().items())])
+    h.update(repr(model).encode())
+    h.update(type(model).__qualname__.encode())
+    return h.hexdigest()[:12]
+
+
+def _check_model(model: nn.Module) -> None:
+    if not isinstance(model, nn.Module):
+        raise ConfigError(f"`model` must be a torch.nn.Module. Found {type(model).__name__}.")
+    if not any(p.requires_grad for p in model.parameters()):
+        raise ConfigError(f"model {type(model).__name__} has no trainable parameters.")
+    try:
+        from dpfl.models.validate import (
+            check_model,  # layers dpfl cannot train privately (e.g. BatchNorm)
+        )
+    except ImportError:
+        check_model = None
+    if check_model is not None:
+        check_model(model)
+    buffers = [n for n, _ in model.named_buffers()]
+    if buffers:
+        raise ConfigError(f"model {type(model).__name__} has buffers {buffers[:4]}: state updated from client data "
+                          "outside the gradient (e.g. BatchNorm running statistics) is neither clipped nor noised; "
+                          "use GroupNorm or LayerNorm instead.")
+
+
+def _config(data: FederatedData, model: nn.Module, algorithm: str, options: Mapping[str, Any] | None,
+            rounds: int, sampling: Mapping[str, Any] | None, local: Mapping[str, Any] | None,
+            privacy: Mapping[str, Any] | None, seed: int, engine: str, threads: int | None,
+            checkpoint_every: int, eval_every: int, name: str | None) -> RunConfig:
+    raw: dict[str, Any] = {
+        "name": name or f"{algorithm}-{data.name}-{type(model).__name__}",
+        "seed": seed,
+        "rounds": rounds,
+        # the data and model are the user's: their fingerprints make the run id theirs
+        "data": {"name": f"{data.name}@{data.fingerprint()}", "dir": "", "verify": False},
+        "partition": dict(data.partition),
+        "model": {"name": f"{type(model).__name__}@{_model_fingerprint(model)}"},
+        "algorithm": {"name": algorithm, "options": dict(options or {})},
+        "sampling": dict(sampling or {"kind": "all"}),
+        "local": dict(local or {}),
+        "privacy": dict(privacy or {}),
+        "engine": engine,
+        "checkpoint_every": checkpoint_every,
+        "eval_every": eval_every,
+    }
+    if threads is not None:
+        raw["threads"] = threads
+    return parse_config(raw)
+
+
+def _choose_engine(engine: str, model: nn.Module, data: FederatedData, say: Callable[[str], None] | None) -> str:
+    """``auto``: the vectorized engine when the model trains on it exactly as alone, else the
+    sequential reference loop (said in one line)."""
+    if engine != "auto":
+        return engine
+    from torch.func import functional_call
+
+    from dpfl.sim.cohort import CohortForward
+
+    x = data.x_train[:3]
+    params = {n: p.detach() for n, p in model.named_parameters()}
+    try:
+        with torch.no_grad():
+            stacked = {n: torch.stack([p, p]) for n, p in params.items()}
+            together = CohortForward(model)(stacked, torch.stack([x, x]))
+            alone = functional_call(model, params, (x,))
+        same = torch.allclose(together[0], alone, rtol=1e-4, atol=1e-5)
+    except Exception as err:  # noqa: BLE001 - any failure means: not vectorizable here
+        same, why = False, f"{type(err).__name__}: {err}"
+    else:
+        why = "its cohort forward pass differs from the model's own"
+    if same:
+        return "vectorized"
+    if say is not None:
+        say(f"engine: sequential (the vectorized engine cannot train {type(model).__name__}: {why})")
+    return "sequential"
+
+
+def _build(model: nn.Module, data: FederatedData, config: RunConfig, *, train: bool) -> Experiment:
+    from dpfl.data.registry import FederatedDataset
+
+    ds = FederatedDataset(name=data.name, x_train=data.x_train, y_train=data.y_train, x_test=data.x_test,
+                          y_test=data.y_test, num_classes=data.num_classes, input_shape=data.input_shape,
+                          groups_train=data.groups_train)
+    parts = list(data.clients) if data.clients is not None else partition_clients(config, ds)
+    return assemble(config, ds, parts, copy.deepcopy(model), train=train)
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What :func:`train` returns.
+
+    Attributes:
+        model: the trained global model (a copy of the model given, with the final weights).
+        run_id: the stored run's id (``dpfl report RUN_ID``, ``dpfl export RUN_ID``).
+        status: "finished", "stopped" (a privacy budget or an early end) or "failed".
+        rounds: rounds completed.
+        history: per-round metrics (loss, accuracy, certified ε, ...).
+        final: the stored final record.
+        privacy: claimed and certified ε per observer (None for a non-private algorithm).
+    """
+
+    model: nn.Module
+    run_id: str
+    status: str
+    rounds: int
+    history: list[dict[str, Any]]
+    final: dict[str, Any]
+    privacy: PrivacySummary | None
+
+    @property
+    def test_accuracy(self) -> float | None:
+        acc = self.final.get("test_accuracy")
+        return None if acc is None else float(acc)
+
+    @property
+    def claimed_epsilon(self) -> float | None:
+        return None if self.privacy is None else self.privacy.claimed_max
+
+    def certified_epsilon(self, observer: str | None = None) -> float | None:
+        """Certified ε against ``observer`` ("server" or "public"; None: the worst of both)."""
+        return None if self.privacy is None else self.privacy.epsilon(observer)
+
+
+def train(model: nn.Module, data: FederatedData, algorithm: str = "dp-fedavg", *,
+          options: Mapping[str, Any] | None = None, rounds: int = 20,
+          sampling: Mapping[str, Any] | None = None, local: Mapping[str, Any] | None = None,
+          privacy: Mapping[str, Any] | None = None, seed: int = 0, engine: str = "auto",
+          store: str | Path | RunStore | None = DEFAULT_STORE, restart: bool = False,
+          progress: Callable[[int, int, dict[str, Any], float], None] | None = None,
+          notice: Callable[[str], None] | None = print, threads: int | None = None,
+          checkpoint_every: int = 5, eval_every: int = 1, name: str | None = None) -> TrainResult:
+    """Train ``model`` on ``data`` with a DP-FL algorithm; both epsilons in the result.
+
+    Args:
+        model: any ``torch.nn.Module`` mapping a batch ``[B, *input_shape]`` to logits
+            ``[B, num_classes]``; its current weights are the initial global model. It is copied,
+            never modified. Modules with buffers (BatchNorm) are refused: use GroupNorm.
+        data: a :class:`FederatedData`.
+        algorithm: a name (``dpfl`` lists them: ``fedavg``, ``dp-fedavg``, ``udp``, ``nbafl``,
+            ``ldp-fl``, ``pmidp-fl``, ...) and ``options`` its options, as in a YAML config.
+        sampling, local, privacy: the config sections of the same names (e.g. ``{"kind":
+            "poisson", "sample_rate": 0.1}``, ``{"lr": 0.1, "epochs": 1, "batch_size": 32}``,
+            ``{"delta": 1e-5, "target_epsilon": 8}``).
+        engine: "auto" (vectorized when the model's layers allow it, else sequential),
+            "vectorized", "sequential" or "ray".
+        store: the run store (as ``dpfl run --store``): the run is stored, checkpointed and
+            resumed from there; a finished run is returned from it (``restart`` runs it again).
+        notice: where notices go (formula ranges, budget stops; default ``print``; None: nowhere).
+
+    Raises:
+        ConfigError: a bad setting, a model whose output does not match the classes, a model
+            with buffers, an option the algorithm does not take.
+    """
+    from dpfl.rounds.session import run_experiment
+    from dpfl.sim.checkpoint import load_checkpoint
+
+    _check_model(model)
+    chosen = _choose_engine(engine, model, data, notice)
+    config = _config(data, model, algorithm, options, rounds, sampling, local, privacy, seed, chosen, threads,
+                     checkpoint_every, eval_every, name)
+    exp = _build(model, data, config, train=True)
+    run_store = store if isinstance(store, RunStore) else RunStore(store if store is not None else DEFAULT_STORE)
+    res = run_experiment(config, run_store, progress=progress, notice=notice, restart=restart, experiment=exp)
+    trained = copy.deepcopy(model)
+    saved = load_checkpoint(res.final["model_path"]) if "model_path" in res.final else None
+    params = saved["global_params"] if saved is not None else exp.init_params
+    views = exp.problem.layout.views(params.to(exp.init_params.device))
+    with torch.no_grad():
+        for n, p in trained.named_parameters():
+            if n in views:
+                p.copy_(views[n].reshape(p.shape))
+    return TrainResult(trained, res.run_id, res.status, res.rounds_done, res.history, res.final, res.privacy)
+
+
+def account(model: nn.Module, data: FederatedData, algorithm: str = "dp-fedavg", *,
+            options: Mapping[str, Any] | None = None, rounds: int = 20,
+            sampling: Mapping[str, Any] | None = None, local: Mapping[str, Any] | None = None,
+            privacy: Mapping[str, Any] | None = None, seed: int = 0, per_round: bool = False,
+            notice: Callable[[str], None] | None = None) -> DryRunResult:
+    """The privacy of :func:`train` with the same arguments, without training (a dry run of the
+    same sampling, calibration and ledger): ``result.privacy`` per observer, ``result.rounds``."""
+    from dpfl.rounds.session import dry_run
+
+    _check_model(model)
+    config = _config(data, model, algorithm, options, rounds, sampling, local, privacy, seed, "sequential", None,
+                     5, 1, None)
+    exp = _build(model, data, config, train=False)
+    return dry_run(config, notice, per_round=per_round, experiment=exp)

@@ -1,0 +1,238 @@
+"""Where a round's cohort trains: the :class:`Cohort` protocol and its implementations.
+
+The round loop (:mod:`dpfl.rounds.loop`) is the same for every runtime; only the cohort differs:
+
+* :class:`InProcessCohort` — the simulator: an engine (vectorized, sequential or Ray shards)
+  trains the cohort and the server step runs on the stacked rows; every upload arrives.
+  The canary audit is an in-process cohort whose server step adds canary clients
+  (:class:`dpfl.audit.canary.CanaryAlgorithm`).
+* :class:`UploadCohort` — clients elsewhere (Flower SuperNodes): a transport sends the global
+  model and returns the uploads that arrived; the algorithm aggregates them. Uploads may be
+  lost, late or rejected, so the loop charges them before the aggregate is used.
+* :class:`DryCohort` — ``dpfl account CONFIG``: no training, no aggregation; the loop still
+  samples, calibrates, gates and records the releases.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from dpfl.algorithms.base import Algorithm, RoundOutput, Uploads
+from dpfl.client.context import LocalResult, RoundInfo
+from dpfl.sim.base import Engine
+
+EmitFn = Callable[[str, str, "int | None"], None]
+
+
+@dataclass
+class Collected:
+    """What reached the server in a round.
+
+    Attributes:
+        clients: ids of the clients whose upload arrived (a subset of the cohort).
+        num_samples: their sample counts.
+        train_loss: their mean local objective (None when nothing trained).
+        payload: what the cohort's :meth:`Cohort.aggregate` needs (the stacked local result in
+            process, the uploads of a transport; None in a dry run).
+    """
+
+    clients: torch.Tensor
+    num_samples: torch.Tensor
+    train_loss: torch.Tensor | None
+    payload: Any = None
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.clients.numel())
+
+
+class ServerStep(Protocol):
+    """A server step the in-process cohort calls, and its checkpoint state (every
+    :class:`~dpfl.algorithms.base.Algorithm` is one)."""
+
+    def server_step(self, global_params: torch.Tensor, local: LocalResult, info: RoundInfo) -> RoundOutput: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class Cohort(Protocol):
+    """Trains a round's cohort and turns what arrives into the next global model.
+
+    Attributes:
+        tag: appended to the run id (``<id>-<tag>``) when the run differs from the in-process
+            simulation of the same config (a deployment, an audit); None otherwise.
+        remote: uploads cross a network: they may be lost, late or rejected, and a redo of a
+            round draws fresh noise, so the loop charges each round before using its aggregate.
+        trains: False for a dry run (no training, no evaluation, no model).
+    """
+
+    tag: str | None
+    remote: bool
+    trains: bool
+
+    def collect(self, params: torch.Tensor, info: RoundInfo, emit: EmitFn) -> Collected:
+        """Train ``info.clients`` from ``params``; what reached the server."""
+        ...
+
+    def aggregate(self, params: torch.Tensor, collected: Collected, info: RoundInfo) -> RoundOutput:
+        """The next global model from what arrived (at least one row)."""
+        ...
+
+    def empty_round(self, params: torch.Tensor, info: RoundInfo) -> RoundOutput:
+        """A round whose cohort is empty but that still releases (fixed-denominator noise)."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """The server step's checkpoint state."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+    def unused_uploads(self, *, final: bool, emit: EmitFn) -> list[tuple[int, int]] | None:
+        """(round, client) of uploads the server received but did not aggregate since the last
+        call (rejected, late), or None when the cohort cannot have any."""
+        ...
+
+    def outstanding(self) -> list[tuple[int, int]]:
+        """(round, client) of uploads still expected (they may reach the server later)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class InProcessCohort:
+    """The simulator: ``engine`` trains the stacked cohort, ``step.server_step`` aggregates.
+
+    Args:
+        engine: the engine (vectorized, sequential or Ray shards).
+        algorithm: the run's algorithm.
+        step: the server step to call (default: the algorithm; an audit passes its canary wrapper,
+            whose ``tag`` then names the run).
+    """
+
+    remote = False
+    trains = True
+
+    def __init__(self, engine: Engine, algorithm: Algorithm, step: ServerStep | None = None) -> None:
+        self.engine = engine
+        self.algorithm = algorithm
+        self.step: ServerStep = step if step is not None else algorithm
+        self.tag: str | None = getattr(step, "tag", "wrapped") if step is not None else None
+
+    def collect(self, params: torch.Tensor, info: RoundInfo, emit: EmitFn) -> Collected:
+        local = self.engine.train(params, info.clients.tolist(), info.round_idx)
+        return Collected(info.clients, local.num_samples, local.train_loss, local)
+
+    def aggregate(self, params: torch.Tensor, collected: Collected, info: RoundInfo) -> RoundOutput:
+        return self.step.server_step(params, collected.payload, info)
+
+    def empty_round(self, params: torch.Tensor, info: RoundInfo) -> RoundOutput:
+        return self.algorithm.aggregate(params, Uploads.empty(int(params.numel()), params.device), info)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.step.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.step.load_state_dict(state)
+
+    def unused_uploads(self, *, final: bool, emit: EmitFn) -> list[tuple[int, int]] | None:
+        return None
+
+    def outstanding(self) -> list[tuple[int, int]]:
+        return []
+
+    def close(self) -> None:
+        close = getattr(self.engine, "close", None)  # e.g. the Ray engine's actors
+        if close is not None:
+            close()
+
+
+Transport = Callable[[torch.Tensor, RoundInfo, Algorithm, EmitFn], Uploads]
+"""Trains a round's cohort somewhere else (e.g. on Flower SuperNodes) and returns the valid
+uploads that arrived: (global params, round info, algorithm, emit(kind, message, round)) → rows.
+It may also offer ``tag``, ``unused_uploads(final=, emit=)`` and ``outstanding()``."""
+
+
+class UploadCohort:
+    """Clients elsewhere: ``transport`` runs local training and the algorithm's client step on
+    the clients' machines and returns the uploads that arrived; the algorithm aggregates them."""
+
+    remote = True
+    trains = True
+
+    def __init__(self, transport: Transport, algorithm: Algorithm) -> None:
+        self.transport = transport
+        self.algorithm = algorithm
+        self.tag: str | None = getattr(transport, "tag", "remote")
+
+    def collect(self, params: torch.Tensor, info: RoundInfo, emit: EmitFn) -> Collected:
+        uploads = self.transport(params, info, self.algorithm, emit)
+        return Collected(uploads.clients, uploads.num_samples, uploads.train_loss if uploads.num_rows else None,
+                         uploads)
+
+    def aggregate(self, params: torch.Tensor, collected: Collected, info: RoundInfo) -> RoundOutput:
+        return self.algorithm.aggregate(params, collected.payload, info)
+
+    def empty_round(self, params: torch.Tensor, info: RoundInfo) -> RoundOutput:
+        return self.algorithm.aggregate(params, Uploads.empty(int(params.numel()), params.device), info)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.algorithm.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.algorithm.load_state_dict(state)
+
+    def unused_uploads(self, *, final: bool, emit: EmitFn) -> list[tuple[int, int]] | None:
+        seen = getattr(self.transport, "unused_uploads", None)
+        return None if seen is None else list(seen(final=final, emit=emit))
+
+    def outstanding(self) -> list[tuple[int, int]]:
+        still_out: Callable[[], list[tuple[int, int]]] = getattr(self.transport, "outstanding", list)
+        return list(still_out())
+
+    def close(self) -> None:
+        pass
+
+
+class DryCohort:
+    """No training and no aggregation: the loop samples, calibrates, gates and records only.
+
+    Every scheduled upload is taken to arrive (a deployment that loses uploads records what its
+    arrivals really released)."""
+
+    tag = None
+    remote = False
+    trains = False
+
+    def __init__(self, client_sizes: Callable[[list[int]], torch.Tensor]) -> None:
+        self.client_sizes = client_sizes
+
+    def collect(self, params: torch.Tensor, info: RoundInfo, emit: EmitFn) -> Collected:
+        return Collected(info.clients, self.client_sizes(info.clients.tolist()), None)
+
+    def aggregate(self, params: torch.Tensor, collected: Collected, info: RoundInfo) -> RoundOutput:
+        return RoundOutput(params)
+
+    def empty_round(self, params: torch.Tensor, info: RoundInfo) -> RoundOutput:
+        return RoundOutput(params)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+    def unused_uploads(self, *, final: bool, emit: EmitFn) -> list[tuple[int, int]] | None:
+        return None
+
+    def outstanding(self) -> list[tuple[int, int]]:
+        return []
+
+    def close(self) -> None:
+        pass

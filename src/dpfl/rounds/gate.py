@@ -1,0 +1,214 @@
+"""The privacy gate of the round loop: the ledger, the budget, and when a run must stop.
+
+Before a round trains, the gate asks the algorithm for the releases the round will make (after
+the cohort is drawn), and stops the run before a round that would take the certified ε above
+``privacy.target_epsilon`` or any client's RDP above a Rényi filter's ex-ante budget; in strict
+mode it refuses a round whose certified ε would exceed the paper's claim. After the round it
+records what was really released. The same gate serves runs, deployments and dry runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from dpfl.algorithms.private import PrivateAlgorithm
+from dpfl.client.context import RoundInfo
+from dpfl.config import PrivacyConfig
+from dpfl.errors import PrivacyPreconditionError
+from dpfl.privacy.accounting.certify import Certificate
+from dpfl.privacy.accounting.ledger import PrivacyLedger, Release
+from dpfl.privacy.notices import collect_range_warnings
+from dpfl.rounds.result import PrivacySummary
+
+EmitFn = Callable[[str, str, "int | None"], None]
+"""emit(kind, message, round index or None): a notice for the run's record."""
+
+MAX_CLIENTS_PER_CLIENT_TABLE = 5000
+"""Per-client ε tables are stored for runs of at most this many clients."""
+
+
+def claim_value(claimed: float | dict[int, float] | None) -> float | None:
+    """A claim as one number: the largest personalized budget, or the claim itself."""
+    if isinstance(claimed, dict):
+        return max(claimed.values()) if claimed else None
+    return claimed
+
+
+def server_charges(planned: list[Release], clients: list[int]) -> list[Release]:
+    """The server-observer releases of ``clients``' uploads as planned for their round: what the
+    server saw of an upload it received but did not aggregate (rejected, late)."""
+    want = set(clients)
+    out = []
+    for rel in planned:
+        ids = sorted(want if rel.client_ids is None else want.intersection(rel.client_ids))
+        if ids:
+            out.append(Release(rel.observer, rel.kind, rel.noise_std, rel.sensitivity, tuple(ids), rel.epsilon,
+                               rel.num_coordinates))
+    return out
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    """What the gate decided before a round (nothing trained yet)."""
+
+    releases: list[Release]
+    claimed_after: float | dict[int, float] | None
+    stop_reason: str | None
+    stop_kind: str | None = None
+
+
+class PrivacyGate:
+    """The ledger of a private run and the checks made before and after each round.
+
+    Args:
+        algorithm: the private algorithm (its releases, claim, sampler, relation and unit).
+        num_clients: the population size.
+        client_sizes: ``client_sizes(ids)`` → samples of those clients (public).
+        privacy: the run's privacy settings.
+        seeds: the run's seeds (an adaptive algorithm's ex-ante plan may use them).
+    """
+
+    def __init__(self, algorithm: PrivateAlgorithm, num_clients: int, client_sizes: Callable[[list[int]], Any],
+                 privacy: PrivacyConfig, seeds: Any) -> None:
+        self.algorithm = algorithm
+        self.num_clients = int(num_clients)
+        self.client_sizes = client_sizes
+        self.privacy = privacy
+        self.ledger = PrivacyLedger(num_clients=self.num_clients, sampler=algorithm.sampler, delta=privacy.delta,
+                                    relation=algorithm.relation, privacy_unit=algorithm.privacy_unit,
+                                    pld_every=privacy.pld_every)
+        self.budget = self._budget(seeds)
+        self.exceeded_noted = False
+
+    def _budget(self, seeds: Any) -> PrivacyLedger | None:
+        """The ex-ante budget of an algorithm whose noise or length is chosen from data (its
+        Rényi filter, :meth:`PrivateAlgorithm.privacy_filter_plan`), else None."""
+        algo = self.algorithm
+        plan = algo.privacy_filter_plan(self.num_clients, seeds)
+        if plan is None:
+            return None
+        # the plan names its participants itself (it does not depend on the cohorts drawn)
+        budget = PrivacyLedger(num_clients=self.num_clients, sampler={"kind": "all"}, delta=self.privacy.delta,
+                               relation=algo.relation, privacy_unit=algo.privacy_unit, pld_every=0)
+        for i, (planned, parts) in enumerate(plan):
+            budget.record_round(i, planned, sampling={"kind": "all"}, participants=parts, certify_round=False)
+        return budget
+
+    def restore(self, ledger_state: dict[str, Any]) -> None:
+        """Continue from a checkpointed ledger."""
+        self.ledger = PrivacyLedger.from_dict(ledger_state, sampler=self.algorithm.sampler)
+
+    # ---------------------------------------------------------------- before the round
+
+    def before_round(self, info: RoundInfo, emit: EmitFn) -> GateDecision:
+        """The round's releases and claim, and whether the run must stop before it."""
+        algo, t = self.algorithm, info.round_idx
+        clients = info.clients.tolist()
+        with collect_range_warnings() as range_notices:
+            releases = algo.releases(info, self.client_sizes(clients), self.privacy.secure_aggregation)
+            claimed_after = algo.claimed_epsilon(t + 1)
+        for w in range_notices:
+            emit("formula-range", str(w), t)
+        target = self.privacy.target_epsilon
+        if target is not None and self.ledger.would_exceed(releases, target, participants=clients):
+            reason = (f"stopped before round {t + 1}: it would take the certified epsilon above "
+                      f"privacy.target_epsilon = {target:g}")
+            return GateDecision(releases, claimed_after, reason, "target-epsilon")
+        if self.budget is not None and not self.ledger.within_budget(self.budget, releases, participants=clients):
+            reason = (f"stopped before round {t + 1}: it would take a client's RDP above the "
+                      "budget fixed before the run at some order (Renyi filter)")
+            return GateDecision(releases, claimed_after, reason, "privacy-filter")
+        # once noted (and not strict) the comparison with the claim has nothing left to decide
+        check_claim = algo.claim_comparable and (self.privacy.strict or not self.exceeded_noted)
+        claim = claim_value(claimed_after) if check_claim else None
+        if claim is not None and self.ledger.would_exceed(releases, claim, participants=clients):
+            msg = (f"round {t + 1}: the certified epsilon exceeds the paper's claimed epsilon "
+                   f"{claim:.4g} ({algo.claim_notion()})")
+            if self.privacy.strict:
+                raise PrivacyPreconditionError(msg + "; refusing to run it (privacy.strict).")
+            if not self.exceeded_noted:
+                emit("claim-exceeded", msg + "; continuing (set privacy.strict to refuse).", t)
+                self.exceeded_noted = True
+        return GateDecision(releases, claimed_after, None)
+
+    # ---------------------------------------------------------------- after the round
+
+    def arrivals(self, info: RoundInfo, arrived: Any, num_samples: Any) -> list[Release]:
+        """What a round released when only ``arrived`` of the cohort reached the server."""
+        if arrived.numel() == 0:
+            return []
+        return self.algorithm.releases_for_arrivals(info, arrived, num_samples, self.privacy.secure_aggregation)
+
+    def arrivals_exceed(self, releases: list[Release], arrived: list[int], t: int) -> tuple[str, str] | None:
+        """Why the aggregate of a round's arrivals must not be broadcast, and the notice kind
+        (None: it may be): the releases of the arrivals would exceed the Rényi filter's budget or
+        the target ε, which the gate checked only for the planned cohort."""
+        if not arrived:
+            return None
+        if self.budget is not None and not self.ledger.within_budget(self.budget, releases, participants=arrived):
+            return (f"stopped in round {t + 1}: with {len(arrived)} arrivals its broadcast would take a client's RDP "
+                    "above the budget fixed before the run (Renyi filter); the aggregate was not broadcast",
+                    "privacy-filter")
+        target = self.privacy.target_epsilon
+        if target is not None and self.ledger.would_exceed(releases, target, participants=arrived):
+            return (f"stopped in round {t + 1}: with {len(arrived)} arrivals its broadcast would take the certified "
+                    f"epsilon above privacy.target_epsilon = {target:g}; the aggregate was not broadcast",
+                    "target-epsilon")
+        return None
+
+    def record(self, t: int, releases: list[Release], participants: list[int],
+               claimed: float | dict[int, float] | None, *, certify_round: bool = True) -> dict[str, Any]:
+        """Record a round's releases in the ledger; returns the ledger's entry."""
+        return self.ledger.record_round(t, releases, sampling=self.algorithm.sampler.describe(),
+                                        participants=participants, claimed_epsilon=claimed,
+                                        certify_round=certify_round)
+
+    # ---------------------------------------------------------------- the summary
+
+    def summary(self) -> PrivacySummary:
+        """The privacy part of a run's result: claimed ε, certified ε per observer, and (adaptive
+        algorithms) what was spent next to the ex-ante guarantee."""
+        ledger, budget, algo = self.ledger, self.budget, self.algorithm
+
+        def certs(led: PrivacyLedger, method: Any) -> dict[str, Certificate]:
+            return {obs: led.certify(obs, None, method) for obs in ("server", "public")}
+
+        certified = certs(ledger, "best") if ledger.rounds_recorded else None
+        spent = basis = None
+        if budget is not None:
+            # adaptively chosen noise: the guarantee is the budget the filter enforced (RDP only: the
+            # filter holds order by order); what happened is shown as spent, not as a guarantee
+            spent, certified = certified, certs(budget, "rdp")
+        if spent is not None:
+            basis = ("ex-ante budget of a Renyi filter (Feldman & Zrnic 2021): the run's noise and length were "
+                     "chosen from data; 'spent' composes the releases that happened and is not a guarantee")
+        per_client = per_client_spent = None
+        if ledger.rounds_recorded and ledger.num_clients <= MAX_CLIENTS_PER_CLIENT_TABLE:
+            guarantee = budget if budget is not None else ledger
+            per_client = {obs: dict(guarantee.client_epsilons(obs, "rdp")) for obs in ("server", "public")}
+            if budget is not None:
+                per_client_spent = {obs: dict(ledger.client_epsilons(obs, "rdp")) for obs in ("server", "public")}
+        return PrivacySummary(
+            certified=certified,
+            claimed_epsilon=ledger.claimed_epsilon,
+            claim_notion=algo.claim_notion(),
+            claim_comparable=algo.claim_comparable,
+            delta=self.privacy.delta,
+            not_covered=tuple(algo.not_covered()),
+            spent=spent,
+            certified_basis=basis,
+            client_epsilons_rdp=per_client,
+            client_epsilons_rdp_spent=per_client_spent,
+        )
+
+
+def entry_metrics(metrics: dict[str, Any], entry: dict[str, Any], claimed: Any) -> None:
+    """The per-round privacy metrics of a ledger entry."""
+    metrics["epsilon_claimed"] = claim_value(claimed)
+    rdp = entry["certified_rdp"]
+    metrics["epsilon_certified_rdp"] = {k: float(v) for k, v in rdp.items()}
+    metrics["epsilon_certified"] = max(float(v) for v in rdp.values())
+    if "certified" in entry:
+        metrics["certified"] = entry["certified"]

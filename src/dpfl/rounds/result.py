@@ -1,0 +1,226 @@
+"""Typed results of a run and of a dry run: :class:`RunResult` and :class:`PrivacySummary`.
+
+A run's privacy statement is one frozen :class:`PrivacySummary`: per observer the certified
+:class:`~dpfl.privacy.accounting.certify.Certificate` (ε, method, δ, unit, relation), the paper's
+claimed ε in the paper's notion, what the certificate does not cover, and — for algorithms under
+a Rényi filter — what was spent next to the guarantee. The store keeps it as JSON through
+:meth:`PrivacySummary.to_dict` / :meth:`PrivacySummary.from_dict` (an infinite ε is the string
+``"inf"``, written and read only by :func:`json_epsilon` / :func:`epsilon_from_json`), so readers
+of stored runs never walk nested dictionaries.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from dpfl.privacy.accounting.certify import Certificate
+
+OBSERVERS = ("server", "public")
+
+
+def json_epsilon(x: float | None) -> float | str | None:
+    """An ε as JSON: ``inf`` is the string ``"inf"`` (JSON has no infinity)."""
+    if x is None:
+        return None
+    return "inf" if math.isinf(float(x)) else float(x)
+
+
+def epsilon_from_json(x: Any) -> float | None:
+    """Inverse of :func:`json_epsilon` (also reads a float ``inf`` written by older versions)."""
+    if x is None:
+        return None
+    return math.inf if x == "inf" else float(x)
+
+
+def _claim_from_json(x: Any) -> float | dict[int, float] | None:
+    if isinstance(x, dict):
+        return {int(k): float(epsilon_from_json(v) or 0.0) for k, v in x.items()}
+    return epsilon_from_json(x)
+
+
+def _claim_to_json(x: float | dict[int, float] | None) -> Any:
+    if isinstance(x, dict):
+        return {str(k): json_epsilon(v) for k, v in x.items()}
+    return json_epsilon(x)
+
+
+def _certs_from_json(d: dict[str, Any] | None) -> dict[str, Certificate] | None:
+    if not d:
+        return None
+    return {obs: Certificate.from_dict(c) for obs, c in d["observers"].items()}
+
+
+def _certs_to_json(certs: dict[str, Certificate] | None) -> dict[str, Any] | None:
+    if certs is None:
+        return None
+    head = max(certs.values(), key=lambda c: c.epsilon)
+    return {"headline": head.to_dict(), "observers": {obs: c.to_dict() for obs, c in certs.items()}}
+
+
+@dataclass(frozen=True)
+class PrivacySummary:
+    """What a run (or a dry run) certifies and what its paper claims.
+
+    Attributes:
+        certified: observer ("server", "public") → the certificate of the guarantee (None when
+            no round was recorded). Under a Rényi filter this is the ex-ante budget.
+        claimed_epsilon: the paper's own ε after the rounds run (a dict per client for
+            personalized budgets), in the paper's notion ``claim_notion``.
+        claim_notion: one line: the notion, unit and δ of the claim.
+        claim_comparable: whether the claim is an (ε, δ)-DP ε comparable with the certified one.
+        delta: δ of every certificate.
+        not_covered: data-dependent choices the certificate does not account for.
+        spent: under a Rényi filter, the composition of what happened (not a guarantee).
+        certified_basis: why the guarantee is not the composition of what happened, if it is not.
+        client_epsilons_rdp: observer → client id → RDP ε of the guarantee (runs of ≤ 5,000
+            clients); ``client_epsilons_rdp_spent`` the same for ``spent``.
+    """
+
+    certified: dict[str, Certificate] | None
+    claimed_epsilon: float | dict[int, float] | None
+    claim_notion: str
+    claim_comparable: bool
+    delta: float
+    not_covered: tuple[str, ...] = ()
+    spent: dict[str, Certificate] | None = None
+    certified_basis: str | None = None
+    client_epsilons_rdp: dict[str, dict[int, float]] | None = None
+    client_epsilons_rdp_spent: dict[str, dict[int, float]] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def headline(self) -> Certificate | None:
+        """The worst observer's certificate (None when nothing was recorded)."""
+        if not self.certified:
+            return None
+        return max(self.certified.values(), key=lambda c: c.epsilon)
+
+    def epsilon(self, observer: str | None = None) -> float | None:
+        """Certified ε against ``observer`` (None: the headline)."""
+        if not self.certified:
+            return None
+        cert = self.headline if observer is None else self.certified[observer]
+        return None if cert is None else cert.epsilon
+
+    @property
+    def claimed_max(self) -> float | None:
+        """The claim as one number: the largest personalized budget, or the claim itself."""
+        c = self.claimed_epsilon
+        if isinstance(c, dict):
+            return max(c.values()) if c else None
+        return c
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stored JSON form (the shape ``final["privacy"]`` has always had)."""
+        out: dict[str, Any] = {
+            "claimed_epsilon": _claim_to_json(self.claimed_epsilon),
+            "claim_notion": self.claim_notion,
+            "certified": _certs_to_json(self.certified),
+            "delta": self.delta,
+            "not_covered": list(self.not_covered),
+            "claim_comparable": self.claim_comparable,
+        }
+        if self.spent is not None:
+            out["spent"] = _certs_to_json(self.spent)
+        if self.certified_basis is not None:
+            out["certified_basis"] = self.certified_basis
+        for key, table in (("client_epsilons_rdp", self.client_epsilons_rdp),
+                           ("client_epsilons_rdp_spent", self.client_epsilons_rdp_spent)):
+            if table is not None:
+                out[key] = {obs: {str(c): json_epsilon(e) for c, e in per.items()} for obs, per in table.items()}
+        out.update(self.extra)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PrivacySummary:
+        """Read a stored ``final["privacy"]``."""
+        known = {"claimed_epsilon", "claim_notion", "certified", "delta", "not_covered", "claim_comparable",
+                 "spent", "certified_basis", "client_epsilons_rdp", "client_epsilons_rdp_spent"}
+
+        def table(x: Any) -> dict[str, dict[int, float]] | None:
+            if x is None:
+                return None
+            return {obs: {int(c): float(epsilon_from_json(e) or 0.0) for c, e in per.items()} for obs, per in x.items()}
+
+        return cls(
+            certified=_certs_from_json(data.get("certified")),
+            claimed_epsilon=_claim_from_json(data.get("claimed_epsilon")),
+            claim_notion=str(data.get("claim_notion", "")),
+            claim_comparable=bool(data.get("claim_comparable", True)),
+            delta=float(data["delta"]),
+            not_covered=tuple(data.get("not_covered", ())),
+            spent=_certs_from_json(data.get("spent")),
+            certified_basis=data.get("certified_basis"),
+            client_epsilons_rdp=table(data.get("client_epsilons_rdp")),
+            client_epsilons_rdp_spent=table(data.get("client_epsilons_rdp_spent")),
+            extra={k: v for k, v in data.items() if k not in known},
+        )
+
+    def lines(self) -> list[str]:
+        """Both epsilons per observer, one line each (what the CLI prints)."""
+        out = []
+        claim = self.claimed_max
+        claim_text = "—" if claim is None else f"{claim:.4g}"
+        out.append(f"claimed epsilon: {claim_text} ({self.claim_notion})")
+        if self.certified:
+            for obs in OBSERVERS:
+                c = self.certified.get(obs)
+                if c is not None:
+                    out.append(f"certified epsilon vs {obs}: {c.epsilon:.4g} at delta={c.delta:g} "
+                               f"({c.method}, per {c.privacy_unit}, {c.relation})")
+        return out
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What a run returns: its id and status, its rounds, final metrics and privacy summary.
+
+    Attributes:
+        run_id: the run's id (a hash of its validated config, plus a runtime tag).
+        status: "finished", "stopped" (a budget or an early end), "failed" or "interrupted".
+        rounds_done: rounds completed.
+        final: the stored final record (metrics, ``params_sha256``, ``model_path``, ...; its
+            ``"privacy"`` entry is :attr:`privacy` as JSON).
+        history: per-round metrics as stored.
+    """
+
+    run_id: str
+    status: str
+    rounds_done: int
+    final: dict[str, Any]
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def privacy(self) -> PrivacySummary | None:
+        """The run's privacy summary (None for a non-private algorithm)."""
+        data = self.final.get("privacy")
+        return None if data is None else PrivacySummary.from_dict(data)
+
+    @property
+    def test_accuracy(self) -> float | None:
+        acc = self.final.get("test_accuracy")
+        return None if acc is None else float(acc)
+
+
+@dataclass(frozen=True)
+class DryRunResult:
+    """What ``dpfl account CONFIG`` computes: the rounds a run would make and its privacy.
+
+    Attributes:
+        rounds: rounds the run would complete (fewer than planned when a budget stops it).
+        stop_reason: why it would stop early, if it would.
+        privacy: the summary (None for a non-private algorithm).
+        per_round: per round, the certified ε (RDP) per observer after it, if asked for.
+    """
+
+    rounds: int
+    stop_reason: str | None
+    privacy: PrivacySummary | None
+    per_round: tuple[dict[str, Any], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rounds": self.rounds, "stop_reason": self.stop_reason,
+                "privacy": None if self.privacy is None else self.privacy.to_dict(),
+                **({"per_round": list(self.per_round)} if self.per_round else {})}

@@ -1,0 +1,132 @@
+"""The Python API on a model and data dpfl has never seen: train, account, resume, bad input."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import dpfl
+from dpfl.errors import ConfigError
+
+
+class ResidualCNN(nn.Module):
+    """A small residual CNN defined here (not in dpfl's model zoo)."""
+
+    def __init__(self, classes: int = 4) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(1, 6, 3, padding=1)
+        self.norm = nn.GroupNorm(3, 6)
+        self.conv = nn.Conv2d(6, 6, 3, padding=1)
+        self.head = nn.Linear(6 * 4 * 4, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.norm(self.stem(x)))
+        h = h + torch.relu(self.conv(h))  # the residual connection
+        h = nn.functional.avg_pool2d(h, 2)
+        return self.head(h.flatten(1))
+
+
+def _data(n_train: int = 400, n_test: int = 100, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n_train + n_test, 1, 8, 8, generator=g)
+    w = torch.randn(64, 4, generator=g)
+    y = (x.reshape(x.shape[0], -1) @ w).argmax(1)
+    return x[:n_train], y[:n_train], x[n_train:], y[n_train:]
+
+
+DP = {"noise_multiplier": 0.8, "clip_norm": 1.0}
+POISSON = {"kind": "poisson", "sample_rate": 0.5}
+LOCAL = {"lr": 0.1, "epochs": 1, "batch_size": 16}
+
+
+def test_a_residual_cnn_trains_privately_and_its_certificate_equals_account(tmp_path: Path) -> None:
+    data = dpfl.FederatedData.from_tensors(*_data(), partition={"kind": "iid", "num_clients": 10})
+    torch.manual_seed(1)
+    model = ResidualCNN()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    kwargs = {"options": DP, "rounds": 4, "sampling": POISSON, "local": LOCAL}
+    res = dpfl.train(model, data, "dp-fedavg", store=tmp_path / "s.sqlite", notice=None, **kwargs)
+    assert res.status == "finished" and res.rounds == 4 and len(res.history) == 4
+    # the user's model is untouched; the result's is trained and is the same class
+    assert all(torch.equal(before[n], p) for n, p in model.named_parameters())
+    assert isinstance(res.model, ResidualCNN)
+    assert any(not torch.equal(before[n], p) for n, p in res.model.named_parameters())
+    # the returned model is the stored final model: its test accuracy is the run's
+    x_test, y_test = data.x_test, data.y_test
+    with torch.no_grad():
+        acc = float((res.model(x_test).argmax(1) == y_test).float().mean())
+    assert acc == pytest.approx(res.test_accuracy, abs=1e-6)
+    plan = dpfl.account(model, data, "dp-fedavg", **kwargs)
+    assert plan.rounds == 4 and plan.privacy is not None and res.privacy is not None
+    for obs in ("server", "public"):
+        a, b = res.certified_epsilon(obs), plan.privacy.epsilon(obs)
+        assert a is not None and b is not None and math.isfinite(a)
+        assert a == pytest.approx(b, rel=1e-9)
+    assert res.claimed_epsilon == pytest.approx(plan.privacy.claimed_max, rel=1e-9)
+
+
+def test_the_same_call_returns_the_stored_run_and_other_data_is_another_run(tmp_path: Path) -> None:
+    store = tmp_path / "s.sqlite"
+    data = dpfl.FederatedData.from_tensors(*_data(), partition={"kind": "iid", "num_clients": 5})
+    torch.manual_seed(2)
+    model = ResidualCNN()
+    first = dpfl.train(model, data, "fedavg", rounds=2, local=LOCAL, store=store, notice=None)
+    again = dpfl.train(model, data, "fedavg", rounds=2, local=LOCAL, store=store, notice=None)
+    assert again.run_id == first.run_id and again.final["params_sha256"] == first.final["params_sha256"]
+    for (_, p), (_, q) in zip(first.model.named_parameters(), again.model.named_parameters(), strict=True):
+        assert torch.equal(p, q)
+    other = dpfl.FederatedData.from_tensors(*_data(seed=5), partition={"kind": "iid", "num_clients": 5})
+    third = dpfl.train(model, other, "fedavg", rounds=2, local=LOCAL, store=store, notice=None)
+    assert third.run_id != first.run_id
+
+
+def test_explicit_client_indices_are_the_partition(tmp_path: Path) -> None:
+    x, y, xt, yt = _data(n_train=60)
+    clients = {0: range(0, 10), 1: range(10, 40), 2: range(40, 60)}
+    data = dpfl.FederatedData.from_tensors(x, y, xt, yt, clients=clients)
+    plan = dpfl.account(ResidualCNN(), data, "nbafl", options={"epsilon": 2.0, "clip_norm": 10.0}, rounds=2,
+                        local=LOCAL)
+    assert plan.privacy is not None and plan.privacy.certified is not None
+    assert data.num_clients == 3
+    assert sorted(plan.privacy.client_epsilons_rdp["server"]) == [0, 1, 2]
+
+
+@pytest.mark.parametrize(("clients", "message"), [
+    ({0: [0, 1, 2], 1: [2, 3]}, "held by 2 clients"),
+    ({0: [0, 1], 1: [2, 3]}, "held by no client"),
+    ({0: [0, 1], 2: [2, 3]}, "ids must be 0..1"),
+    ({0: [0, 99]}, "outside the"),
+])
+def test_a_partition_that_loses_or_duplicates_samples_is_refused(clients: dict, message: str) -> None:
+    x, y, xt, yt = _data(n_train=5)
+    with pytest.raises(ConfigError, match=message):
+        dpfl.FederatedData.from_tensors(x, y, xt, yt, clients=clients)
+
+
+def test_a_model_whose_output_does_not_match_the_classes_is_refused(tmp_path: Path) -> None:
+    data = dpfl.FederatedData.from_tensors(*_data(), partition={"kind": "iid", "num_clients": 5})
+    with pytest.raises(ConfigError, match=r"returns outputs of shape \(2, 3\).*4 classes"):
+        dpfl.train(ResidualCNN(classes=3), data, "fedavg", rounds=1, store=tmp_path / "s.sqlite", notice=None)
+
+
+def test_batchnorm_is_refused_with_groupnorm_suggested(tmp_path: Path) -> None:
+    data = dpfl.FederatedData.from_tensors(*_data(), partition={"kind": "iid", "num_clients": 5})
+    model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.Flatten(), nn.Linear(144, 4))
+    with pytest.raises(ConfigError, match="GroupNorm"):
+        dpfl.train(model, data, "dp-fedavg", options=DP, rounds=1, store=tmp_path / "s.sqlite", notice=None)
+
+
+def test_bad_settings_get_the_cli_errors(tmp_path: Path) -> None:
+    data = dpfl.FederatedData.from_tensors(*_data(), partition={"kind": "iid", "num_clients": 5})
+    with pytest.raises(ConfigError, match="unknown algorithm 'dp-fedvag'"):
+        dpfl.account(ResidualCNN(), data, "dp-fedvag")
+    with pytest.raises(ConfigError, match="delta"):
+        dpfl.account(ResidualCNN(), data, "dp-fedavg", options=DP, privacy={"delta": 2.0})
+    with pytest.raises(ConfigError, match="clients_per_round"):
+        dpfl.account(ResidualCNN(), data, "dp-fedavg", options=DP, sampling={"kind": "fixed", "clients_per_round": 9})
+    with pytest.raises(ConfigError, match="noise_multplier"):
+        dpfl.account(ResidualCNN(), data, "dp-fedavg", options={"noise_multplier": 1.0, "clip_norm": 1.0})

@@ -1,0 +1,80 @@
+"""Imports flow one way (docs/architecture.md, "Layers"): every ``dpfl`` import in the source,
+including imports inside functions, goes to a package its layer may use.
+
+The table is the architecture; a new edge is a design change and goes into the document and
+this table in the same commit.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import dpfl
+
+BASE = {"errors", "rng", "__version__"}
+ALLOWED: dict[str, set[str]] = {
+    "errors": set(),
+    "rng": {"errors"},
+    "privacy": {"errors", "rng"},
+    "config": {"errors"},
+    "store": {"errors"},
+    "models": {"errors"},
+    "data": {"errors", "__version__"},
+    "server": {"errors", "privacy"},
+    "client": {"privacy"},
+    "sampling": {"privacy"},
+    "theory": {"privacy"},
+    "algorithms": {"privacy", "sampling", "client", "server", "models", "config"},
+    "sim": {"client", "models"},
+    "rounds": {"privacy", "sampling", "client", "server", "models", "config", "data", "store", "algorithms", "sim"},
+    "runtime": {"privacy", "sampling", "client", "server", "models", "config", "data", "store", "algorithms", "sim",
+                "rounds"},
+    "audit": {"privacy", "sampling", "client", "server", "models", "config", "data", "store", "algorithms", "sim",
+              "rounds"},
+    "plots": {"store"},
+    "export": {"models", "config", "store", "sim", "rounds"},
+    "api": {"privacy", "sampling", "client", "server", "models", "config", "data", "store", "algorithms", "sim",
+            "rounds", "export"},
+}
+# the top: may import anything
+TOP = {"experiments", "commands", "cli", "__main__", "__init__"}
+
+
+def _edges() -> dict[str, set[tuple[str, str]]]:
+    root = Path(dpfl.__file__).parent
+    out: dict[str, set[tuple[str, str]]] = {}
+    for path in root.rglob("*.py"):
+        rel = path.relative_to(root)
+        pkg = rel.parts[0].removesuffix(".py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names: list[str] = []
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "dpfl":
+                names = ([f"dpfl.{a.name}" for a in node.names] if node.module == "dpfl" else [node.module])
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names if a.name.split(".")[0] == "dpfl"]
+            for name in names:
+                parts = name.split(".")
+                if len(parts) > 1 and parts[1] != pkg:
+                    out.setdefault(pkg, set()).add((parts[1], str(rel)))
+    return out
+
+
+def test_every_import_goes_down_the_layers() -> None:
+    wrong = []
+    for pkg, targets in sorted(_edges().items()):
+        if pkg in TOP:
+            continue
+        assert pkg in ALLOWED, f"package {pkg!r} has no place in the layer table: add it (and to docs/architecture.md)"
+        for target, where in sorted(targets):
+            if target not in ALLOWED[pkg] | BASE:
+                wrong.append(f"{where} imports dpfl.{target}")
+    assert not wrong, "imports against the layers:\n" + "\n".join(wrong)
+
+
+def test_the_check_sees_imports_inside_functions() -> None:
+    # theory's bound command once imported the store inside a function; the walk must see such
+    # imports (ast.walk visits function bodies), so a planted one is found
+    tree = ast.parse("def f():\n    from dpfl.store import RunStore\n")
+    found = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    assert found == ["dpfl.store"]
