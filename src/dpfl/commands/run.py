@@ -78,9 +78,12 @@ class RoundProgress:
             parts.append(f"loss {metrics['train_loss']:.4f}")
         if "test_accuracy" in metrics:
             parts.append(f"acc {metrics['test_accuracy']:.4f}")
-        for key in ("epsilon_certified", "epsilon_claimed"):
-            if metrics.get(key) is not None:
-                parts.append(f"{key.split('_')[1]} ε {_eps(metrics[key])}")
+        per_observer = metrics.get("epsilon_certified_rdp") or {}
+        for obs in ("server", "public"):  # RDP per round (the final record gives the tightest)
+            if per_observer.get(obs) is not None:
+                parts.append(f"ε {obs} {_eps(per_observer[obs])}")
+        if metrics.get("epsilon_claimed") is not None:
+            parts.append(f"claimed ε {_eps(metrics['epsilon_claimed'])}")
         info = "  ".join(parts)
         if self._progress is not None:
             self._progress.update(self._task, completed=done, info=info)

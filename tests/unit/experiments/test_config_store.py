@@ -12,8 +12,10 @@ from dpfl.store import RunStore
 
 
 def test_defaults_and_builtin_default_config() -> None:
-    cfg = load_config("default")
-    assert cfg.partition.num_clients == 100 and cfg.rounds == 20 and cfg.model.name == "mlp"
+    cfg = load_config("default")  # the main job: private
+    assert cfg.algorithm.name == "dp-fedavg" and cfg.privacy.delta == 1e-5 and cfg.rounds == 100
+    plain = load_config("fedavg-mnist")
+    assert plain.partition.num_clients == 100 and plain.rounds == 20 and plain.algorithm.name == "fedavg"
 
 
 def test_unknown_keys_are_errors_naming_the_key() -> None:

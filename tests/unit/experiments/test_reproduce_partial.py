@@ -13,7 +13,7 @@ from dpfl.store import RunStore
 
 
 def _recipe(n: int) -> Recipe:
-    base = load_config("default")
+    base = load_config("fedavg-mnist")
 
     def build(scale: str) -> list[RecipeRun]:
         return [RecipeRun(f"run {i}", base.model_copy(update={"seed": i, "name": f"partial {i}"}), {"i": i})
