@@ -130,3 +130,39 @@ def test_bad_settings_get_the_cli_errors(tmp_path: Path) -> None:
         dpfl.account(ResidualCNN(), data, "dp-fedavg", options=DP, sampling={"kind": "fixed", "clients_per_round": 9})
     with pytest.raises(ConfigError, match="noise_multplier"):
         dpfl.account(ResidualCNN(), data, "dp-fedavg", options={"noise_multplier": 1.0, "clip_norm": 1.0})
+
+
+def test_a_users_model_and_data_by_reference_in_yaml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`model.name: "module:function"` and `data.name: "module:function"` run through `dpfl run`."""
+    import yaml
+
+    from dpfl.cli import main
+    from dpfl.store import RunStore
+
+    (tmp_path / "userpkg_ref.py").write_text(
+        "import torch\n"
+        "from torch import nn\n"
+        "from dpfl.data import FederatedDataset\n"
+        "def make_net(input_shape, num_classes, width=8):\n"
+        "    return nn.Sequential(nn.Flatten(), nn.Linear(64, width), nn.Tanh(), nn.Linear(width, num_classes))\n"
+        "def load(directory):\n"
+        "    g = torch.Generator().manual_seed(0)\n"
+        "    x = torch.randn(300, 1, 8, 8, generator=g)\n"
+        "    y = (x.flatten(1) @ torch.randn(64, 3, generator=g)).argmax(1)\n"
+        "    return FederatedDataset(name='user', x_train=x[:240], y_train=y[:240], x_test=x[240:], y_test=y[240:],\n"
+        "                            num_classes=3, input_shape=(1, 8, 8))\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = {"name": "by-reference", "rounds": 2, "data": {"name": "userpkg_ref:load", "dir": str(tmp_path), "verify": False},
+           "partition": {"kind": "iid", "num_clients": 6}, "model": {"name": "userpkg_ref:make_net", "options": {"width": 5}},
+           "algorithm": {"name": "dp-fedavg", "options": DP}, "sampling": POISSON, "local": LOCAL}
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
+    store = tmp_path / "s.sqlite"
+    assert main(["run", str(path), "--store", str(store)]) == 0
+    (rec,) = RunStore(store).list()
+    assert rec.status == "finished" and rec.result["privacy"]["certified"] is not None
+    assert main(["account", str(path), "--json"]) == 0
+    # a bad reference is one clear error naming it
+    cfg["model"] = {"name": "userpkg_ref:no_such_net"}
+    path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
+    assert main(["run", str(path), "--store", str(store)]) == 2
