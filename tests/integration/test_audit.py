@@ -14,9 +14,9 @@ import pytest
 
 from dpfl.audit.canary import run_audited
 from dpfl.config import parse_config
+from dpfl.privacy.calibration import dpfedavg_client_noise_std
 from dpfl.rounds import run_experiment
 from dpfl.store import RunStore
-from dpfl.privacy.calibration import dpfedavg_client_noise_std
 
 logging.getLogger("absl").setLevel(logging.ERROR)
 CANARIES, UNSEEN, BOOT = 50, 500, 300

@@ -36,8 +36,8 @@ pytest.importorskip("flwr")
 
 from dpfl.config import load_config  # noqa: E402
 from dpfl.rounds import run_experiment  # noqa: E402
-from dpfl.store import RunStore  # noqa: E402
 from dpfl.runtime.flower.local import LocalFederation  # noqa: E402
+from dpfl.store import RunStore  # noqa: E402
 
 
 def _config(tmp: Path, data: Path, name: str, algorithm: dict, num_clients: int = 3, rounds: int = 3,

@@ -7,8 +7,8 @@ from pathlib import Path
 import dp_accounting as dpa
 import pytest
 
-from dpfl.errors import ConfigError, PrivacyPreconditionError
 from dpfl.config import parse_config
+from dpfl.errors import ConfigError, PrivacyPreconditionError
 from dpfl.rounds import run_experiment
 from dpfl.store import RunStore
 

@@ -29,15 +29,15 @@ from typing import Any
 import pytest
 import torch
 
-from dpfl.errors import ConfigError
 from dpfl import rounds as runner
 from dpfl.config import parse_config
+from dpfl.errors import ConfigError
 from dpfl.rounds import run_experiment
-from dpfl.store import RunStore
 from dpfl.sim.base import LocalResult
 from dpfl.sim.checkpoint import load_checkpoint
 from dpfl.sim.ray_engine import RayEngine, concat_results, shard_bounds
 from dpfl.sim.vectorized import VectorizedEngine
+from dpfl.store import RunStore
 
 SIZES = [30, 55, 12, 80, 41, 64, 9, 100, 23, 70, 18, 47, 5, 36]
 ACTORS = 2

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import dpfl.data
-from dpfl.data.cifar import encode_cifar_batch
 from dpfl.config import parse_config
+from dpfl.data.cifar import encode_cifar_batch
 from dpfl.experiments.recipes import get_recipe
 from dpfl.experiments.recipes.base import reproduce
 from dpfl.experiments.recipes.p002 import (

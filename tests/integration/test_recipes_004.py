@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dpfl.config import parse_config
 from dpfl.data import partition as P
 from dpfl.data.checksums import ChecksumRegistry
 from dpfl.data.cifar import TEST_BATCH, TRAIN_BATCHES, encode_cifar_batch
 from dpfl.data.leaf import encode_leaf_json
-from dpfl.config import parse_config
 from dpfl.experiments.recipes import get_recipe
 from dpfl.experiments.recipes.base import reproduce
 from dpfl.rounds import build_experiment, run_experiment

@@ -94,10 +94,10 @@ class RoundProgress:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from dpfl.errors import ConfigError
     from dpfl.config import load_config
-    from dpfl.rounds import run_experiment
+    from dpfl.errors import ConfigError
     from dpfl.plots.curves import plot_run
+    from dpfl.rounds import run_experiment
 
     config = load_config(args.config, args.set or [])
     if args.audit:
