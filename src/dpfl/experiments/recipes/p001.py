@@ -748,7 +748,9 @@ def _table1_report(ctx: ReportContext) -> str:
                                   for e in used)
                       + ") were run at exactly these settings (the same configs, hence the same run ids, as in the "
                       "commit's report) from a store that is not on this machine; each is one run, and the verdicts "
-                      "below count it as such.", ""]
+                      "below count it as such. Their accuracy is the commit's; their certified-ε columns are "
+                      "computed here by the current accountant (a few % below that report's: RDP orders now start "
+                      "at 1.01), and their ledger ε is not at hand.", ""]
         checks = []
         for e in sorted((e for e in earlier if e in done_here), key=lambda e: -1.0 if e is None else float(e)):
             acc, sha = earlier[e]
