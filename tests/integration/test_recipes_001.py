@@ -31,11 +31,14 @@ def test_table1_smoke_reports_accuracy_and_both_epsilons(tmp_path: Path, shared_
     assert "| 10 | fixed |" in text and "(no amplification)" in text
     assert "ledger ε (run" in text and "reproduced**" in text
     records = store.list()
-    assert len(records) == 8 and all(r.status == "finished" for r in records)  # 4 cells × 2 data sets
+    # 4 cells × 2 data sets, and the small-CNN ablation: noise-free, ε = 10, clip only × 2 data sets
+    assert len(records) == 14 and all(r.status == "finished" for r in records)
+    small = [r for r in records if r.config["model"]["name"] == "cnn-mnist-small"]
+    assert len(small) == 6 and "### Ablation: a small CNN (21,840 weights)" in text
     # the clip-only ablation: FedAvg with the fixed range, no randomizer, shown as not private
     assert "∞: range clip only (ablation" in text and "none: no randomizer, not private" in text
     assert "clipping the weights into the fixed range alone costs" in text
-    clip = [r for r in records if "clip-only" in r.name]
+    clip = [r for r in records if "clip-only" in r.name and r not in small]
     assert len(clip) == 2 and all(r.algorithm == "fedavg" for r in clip)
     assert {r.config["algorithm"]["options"]["clip_radius"] for r in clip} == {0.075, 0.015}
     for rec in records:

@@ -1,7 +1,8 @@
 """`dpfl bound ALGORITHM ...`: the papers' convergence bounds as calculators.
 
-Each theory module (``dpfl.theory.udp`` for 000 Thm 2, ``dpfl.theory.nbafl`` for 003 Thm 2–3)
-exposes ``register(subparsers)`` adding its own sub-subcommand; modules not shipped are skipped.
+Each sub-subcommand is a module here (``bound_udp`` for 000 Thm 2, ``bound_nbafl`` for 003 Thm 2–3)
+exposing ``register(subparsers)``; it holds the command's I/O (arguments, the store, printing, the
+plot) around the pure calculators of :mod:`dpfl.theory`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from dpfl.errors import ConfigError
 
-_THEORY_MODULES = ("dpfl.theory.udp", "dpfl.theory.nbafl")
+_BOUND_COMMANDS = ("dpfl.commands.bound_udp", "dpfl.commands.bound_nbafl")
 
 
 def _checked_plot(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
@@ -41,7 +42,7 @@ def _checked_plot(func: Callable[[argparse.Namespace], int]) -> Callable[[argpar
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("bound", help="evaluate a paper's convergence bound against T (and its best T)")
     sub = p.add_subparsers(dest="bound_algorithm", metavar="ALGORITHM")
-    for name in _THEORY_MODULES:
+    for name in _BOUND_COMMANDS:
         module = importlib.import_module(name)  # a module that fails to import is an error
         module.register(sub)
     for parser in sub.choices.values():

@@ -20,6 +20,7 @@ from dpfl.errors import ConfigError
 from dpfl.models._validate import positive_int
 from dpfl.models.base import SequentialModel, init_parameters
 from dpfl.models.cnn import build_cnn2, build_cnn_000, build_vgg_small
+from dpfl.models.cnn_small import build_cnn_mnist_small
 from dpfl.models.dense import build_logistic, build_mlp, build_svm
 from dpfl.models.resnet import build_resnet18
 
@@ -32,6 +33,7 @@ MODELS: Mapping[str, ModelBuilder] = MappingProxyType(
         "mlp": build_mlp,
         "cnn-000": build_cnn_000,
         "cnn2": build_cnn2,
+        "cnn-mnist-small": build_cnn_mnist_small,
         "vgg-small": build_vgg_small,
         "resnet18": build_resnet18,
     }

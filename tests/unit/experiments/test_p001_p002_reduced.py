@@ -160,15 +160,6 @@ def test_002_reduced_server_points_and_shared_c10_run(tmp_path: Path) -> None:
     assert "holds at 1 of 2" in text and "**does not hold**" in text
 
 
-def test_table1_full_puts_the_headline_cells_first() -> None:
-    runs = get_recipe("001/table1").build("full")
-    assert [(r.coords["dataset"], r.coords["epsilon"], r.coords["rep"]) for r in runs[:4]] == [
-        ("mnist", 1.0, 0), ("fashion-mnist", 5.0, 0), ("mnist", None, 0), ("fashion-mnist", None, 0)]
-    assert [(r.coords["dataset"], r.coords["epsilon"]) for r in runs[4:6]] == [
-        ("mnist", math.inf), ("fashion-mnist", math.inf)]  # then the clip-only ablation
-    assert len(runs) == 140 and {r.config.sampling.kind for r in runs} == {"all"}  # 7 cells × 2 × 10
-
-
 def test_002_theorem2_compares_last_half_means_with_a_standard_error_tolerance(tmp_path: Path) -> None:
     # client and server fluctuate around the same level: the final rounds differ by 0.06, the
     # last-half means by 0.023 (tolerance max(0.02, 3 SE) = 0.07); a real gap of 0.2 is still caught

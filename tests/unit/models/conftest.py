@@ -20,6 +20,7 @@ TYPICAL: dict[str, tuple[tuple[int, ...], int, tuple[int, ...]]] = {
     "mlp": (MNIST, 10, (2, 10)),
     "cnn-000": (CIFAR, 10, (2, 10)),
     "cnn2": (MNIST, 10, (2, 10)),
+    "cnn-mnist-small": (MNIST, 10, (2, 10)),
     "vgg-small": (CIFAR, 10, (2, 10)),
     "resnet18": (CIFAR, 10, (2, 10)),
 }

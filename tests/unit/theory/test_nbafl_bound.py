@@ -8,11 +8,11 @@ import math
 
 import pytest
 
+from dpfl.commands.bound_nbafl import register
 from dpfl.errors import ConfigError
 from dpfl.theory.nbafl import (
     NbaflConstants,
     estimate_constants,
-    register,
     theorem2_bound,
     theorem2_curve,
     theorem3_bound,
