@@ -140,23 +140,25 @@ def _eps(value: Any) -> str:
 
 
 def _privacy_summary(privacy: dict[str, Any]) -> str:
-    claimed = privacy.get("claimed_epsilon")
+    """A stored privacy summary for humans: the claim, the headline and each observer."""
+    from dpfl.rounds.result import PrivacySummary
+
+    summary = PrivacySummary.from_dict(privacy)
+    claimed = summary.claimed_epsilon
     if isinstance(claimed, dict):
-        values = [float(v) for v in claimed.values()]
-        claimed_txt = f"max over clients {_eps(max(values))}" if values else "n/a"
+        claimed_txt = f"max over clients {_eps(max(claimed.values()))}" if claimed else "n/a"
     else:
         claimed_txt = _eps(claimed)
-    lines = [f"claimed epsilon: {claimed_txt}  [{privacy.get('claim_notion', '')}]"]
-    certs = privacy.get("certified")
-    if certs:
-        head = certs["headline"]
+    lines = [f"claimed epsilon: {claimed_txt}  [{summary.claim_notion}]"]
+    head = summary.headline
+    if summary.certified and head is not None:
         lines.append(
-            f"certified epsilon: {_eps(head['epsilon'])} at delta {head['delta']:g} ({head['method']}, worst observer: "
-            f"{head['observer']}, unit: {head['privacy_unit']}, {head['relation']})"
+            f"certified epsilon: {_eps(head.epsilon)} at delta {head.delta:g} ({head.method}, worst observer: "
+            f"{head.observer}, unit: {head.privacy_unit}, {head.relation})"
         )
-        for obs, c in certs["observers"].items():
-            lines.append(f"  observer {obs:<7} epsilon {_eps(c['epsilon'])} ({c['method']})")
-    for item in privacy.get("not_covered") or []:
+        for obs, c in summary.certified.items():
+            lines.append(f"  observer {obs:<7} epsilon {_eps(c.epsilon)} ({c.method})")
+    for item in summary.not_covered:
         lines.append(f"not covered by the certified epsilon: {item}")
     return "\n".join(lines)
 
