@@ -12,7 +12,7 @@ import torch
 from dpfl.config import parse_config
 from dpfl.experiments.recipes.base import reproduce
 from dpfl.experiments.recipes.p003 import RECIPES
-from dpfl.rounds import run_experiment
+from dpfl.rounds import PrivacySummary, run_experiment
 from dpfl.sim.checkpoint import load_checkpoint
 from dpfl.store import RunStore
 
@@ -32,7 +32,7 @@ def test_fig2_smoke_reproduction_reports_both_epsilons(shared_data: Path, tmp_pa
     for name, rec in records.items():
         priv = rec.result["privacy"]
         if "None" in name:  # non-private baseline
-            assert priv["claimed_epsilon"] == math.inf
+            assert PrivacySummary.from_dict(priv).claimed_epsilon == math.inf
             continue
         eps = rec.config["algorithm"]["options"]["epsilon"]
         assert priv["claimed_epsilon"] == pytest.approx(eps, rel=1e-9)  # the paper's formula round-trips
