@@ -71,7 +71,7 @@ from dpfl.privacy.mechanisms import (
     add_gaussian_noise_per_client,
     clip_by_l2_norm,
 )
-from dpfl.rng import SERVER, SeedSequence
+from dpfl.rng import SERVER
 from dpfl.server.adaptive_clip import COUNT_SENSITIVITY, QuantileClipRule
 
 
@@ -266,9 +266,6 @@ class DpFedAvg(PrivateAlgorithm):
         if o.lus_sparsity > 0:
             local = dataclasses.replace(local, final_gradient=True)
         return dataclasses.replace(problem, local=local, extra_terms=terms)
-
-    def sample(self, info_round: int, num_clients: int, seeds: SeedSequence) -> torch.Tensor:
-        return self.sampler.sample(num_clients, seeds.generator(info_round, SERVER, "sample"))
 
     # ------------------------------------------------------------------ noise: one calibration
 

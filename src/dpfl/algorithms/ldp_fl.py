@@ -113,7 +113,6 @@ from dpfl.privacy.mechanisms import (
     two_point_realized_epsilon,
     two_point_values,
 )
-from dpfl.rng import SERVER, SeedSequence
 from dpfl.server.shuffle import IdMultisets, Shuffler, mean_by_id
 
 __all__ = ["LdpFl", "LdpFlOptions", "LdpFlPrivacy", "ldp_fl_privacy"]
@@ -333,9 +332,6 @@ class LdpFl(PrivateAlgorithm):
             raise ConfigError(f"layout has {problem.layout.numel} parameters, expected {self.num_params}.")
         self.layout = problem.layout
         return problem
-
-    def sample(self, info_round: int, num_clients: int, seeds: SeedSequence) -> torch.Tensor:
-        return self.sampler.sample(num_clients, seeds.generator(info_round, SERVER, "sample"))
 
     # ------------------------------------------------------------------ ranges
 

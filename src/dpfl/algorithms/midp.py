@@ -237,9 +237,6 @@ class MidpScheme(PrivateAlgorithm):
         self._round_plans: dict[int, _SchemePlan] = {}  # the latest round's plan (server side)
         self._received: tuple[int, float] | None = None  # (round, σ_c) sent by the server (client side)
 
-    def sample(self, info_round: int, num_clients: int, seeds: SeedSequence) -> torch.Tensor:
-        return self.sampler.sample(num_clients, seeds.generator(info_round, SERVER, "sample"))
-
     def _plan(self, clients: torch.Tensor, num_samples: torch.Tensor) -> tuple[WeightedMean, float, float]:
         """(aggregation weights, client noise std, server noise std) for this cohort.
 
@@ -465,9 +462,6 @@ class PmidpFl(PrivateAlgorithm):
         # the latest round's (round, cohort, C_{k,t}, σ_{k,t}) as planned before the round, kept
         # because aggregate() moves the thresholds on to C_{k,t+1}
         self._round_plan: tuple[int, tuple[int, ...], np.ndarray, np.ndarray] | None = None
-
-    def sample(self, info_round: int, num_clients: int, seeds: SeedSequence) -> torch.Tensor:
-        return self.sampler.sample(num_clients, seeds.generator(info_round, SERVER, "sample"))
 
     def _client_stds(self, clients: torch.Tensor, cohort: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(C_{k,t}, σ_{k,t}) of ``clients``: eq. 5.32 with N = ``cohort``, the number of clients

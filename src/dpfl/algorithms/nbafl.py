@@ -69,7 +69,7 @@ from dpfl.privacy.mechanisms import (
     add_gaussian_noise_per_client,
     clip_by_l2_norm,
 )
-from dpfl.rng import SERVER, SeedSequence
+from dpfl.rng import SERVER
 from dpfl.sampling import AllClients, FixedSizeSampler
 from dpfl.server.aggregators import WeightedMean
 
@@ -193,9 +193,6 @@ class NbAfl(PrivateAlgorithm):
         n = int(num_samples.max())
         b = n if local.batch_size is None else min(local.batch_size, n)
         return local.epochs * -(-n // b)
-
-    def sample(self, info_round: int, num_clients: int, seeds: SeedSequence) -> torch.Tensor:
-        return self.sampler.sample(num_clients, seeds.generator(info_round, SERVER, "sample"))
 
     def _aggregator(self, num_samples: torch.Tensor) -> WeightedMean:
         if self.options.weights == "uniform":

@@ -83,7 +83,6 @@ from dpfl.privacy.accounting.cohorts import broadcast_mode, worst_cohort_multipl
 from dpfl.privacy.accounting.ledger import Release, federated_round_releases
 from dpfl.privacy.calibration import udp_noise_std, udp_noise_std_after_change, udp_sensitivity
 from dpfl.privacy.mechanisms import add_gaussian_noise_per_client
-from dpfl.rng import SERVER, SeedSequence
 from dpfl.server.aggregators import WeightedMean
 
 __all__ = ["ALGORITHMS", "Udp", "UdpCrd", "UdpCrdOptions", "UdpLei", "UdpLeiOptions", "UdpOptions",
@@ -265,9 +264,6 @@ class Udp(PrivateAlgorithm):
         return self.history[round_idx]
 
     # ------------------------------------------------------------------ a round
-
-    def sample(self, info_round: int, num_clients: int, seeds: SeedSequence) -> torch.Tensor:
-        return self.sampler.sample(num_clients, seeds.generator(info_round, SERVER, "sample"))
 
     def should_stop(self, round_idx: int) -> str | None:
         if round_idx >= self.total_rounds:
