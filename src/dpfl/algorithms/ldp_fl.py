@@ -63,8 +63,8 @@ randomized responses (pure bound T·d·ε', RDP tighter at δ > 0). The range ag
 participant and round, against both observers:
 
 * ``fixed``, ``global-model`` — nothing (data-independent, or a function of the public model);
-* ``client-minmax`` — ``Release.gaussian(observer, noise_std=0, ...)``: the ledger's
-  non-private event (as midp-server's un-noised uploads), certified ε = ∞;
+* ``client-minmax`` — ``Release.exact(observer, ids)``: the ledger's non-private event,
+  certified ε = ∞;
 * ``private-minmax`` — ``Release.gaussian(observer, σ, Δ)``, the Gaussian mechanism with
   multiplier ``range_noise_multiplier``, composed by RDP with the two-point reports. The public
   sees only a post-processing (the agreed radii, through the broadcast model): recording the
@@ -125,9 +125,6 @@ CROSS_CLIENT_MODES = ("client-minmax", "private-minmax")
 DEFAULT_MIN_RADIUS = {"private-minmax": 1e-4}
 DEFAULT_MIN_RADIUS_OTHER = 1e-6
 DEFAULT_MAX_RADIUS = 10.0
-#: sensitivity recorded with the zero-noise release of ``client-minmax``: any positive value
-#: makes the ledger's NonPrivateDpEvent (ε = ∞); the exact bounds have no enforced sensitivity
-_UNBOUNDED_PLACEHOLDER = 1.0
 
 
 class LdpFlOptions(BaseModel):
@@ -566,9 +563,8 @@ class LdpFl(PrivateAlgorithm):
         if self.options.range == "client-minmax":
             # the exact per-layer bounds of the cohort's trained models, known to the server and
             # every client (and, through the ranges, the public): a deterministic function of the
-            # data, released without noise — the ledger's non-private release (ε = ∞), recorded as
-            # midp-server's un-noised uploads are (zero noise against a positive sensitivity)
-            out += [Release.gaussian(obs, 0.0, _UNBOUNDED_PLACEHOLDER, ids) for obs in ("server", "public")]
+            # data, released without noise — an exact release (ε = ∞)
+            out += [Release.exact(obs, ids) for obs in ("server", "public")]
         elif self.options.range == "private-minmax":
             # one Gaussian log2 range report per participant (σ against Δ, replace-one = local DP);
             # the public sees only the agreed radii (a post-processing): recording the report
