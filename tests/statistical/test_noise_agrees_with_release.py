@@ -120,3 +120,19 @@ def test_udp_adds_the_noise_it_declares(name: str) -> None:
     plan = algo.plan(0)  # type: ignore[attr-defined]
     assert all(_server_std(releases, c) == plan.noise_stds[c] for c in algo.sample(0, 6, SeedSequence(11)).tolist())
     assert math.isfinite(_public_std(releases))
+
+
+# --------------------------------------------------------------------------- NbAFL (003)
+
+
+@pytest.mark.parametrize("sampling", [{"kind": "all"}, {"kind": "fixed", "clients_per_round": 4}])
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_nbafl_adds_the_noise_it_declares(sampling: dict[str, Any]) -> None:
+    # clip C = 1e3 keeps the constant models (norm 0.5·sqrt(P) = 100) unclipped; L = 1 < T/sqrt(N)
+    # gives a downlink noise (Thm 1), and ε = 5 < −T ln(1 − K/N) lets Lemma 4 have a value
+    algo = _build("nbafl", {"epsilon": 5.0, "clip_norm": 1e3, "exposures": 1}, sampling=sampling, rounds=10,
+                  local={"lr": 0.1})
+    releases, metrics = _check_round(algo, _sample_weighted, value=0.5)
+    cal = algo.calibration()  # type: ignore[attr-defined]
+    assert cal.uplink_noise_std > 0 and cal.downlink_noise_std > 0
+    assert metrics["downlink_noise_std"] == cal.downlink_noise_std
