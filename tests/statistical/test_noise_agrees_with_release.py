@@ -136,3 +136,36 @@ def test_nbafl_adds_the_noise_it_declares(sampling: dict[str, Any]) -> None:
     cal = algo.calibration()  # type: ignore[attr-defined]
     assert cal.uplink_noise_std > 0 and cal.downlink_noise_std > 0
     assert metrics["downlink_noise_std"] == cal.downlink_noise_std
+
+
+# --------------------------------------------------------------------------- MI-DP and PMIDP-FL (002)
+
+
+def _first_row(clean: torch.Tensor, uploads: Any) -> torch.Tensor:
+    del uploads
+    return clean[0].double()  # every row is the same model: any weights sum to it
+
+
+@pytest.mark.parametrize("name", ["midp-server", "midp-client", "pmidp-fl"])
+def test_midp_adds_the_noise_it_declares(name: str) -> None:
+    # C = 1e3 keeps the constant models (norm 100) unclipped; budgets differ per client
+    options = {"epsilons": [2e3, 3e3, 4e3, 5e3, 6e3, 8e3], "clip_norm": 1e3}
+    algo = _build(name, options)
+    releases, metrics = _check_round(algo, _first_row, value=0.5)
+    if name == "midp-server":
+        assert metrics["client_noise_std"] == 0 and metrics["server_noise_std"] == _public_std(releases) > 0
+    else:
+        assert _public_std(releases) == pytest.approx(metrics["aggregate_noise_std"], rel=1e-12)
+
+
+def test_midp_client_top_up_after_dropouts_is_what_the_arrivals_release_states() -> None:
+    algo = _build("midp-client", {"epsilon": 3e3, "clip_norm": 1e3})
+    info, local, clean = _round_inputs(algo, 0.5)
+    algo.releases(info, local.num_samples, False)
+    uploads = algo.client_step(torch.zeros(P), local, info).select(torch.tensor([0, 2]))
+    out = algo.aggregate(torch.zeros(P), uploads, info)
+    got = algo.releases_for_arrivals(info, uploads.clients, uploads.num_samples, False)
+    # the broadcast carries the arrivals' client noise plus the server's top-up
+    assert out.metrics["server_noise_std"] > 0
+    measured = _measured(out.global_params - clean[0])
+    assert measured == pytest.approx(_public_std(got), rel=TOL)
