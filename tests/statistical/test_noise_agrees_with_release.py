@@ -169,3 +169,43 @@ def test_midp_client_top_up_after_dropouts_is_what_the_arrivals_release_states()
     assert out.metrics["server_noise_std"] > 0
     measured = _measured(out.global_params - clean[0])
     assert measured == pytest.approx(_public_std(got), rel=TOL)
+
+
+# --------------------------------------------------------------------------- LDP-FL (001)
+
+
+def test_ldp_fl_randomizes_at_the_epsilon_it_declares() -> None:
+    eps = 1.0
+    algo = _build("ldp-fl", {"epsilon": eps, "range": "fixed", "center": 0.0, "radius": 1.0})
+    info, local, _ = _round_inputs(algo, 1.0)  # every weight at the top of the range, c + r
+    releases = algo.releases(info, local.num_samples, False)
+    (declared,) = {r.epsilon for r in releases if r.observer == "server"}  # type: ignore[attr-defined]
+    uploads = algo.client_step(torch.zeros(P), local, info)
+    for row in uploads.params:
+        # 001 eq. 2 at x = c + r: the high value with probability e^ε/(e^ε + 1), so the log-odds is ε
+        high = float((row > 0).double().mean())
+        assert math.log(high / (1 - high)) == pytest.approx(declared, abs=0.05)
+
+
+def test_ldp_fl_private_ranges_are_noised_at_the_std_they_declare(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch import nn
+
+    from dpfl.algorithms import ldp_fl
+    from dpfl.client.layout import ParamLayout
+
+    algo = _build("ldp-fl", {"epsilon": 1.0, "range": "private-minmax", "range_noise_multiplier": 0.7})
+    algo.layout = ParamLayout.of(nn.Sequential(nn.Linear(200, 200, bias=False)))  # type: ignore[attr-defined]
+    used: list[float] = []
+    real = ldp_fl.log_range_reports
+
+    def spy(params: torch.Tensor, sizes: list[int], lo: float, hi: float, std: float, gens: list) -> torch.Tensor:
+        used.append(std)
+        return real(params, sizes, lo, hi, std, gens)
+
+    monkeypatch.setattr(ldp_fl, "log_range_reports", spy)
+    info, local, _ = _round_inputs(algo, 0.01)
+    releases = algo.releases(info, local.num_samples, False)
+    algo.client_step(torch.zeros(P), local, info)
+    gauss = {(r.noise_std, r.sensitivity) for r in releases if isinstance(r, GaussianRelease)}
+    assert used and gauss == {(used[0], algo.range_sensitivity())}  # type: ignore[attr-defined]
+    assert used[0] == pytest.approx(0.7 * algo.range_sensitivity(), rel=1e-12)  # type: ignore[attr-defined]
