@@ -210,7 +210,7 @@ class UdpCalibration:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serializable form (to print or store next to the config)."""
-        return dataclasses.asdict(self)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
 
 
 def udp_calibration(options: UdpOptions, *, sizes: list[int], lr: float, epochs: int, total_rounds: int,
