@@ -345,7 +345,7 @@ class MidpScheme(PrivateAlgorithm):
         same weight rule (uniform, or equal data sets); else per participant at the drawn cohort
         (:mod:`dpfl.privacy.accounting.cohorts`)."""
         sizes = None if self.options.weighting == "uniform" or self.client_sizes is None else self.client_sizes.tolist()
-        same = interchangeable(self.budgets, sizes) and (sizes is not None or self.options.weighting == "uniform")
+        same = interchangeable(self.budgets.tolist(), sizes) and (sizes is not None or self.options.weighting == "uniform")
         return broadcast_mode(self.sampler.describe(), self.relation, self.privacy_unit, same)
 
     def releases(self, info: RoundInfo, num_samples: torch.Tensor, secure_aggregation: bool) -> list[Release]:

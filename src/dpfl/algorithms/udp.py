@@ -544,7 +544,7 @@ class UdpCrd(Udp):
         stds = self._thm1_stds()
         ids = list(range(num_clients))
         desc = self.sampler.describe()
-        releases = [Release.gaussian("server", stds[c], self.sensitivities[c], [c]) for c in ids]
+        releases: list[Release] = [Release.gaussian("server", stds[c], self.sensitivities[c], [c]) for c in ids]
         if broadcast_mode(desc, self.relation, self.privacy_unit, False) == "shared":
             full = UdpPlan(-1, tuple(stds), self._calibration.sensitivities, self._calibration.sizes, False)
             releases += [r for r in full.releases(ids, False) if r.observer == "public"]

@@ -893,8 +893,8 @@ class PrivacyLedger:
             trial.pld_every = 0
             trial.record_round(-1, next_round_releases, sampling=self.sampling, participants=parts)
             return trial.certify(None, None, "best").epsilon > target_epsilon
-        trial = self._trial_states(next_round_releases, parts)
-        worst = max(self._worst_rdp(obs, trial[obs])[0] for obs in OBSERVERS)
+        states = self._trial_states(next_round_releases, parts)
+        worst = max(self._worst_rdp(obs, states[obs])[0] for obs in OBSERVERS)
         return worst > target_epsilon
 
     # ------------------------------------------------------------------ Rényi filter
