@@ -14,10 +14,11 @@ or a constant vector inside every clip), with P = 40 000 coordinates:
 
 Tolerance and flake budget: a sample std of P = 40 000 i.i.d. Gaussian draws has relative
 standard error 1/sqrt(2P) = 0.35%, so the 2% tolerance is 5.6 standard errors: a correct
-implementation fails one check with probability < 2e-8 (two-sided), < 1e-6 over the ~40 checks
-here; the seeds are fixed, so the test is deterministic. A wrong noise formula (e.g. std vs
-variance, a missing sqrt(K), the pre-top-up std) is off by far more than 2%. For the two-point
-log-odds the standard error at ε = 1 over P draws is ≈ 0.011, and the tolerance 0.05 is 4.6 SE.
+implementation fails one check with probability < 2.2e-8 (two-sided), < 1e-6 over the 43
+Gaussian checks here. For the two-point log-odds the standard error at ε = 1 over P draws is
+1/sqrt(P·p(1 − p)) ≈ 0.011 (p = e/(e + 1)), and the tolerance 0.05 is 4.4 SE: < 1e-5 per row,
+< 5e-5 over its 4 rows. The seeds are fixed, so the test is deterministic. A wrong noise formula
+(e.g. std vs variance, a missing sqrt(K), the pre-top-up std) is off by far more than 2%.
 """
 
 from __future__ import annotations
