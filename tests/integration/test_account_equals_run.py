@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from dpfl.config import parse_config
+from dpfl.errors import ConfigError
 from dpfl.rounds import dry_run, run_experiment
 from dpfl.store import RunStore
 
@@ -108,6 +109,11 @@ def test_a_plan_from_shapes_equals_the_config_dry_run(case: str, mnist_fixture: 
 
     cfg = _config(*CASES[case], mnist_fixture)
     full = dry_run(cfg).privacy.to_dict()
+    if case == "ldp-fl-private-minmax":
+        # its range reports are per layer: a plan from shapes has no layout, and says so
+        with pytest.raises(ConfigError, match="parameter layout"):
+            dry_run(cfg, experiment=build_plan(cfg, SIZES, 785 * 10))
+        return
     shapes = dry_run(cfg, experiment=build_plan(cfg, SIZES, 785 * 10)).privacy.to_dict()  # logistic on 28×28, 10 classes
     for obs in ("server", "public"):
         a, b = full["certified"]["observers"][obs], shapes["certified"]["observers"][obs]

@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 import torch
 
 from dpfl.client.context import LocalResult, RoundInfo
-from dpfl.rng import SeedSequence
+from dpfl.rng import SERVER, SeedSequence
 
 
 @dataclass
@@ -98,10 +98,19 @@ class Algorithm(abc.ABC):
     """Base of every algorithm; subclasses are registered in :mod:`dpfl.algorithms.registry`."""
 
     name: ClassVar[str] = "algorithm"
+    # The client sampler (``dpfl.sampling``): draws the cohort and describes itself to the
+    # accountant, so the sampling performed and the sampling accounted are the same object.
+    sampler: Any
 
-    @abc.abstractmethod
     def sample(self, info_round: int, num_clients: int, seeds: SeedSequence) -> torch.Tensor:
-        """The cohort of round ``info_round`` (sorted client ids)."""
+        """The cohort of round ``info_round`` (sorted client ids), drawn by :attr:`sampler`
+        from the server's stream (round, SERVER, "sample").
+
+        The one implementation for every algorithm: what differs between them (all clients,
+        fixed-K as NbAFL's K-random scheduling of 003 §V, Poisson) is the sampler object, not
+        this method, so no algorithm overrides it and every cohort comes from the same stream.
+        """
+        return self.sampler.sample(num_clients, seeds.generator(info_round, SERVER, "sample"))
 
     # Whether the algorithm is split into client_step / aggregate (needed by the Flower adapter).
     splits_rounds: ClassVar[bool] = False

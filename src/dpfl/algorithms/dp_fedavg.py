@@ -60,7 +60,7 @@ from dpfl.client.lus import sparsify_updates
 from dpfl.errors import ConfigError
 from dpfl.privacy.accounting.claimed import dpfedavg_claimed_epsilon, dpfedavg_noise_multiplier
 from dpfl.privacy.accounting.cohorts import broadcast_mode
-from dpfl.privacy.accounting.ledger import Release, federated_round_releases
+from dpfl.privacy.accounting.ledger import GaussianRelease, Release, federated_round_releases
 from dpfl.privacy.calibration import (
     combined_noise_multiplier,
     dpfedavg_client_noise_std,
@@ -71,7 +71,7 @@ from dpfl.privacy.mechanisms import (
     add_gaussian_noise_per_client,
     clip_by_l2_norm,
 )
-from dpfl.rng import SERVER, SeedSequence
+from dpfl.rng import SERVER
 from dpfl.server.adaptive_clip import COUNT_SENSITIVITY, QuantileClipRule
 
 
@@ -192,8 +192,8 @@ class NoisePlan:
         out = [r for r in update + count if r.observer == "server"]
         # The public sees both queries about the *same* sampled cohort: record them as the one
         # Gaussian they are jointly (Andrew et al. 2021, Thm 1), amplified once by the sample.
-        (pub_u,) = [r for r in update if r.observer == "public"]
-        (pub_c,) = [r for r in count if r.observer == "public"]
+        (pub_u,) = [r for r in update if r.observer == "public" and isinstance(r, GaussianRelease)]
+        (pub_c,) = [r for r in count if r.observer == "public" and isinstance(r, GaussianRelease)]
         z = combined_noise_multiplier(pub_u.noise_std / pub_u.sensitivity, pub_c.noise_std / pub_c.sensitivity)
         out.append(Release.gaussian("public", z if math.isfinite(z) else 0.0, 1.0 if math.isfinite(z) else 0.0, None,
                                     amplifiable=self.amplified))
@@ -266,9 +266,6 @@ class DpFedAvg(PrivateAlgorithm):
         if o.lus_sparsity > 0:
             local = dataclasses.replace(local, final_gradient=True)
         return dataclasses.replace(problem, local=local, extra_terms=terms)
-
-    def sample(self, info_round: int, num_clients: int, seeds: SeedSequence) -> torch.Tensor:
-        return self.sampler.sample(num_clients, seeds.generator(info_round, SERVER, "sample"))
 
     # ------------------------------------------------------------------ noise: one calibration
 

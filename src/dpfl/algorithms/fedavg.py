@@ -23,7 +23,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dpfl.algorithms.base import Algorithm, RoundOutput, Uploads
 from dpfl.client.context import LocalResult, RoundInfo
-from dpfl.rng import SERVER, SeedSequence
 from dpfl.server.aggregators import WeightedMean
 
 ClientTransform = Callable[[torch.Tensor, RoundInfo], tuple[torch.Tensor, dict[str, Any]]]
@@ -63,9 +62,6 @@ class FedAvg(Algorithm):
         self.sampler = sampler
         self.client_transforms = tuple(client_transforms)
         self.clip_range = clip_range
-
-    def sample(self, info_round: int, num_clients: int, seeds: SeedSequence) -> torch.Tensor:
-        return self.sampler.sample(num_clients, seeds.generator(info_round, SERVER, "sample"))
 
     splits_rounds = True
 

@@ -63,8 +63,8 @@ randomized responses (pure bound T·d·ε', RDP tighter at δ > 0). The range ag
 participant and round, against both observers:
 
 * ``fixed``, ``global-model`` — nothing (data-independent, or a function of the public model);
-* ``client-minmax`` — ``Release.gaussian(observer, noise_std=0, ...)``: the ledger's
-  non-private event (as midp-server's un-noised uploads), certified ε = ∞;
+* ``client-minmax`` — ``Release.exact(observer, ids)``: the ledger's non-private event,
+  certified ε = ∞;
 * ``private-minmax`` — ``Release.gaussian(observer, σ, Δ)``, the Gaussian mechanism with
   multiplier ``range_noise_multiplier``, composed by RDP with the two-point reports. The public
   sees only a post-processing (the agreed radii, through the broadcast model): recording the
@@ -113,10 +113,9 @@ from dpfl.privacy.mechanisms import (
     two_point_realized_epsilon,
     two_point_values,
 )
-from dpfl.rng import SERVER, SeedSequence
 from dpfl.server.shuffle import IdMultisets, Shuffler, mean_by_id
 
-__all__ = ["LdpFl", "LdpFlOptions", "LdpFlPrivacy", "ldp_fl_privacy"]
+__all__ = ["LdpFl", "LdpFlOptions", "LdpFlPlan", "LdpFlPrivacy", "ldp_fl_plan", "ldp_fl_privacy"]
 
 RangeMode = Literal["fixed", "global-model", "client-minmax", "private-minmax"]
 #: range modes that need every cohort member's trained model at once (not splittable)
@@ -126,9 +125,6 @@ CROSS_CLIENT_MODES = ("client-minmax", "private-minmax")
 DEFAULT_MIN_RADIUS = {"private-minmax": 1e-4}
 DEFAULT_MIN_RADIUS_OTHER = 1e-6
 DEFAULT_MAX_RADIUS = 10.0
-#: sensitivity recorded with the zero-noise release of ``client-minmax``: any positive value
-#: makes the ledger's NonPrivateDpEvent (ε = ∞); the exact bounds have no enforced sensitivity
-_UNBOUNDED_PLACEHOLDER = 1.0
 
 
 class LdpFlOptions(BaseModel):
@@ -273,6 +269,69 @@ def ldp_fl_privacy(epsilon: float, num_weights: int, rounds: int, num_reports: i
 # --------------------------------------------------------------------------- the algorithm
 
 
+@dataclass(frozen=True)
+class LdpFlPlan:
+    """Every privacy number of one LDP-FL round, read by the randomizer, the range agreement and
+    the releases alike.
+
+    Attributes:
+        round_idx: the round.
+        epsilon: ε per weight of the two-point randomizer (001 eq. 2).
+        num_coordinates: d, weights per report.
+        range_mode: how the range is agreed (``LdpFlOptions.range``).
+        range_noise_std: ``private-minmax``: σ = z·Δ of each log2 range report, else None.
+        range_sensitivity: ``private-minmax``: Δ = log2(max_radius / min_radius)·sqrt(L), else None.
+    """
+
+    round_idx: int
+    epsilon: float
+    num_coordinates: int
+    range_mode: str
+    range_noise_std: float | None = None
+    range_sensitivity: float | None = None
+
+    def releases(self, ids: list[int]) -> list[Release]:
+        """Per participant, against both observers: d two-point reports; the range agreement's
+        release (``client-minmax``: exact, ε = ∞; ``private-minmax``: the Gaussian report σ
+        against Δ); nothing for ``fixed`` and ``global-model`` (see the module docstring)."""
+        if not ids:
+            return []
+        # Both observers: d two-point reports per participant. The public sees only per-id means,
+        # a post-processing of the reports; without a trusted shuffler the server links them.
+        out: list[Release] = [Release.two_point(obs, self.epsilon, self.num_coordinates, ids)
+                              for obs in ("server", "public")]
+        if self.range_mode == "client-minmax":
+            # the exact per-layer bounds of the cohort's trained models, known to the server and
+            # every client (and, through the ranges, the public): a deterministic function of the
+            # data, released without noise — an exact release (ε = ∞)
+            out += [Release.exact(obs, ids) for obs in ("server", "public")]
+        elif self.range_mode == "private-minmax":
+            # one Gaussian log2 range report per participant (σ against Δ, replace-one = local DP);
+            # the public sees only the agreed radii (a post-processing): recording the report
+            # against it too is an upper bound
+            assert self.range_noise_std is not None and self.range_sensitivity is not None
+            out += [Release.gaussian(obs, self.range_noise_std, self.range_sensitivity, ids)
+                    for obs in ("server", "public")]
+        return out
+
+
+def ldp_fl_plan(options: LdpFlOptions, num_params: int, round_idx: int,
+                range_sensitivity: float | None = None) -> LdpFlPlan:
+    """The plan of one LDP-FL round: a pure function of the options (and, for ``private-minmax``,
+    of Δ = :func:`dpfl.privacy.mechanisms.log_range_sensitivity` of the layout).
+
+    References:
+        001_8ad797a147f2b989.txt, eq. 2 and §3.3.
+    """
+    if options.range != "private-minmax":
+        return LdpFlPlan(round_idx, float(options.epsilon), int(num_params), options.range)
+    if range_sensitivity is None or options.range_noise_multiplier is None:
+        raise ConfigError("ldp-fl: `range: private-minmax` needs the layout's range sensitivity and "
+                          "`range_noise_multiplier` to plan a round.")
+    return LdpFlPlan(round_idx, float(options.epsilon), int(num_params), options.range,
+                     float(options.range_noise_multiplier) * range_sensitivity, range_sensitivity)
+
+
 class LdpFl(PrivateAlgorithm):
     """See the module docstring.
 
@@ -334,9 +393,6 @@ class LdpFl(PrivateAlgorithm):
         self.layout = problem.layout
         return problem
 
-    def sample(self, info_round: int, num_clients: int, seeds: SeedSequence) -> torch.Tensor:
-        return self.sampler.sample(num_clients, seeds.generator(info_round, SERVER, "sample"))
-
     # ------------------------------------------------------------------ ranges
 
     def _layer_bounds(self, stacked: torch.Tensor) -> tuple[list[float], list[float]]:
@@ -388,8 +444,29 @@ class LdpFl(PrivateAlgorithm):
 
     def range_noise_std(self) -> float:
         """``private-minmax``: σ = range_noise_multiplier × Δ of each client's log2 range report."""
-        assert self.options.range_noise_multiplier is not None
-        return float(self.options.range_noise_multiplier) * self.range_sensitivity()
+        std = self.plan(0).range_noise_std
+        assert std is not None
+        return std
+
+    def plan(self, round_idx: int) -> LdpFlPlan:
+        """Every privacy number of round ``round_idx`` (:func:`ldp_fl_plan`): the randomizer's ε,
+        d, and for ``private-minmax`` the range report's σ and Δ."""
+        sens = self.range_sensitivity() if self.options.range == "private-minmax" else None
+        return ldp_fl_plan(self.options, self.num_params, round_idx, sens)
+
+    def calibration(self) -> dict[str, Any]:
+        """What the options fix: ε per weight (and the ε' <= ε the float64 coin realizes), d, the
+        range mode and, for ``private-minmax``, the report's z, Δ and σ (needs the layout)."""
+        out: dict[str, Any] = {
+            "epsilon_per_weight": float(self.options.epsilon),
+            "epsilon_per_weight_realized": two_point_realized_epsilon(self.options.epsilon),
+            "num_coordinates": self.num_params, "range": self.options.range,
+        }
+        if self.options.range == "private-minmax" and self.layout is not None:
+            plan = self.plan(0)
+            out.update(range_noise_multiplier=self.options.range_noise_multiplier,
+                       range_sensitivity=plan.range_sensitivity, range_noise_std=plan.range_noise_std)
+        return out
 
     def private_ranges(self, local_params: torch.Tensor, info: RoundInfo) -> tuple[torch.Tensor, torch.Tensor, list[float]]:
         """``private-minmax``: (center [P], radius [P], per-layer radii) agreed from the cohort's noisy reports.
@@ -402,8 +479,9 @@ class LdpFl(PrivateAlgorithm):
         """
         sizes = self._sizes()
         gens = [info.seeds.generator(info.round_idx, int(c), "range") for c in info.clients.tolist()]
-        reports = log_range_reports(local_params, sizes, self.min_radius, self.max_radius,
-                                    self.range_noise_std(), gens)
+        std = self.plan(info.round_idx).range_noise_std
+        assert std is not None
+        reports = log_range_reports(local_params, sizes, self.min_radius, self.max_radius, std, gens)
         radii_t = agree_log_ranges(reports, self.options.range_scale, self.min_radius, self.max_radius)
         r = torch.repeat_interleave(radii_t, torch.tensor(sizes))
         return torch.zeros(self.num_params, dtype=torch.float64), r, [float(x) for x in radii_t.tolist()]
@@ -465,6 +543,7 @@ class LdpFl(PrivateAlgorithm):
         How many weights fell outside the range or were non-finite is a simulation-only
         diagnostic (it depends on the data, so a client never sends it)."""
         center, radius, _ = self._round_ranges(global_params, info, local.params)
+        eps = self.plan(info.round_idx).epsilon
         device = local.params.device
         center, radius = center.to(device), radius.to(device)
         gens = [info.seeds.generator(info.round_idx, int(c), "randomizer") for c in info.clients.tolist()]
@@ -475,7 +554,7 @@ class LdpFl(PrivateAlgorithm):
             nb = int(bad.sum())
             if nb:
                 x = torch.where(bad, center.to(x.dtype).unsqueeze(0), x)
-            row, n = two_point_randomize_per_client(x, center, radius, self.options.epsilon, [gen])
+            row, n = two_point_randomize_per_client(x, center, radius, eps, [gen])
             reports.append(row)
             clipped.append(float(n))
             non_finite.append(float(nb))
@@ -492,7 +571,8 @@ class LdpFl(PrivateAlgorithm):
         trusted in-process shuffler first. Either way the server side (:meth:`aggregate_by_id`)
         sees only per-id multisets — no client ids, no order. The shuffled-ε metrics use the
         number of reports actually mixed per id (the arrivals)."""
-        eps = self.options.epsilon
+        plan = self.plan(info.round_idx)
+        eps = plan.epsilon
         known = self.options.range not in CROSS_CLIENT_MODES or (
             self._agreed is not None and self._agreed[0] == info.round_idx)
         radii: list[float] | None = None
@@ -529,9 +609,9 @@ class LdpFl(PrivateAlgorithm):
                 metrics["non_finite_weights_reported_as_center"] = int(nf)
         if radii is not None:
             metrics["range_radius"] = [round(x, 8) for x in radii]
-        if self.options.range == "private-minmax":
-            metrics["range_noise_std"] = self.range_noise_std()
-            metrics["range_sensitivity"] = self.range_sensitivity()
+        if plan.range_noise_std is not None:
+            metrics["range_noise_std"] = plan.range_noise_std
+            metrics["range_sensitivity"] = plan.range_sensitivity
         metrics.update({
             "epsilon_round_unshuffled": one.unshuffled,
             "epsilon_round_shuffled": one.shuffled,
@@ -560,26 +640,8 @@ class LdpFl(PrivateAlgorithm):
     # ------------------------------------------------------------------ privacy interface
 
     def releases(self, info: RoundInfo, num_samples: torch.Tensor, secure_aggregation: bool) -> list[Release]:
-        ids = [int(c) for c in info.clients.tolist()]
-        if not ids:
-            return []
-        eps, d = self.options.epsilon, self.num_params
-        # Both observers: d two-point reports per participant. The public sees only per-id means,
-        # a post-processing of the reports; without a trusted shuffler the server links them.
-        out = [Release.two_point("server", eps, d, ids), Release.two_point("public", eps, d, ids)]
-        if self.options.range == "client-minmax":
-            # the exact per-layer bounds of the cohort's trained models, known to the server and
-            # every client (and, through the ranges, the public): a deterministic function of the
-            # data, released without noise — the ledger's non-private release (ε = ∞), recorded as
-            # midp-server's un-noised uploads are (zero noise against a positive sensitivity)
-            out += [Release.gaussian(obs, 0.0, _UNBOUNDED_PLACEHOLDER, ids) for obs in ("server", "public")]
-        elif self.options.range == "private-minmax":
-            # one Gaussian log2 range report per participant (σ against Δ, replace-one = local DP);
-            # the public sees only the agreed radii (a post-processing): recording the report
-            # against it too is an upper bound
-            sigma, delta_l2 = self.range_noise_std(), self.range_sensitivity()
-            out += [Release.gaussian(obs, sigma, delta_l2, ids) for obs in ("server", "public")]
-        return out
+        del num_samples, secure_aggregation  # local DP: every report is protected on its own
+        return self.plan(info.round_idx).releases([int(c) for c in info.clients.tolist()])
 
     def claimed_epsilon(self, rounds_done: int) -> float | None:
         if rounds_done == 0:

@@ -87,10 +87,14 @@ from dpfl.server.aggregators import WeightedMean
 __all__ = [
     "ALGORITHMS",
     "MidpOptions",
+    "MidpPlan",
     "MidpScheme",
     "PmidpFl",
     "PmidpOptions",
+    "PmidpPlan",
     "client_budgets",
+    "midp_plan",
+    "pmidp_plan",
     "round_releases",
 ]
 
@@ -201,14 +205,84 @@ def _floats(values: Any) -> list[float]:
 
 
 @dataclass(frozen=True)
-class _SchemePlan:
-    """What the server fixed for one round of a basic scheme, for its whole cohort."""
+class MidpPlan:
+    """Every noise number of one round of a basic scheme, fixed by the server for its cohort.
+
+    ``client_step`` adds ``client_std`` (``midp-client``), ``aggregate`` adds ``server_std``
+    (``midp-server``) or, after dropouts, the top-up of :meth:`for_arrivals`, and the releases
+    state exactly those numbers: one object for what is added and what is certified.
+
+    Attributes:
+        round_idx: the round. clients: the cohort. weights: p_k of the cohort (eq. 3.2).
+        epsilon: the cohort's smallest ε_k (eq. 5.21–5.22 with one C).
+        clip_norm: C. dim: d. side: "server" or "client".
+        client_std: σ_c (eq. 4.9), 0 for ``midp-server``.
+        server_std: σ_s (eq. 4.7) for the planned weights, 0 for ``midp-client``.
+        public_mode: :func:`dpfl.privacy.accounting.cohorts.broadcast_mode`'s answer.
+    """
 
     round_idx: int
     clients: tuple[int, ...]
-    epsilon: float  # the cohort's smallest ε_k
-    client_std: float  # σ_c (eq. 4.9), 0 for midp-server
-    server_std: float  # σ_s (eq. 4.7) for the planned weights, 0 for midp-client
+    weights: tuple[float, ...]
+    epsilon: float
+    clip_norm: float
+    dim: int
+    side: str
+    client_std: float
+    server_std: float
+    public_mode: str
+
+    def for_arrivals(self, weights: list[float]) -> tuple[float, float]:
+        """(client noise std the arrivals added, noise std the server adds) when the rows whose
+        renormalized weights are ``weights`` arrive.
+
+        All arrived: the plan. After dropouts (K' < K) the plan's noise no longer matches eq. 4.7
+        for the arrivals' weights p'_k: ``midp-server`` adds σ_s' = eq. 4.7 at max p'_k (the
+        cohort's smallest ε); ``midp-client`` tops up to the same σ_s', adding
+        N(0, max(0, σ_s'² − σ_c² Σ p'_k²) I) — the per-round ε-MI-DP of the survivors is kept.
+        """
+        if len(weights) == len(self.clients):
+            return self.client_std, self.server_std
+        target = midp_server_noise_std(self.epsilon, self.clip_norm, max(weights), self.dim)
+        if self.side == "server":
+            return 0.0, target
+        have_sq = float((torch.tensor(weights, dtype=torch.float64) ** 2).sum()) * self.client_std**2
+        return self.client_std, math.sqrt(max(0.0, target**2 - have_sq))
+
+    def releases(self, ids: list[int], weights: list[float], secure_aggregation: bool) -> list[Release]:
+        """The releases of the rows ``ids`` (weights ``weights``) with the noise of :meth:`for_arrivals`."""
+        client_std, server_std = self.for_arrivals(weights)
+        return round_releases(ids, client_std, self.clip_norm, weights, server_noise_std=server_std,
+                              secure_aggregation=secure_aggregation, per_client_public=self.public_mode == "per_client",
+                              amplifiable=self.public_mode == "amplified")
+
+    @property
+    def claimed_epsilon(self) -> float:
+        """002's per-round ε-MI-DP (nats, eq. 5.25) of the planned broadcast, worst client."""
+        w = list(self.weights)
+        return float(midp_claimed_epsilon([self.clip_norm], w, [self.client_std] * len(w), self.server_std,
+                                          self.dim).max())
+
+
+def midp_plan(side: str, budgets: np.ndarray, clip_norm: float, dim: int, weighting: str, round_idx: int,
+              clients: list[int], num_samples: torch.Tensor, public_mode: str) -> MidpPlan:
+    """The plan of one round of a basic scheme for the cohort ``clients``: a pure function.
+
+    With personalized budgets the basic scheme serves the cohort's smallest ε_k (eq. 5.21–5.22
+    with a common C): σ_s of eq. 4.7 (``midp-server``) or σ_c of eq. 4.9 (``midp-client``).
+
+    References:
+        002_2503fd7671e29121.txt, eq. 4.7, 4.9, 5.21–5.22.
+    """
+    agg = _weights(weighting, num_samples)
+    eps = float(budgets[clients].min()) if clients else math.inf
+    client_std = server_std = 0.0
+    if clients and side == "server":
+        server_std = midp_server_noise_std(eps, clip_norm, agg.max_weight, dim)
+    elif clients:
+        client_std = midp_client_noise_std(eps, clip_norm, agg.weights.double().numpy(), dim)
+    return MidpPlan(round_idx, tuple(clients), tuple(agg.weights.double().tolist()), eps, float(clip_norm), int(dim),
+                    side, client_std, server_std, public_mode)
 
 
 class MidpScheme(PrivateAlgorithm):
@@ -234,68 +308,36 @@ class MidpScheme(PrivateAlgorithm):
         # weights before anything arrives (declared_plan); None: only from what is passed in
         self.client_sizes = None if client_sizes is None else torch.as_tensor(client_sizes, dtype=torch.long)
         self._claimed: float | None = None
-        self._round_plans: dict[int, _SchemePlan] = {}  # the latest round's plan (server side)
+        self._plan: MidpPlan | None = None  # the latest round's plan (server side)
         self._received: tuple[int, float] | None = None  # (round, σ_c) sent by the server (client side)
 
-    def sample(self, info_round: int, num_clients: int, seeds: SeedSequence) -> torch.Tensor:
-        return self.sampler.sample(num_clients, seeds.generator(info_round, SERVER, "sample"))
+    def calibration(self) -> dict[str, Any]:
+        """What is fixed before the run: every client's budget ε_k (nats), C, d and the weighting;
+        the noise stds depend on each cohort (:meth:`plan`)."""
+        return {"budgets": self.budgets.tolist(), "clip_norm": self.options.clip_norm, "dim": self.dim,
+                "weighting": self.options.weighting, "side": self.side}
 
-    def _plan(self, clients: torch.Tensor, num_samples: torch.Tensor) -> tuple[WeightedMean, float, float]:
-        """(aggregation weights, client noise std, server noise std) for this cohort.
-
-        With personalized budgets the basic scheme serves the cohort's smallest ε_k
-        (eq. 5.21–5.22 with a common C).
-        """
-        agg = _weights(self.options.weighting, num_samples)
-        eps = float(self.budgets[clients.numpy()].min())
-        c = self.options.clip_norm
-        if self.side == "server":
-            return agg, 0.0, midp_server_noise_std(eps, c, agg.max_weight, self.dim)
-        return agg, midp_client_noise_std(eps, c, agg.weights.double().numpy(), self.dim), 0.0
-
-    def _round_plan(self, info: RoundInfo, num_samples: torch.Tensor | None = None) -> _SchemePlan:
-        """The plan of round ``info.round_idx`` for its whole cohort ``info.clients`` (server side).
+    def plan(self, info: RoundInfo, num_samples: torch.Tensor | None = None) -> MidpPlan:
+        """The plan of round ``info.round_idx`` for its whole cohort ``info.clients`` (server side),
+        computed once (:func:`midp_plan`) and then the same for every question about the round.
 
         σ_c (eq. 4.9) and σ_s (eq. 4.7) depend on the whole cohort — its weights p_k and its
         smallest ε_k — which a real client does not know: the server sends σ_c with
-        :meth:`client_state`.
+        :meth:`client_state`. ``num_samples`` are the cohort's |D_k| (default: the sizes the
+        algorithm was built with).
         """
-        ids = tuple(int(c) for c in info.clients.tolist())
-        cached = self._round_plans.get(info.round_idx)
-        if num_samples is None and cached is not None and cached.clients == ids:
+        ids = [int(c) for c in info.clients.tolist()]
+        cached = self._plan
+        if cached is not None and cached.round_idx == info.round_idx and cached.clients == tuple(ids):
             return cached
         if num_samples is None:
             if self.client_sizes is None:
                 raise ConfigError(f"{self.name}: the clients' sample counts are needed to plan round "
                                   f"{info.round_idx + 1} (build the algorithm through the registry)")
-            num_samples = self.client_sizes[list(ids)]
-        agg, client_std, server_std = self._plan(info.clients, num_samples)
-        plan = _SchemePlan(info.round_idx, ids, float(self.budgets[list(ids)].min()) if ids else math.inf,
-                           client_std, server_std)
-        self._round_plans = {info.round_idx: plan}
-        return plan
-
-    def _arrivals(self, info: RoundInfo, arrived: torch.Tensor, num_samples: torch.Tensor,
-                  ) -> tuple[WeightedMean, float, float]:
-        """(weights over the arrivals, client noise std they added, noise std the server adds).
-
-        All arrived: the plan. After dropouts (K' < K) the weights p'_k are renormalized over the
-        arrivals, so the plan's noise no longer matches eq. 4.7 for them: ``midp-server``
-        calibrates its noise to max p'_k (eq. 4.7 with the cohort's smallest ε); ``midp-client``
-        tops the aggregate up from the server stream (t, SERVER, "topup") to the same eq. 4.7 std, adding
-        N(0, max(0, σ_s'² − σ_c² Σ p'_k²) I) — the per-round ε-MI-DP of the survivors is kept,
-        and :meth:`releases_for_arrivals` records exactly that noise.
-        """
-        full = int(arrived.numel()) == info.cohort
-        plan = self._round_plan(info, num_samples if full else None)
-        agg = _weights(self.options.weighting, num_samples)
-        if full:
-            return agg, plan.client_std, plan.server_std
-        target = midp_server_noise_std(plan.epsilon, self.options.clip_norm, agg.max_weight, self.dim)
-        if self.side == "server":
-            return agg, 0.0, target
-        have_sq = float((agg.weights.double() ** 2).sum()) * plan.client_std**2
-        return agg, plan.client_std, math.sqrt(max(0.0, target**2 - have_sq))
+            num_samples = self.client_sizes[ids]
+        self._plan = midp_plan(self.side, self.budgets, self.options.clip_norm, self.dim, self.options.weighting,
+                               info.round_idx, ids, num_samples, self._public_mode())
+        return self._plan
 
     def _public_mode(self) -> str:
         """How the public's view is recorded: amplified by a secret sample only when every client
@@ -303,34 +345,26 @@ class MidpScheme(PrivateAlgorithm):
         same weight rule (uniform, or equal data sets); else per participant at the drawn cohort
         (:mod:`dpfl.privacy.accounting.cohorts`)."""
         sizes = None if self.options.weighting == "uniform" or self.client_sizes is None else self.client_sizes.tolist()
-        same = interchangeable(self.budgets, sizes) and (sizes is not None or self.options.weighting == "uniform")
+        same = interchangeable(self.budgets.tolist(), sizes) and (sizes is not None or self.options.weighting == "uniform")
         return broadcast_mode(self.sampler.describe(), self.relation, self.privacy_unit, same)
 
     def releases(self, info: RoundInfo, num_samples: torch.Tensor, secure_aggregation: bool) -> list[Release]:
         if info.clients.numel() == 0:
             return []
-        plan = self._round_plan(info, num_samples)
-        agg = _weights(self.options.weighting, num_samples)
-        client_std, server_std = plan.client_std, plan.server_std
-        weights = agg.weights.double().tolist()
-        self._claimed = float(midp_claimed_epsilon(
-            [self.options.clip_norm], weights, [client_std] * len(weights), server_std, self.dim).max())
-        mode = self._public_mode()
-        return round_releases(info.clients.tolist(), client_std, self.options.clip_norm, weights,
-                              server_noise_std=server_std, secure_aggregation=secure_aggregation,
-                              per_client_public=mode == "per_client", amplifiable=mode == "amplified")
+        plan = self.plan(info, num_samples)
+        self._claimed = plan.claimed_epsilon
+        return plan.releases(info.clients.tolist(), list(plan.weights), secure_aggregation)
 
     def releases_for_arrivals(self, info: RoundInfo, arrived: torch.Tensor, num_samples: torch.Tensor,
                               secure_aggregation: bool) -> list[Release]:
         """The arrivals' uploads (σ_c each, planned for the whole cohort) and the broadcast with
-        the noise :meth:`aggregate` really added for them (see :meth:`_arrivals`)."""
+        the noise :meth:`aggregate` really added for them (:meth:`MidpPlan.for_arrivals`)."""
         if int(arrived.numel()) == 0:
             return []
-        agg, client_std, server_std = self._arrivals(info, arrived, num_samples)
-        mode = self._public_mode()
-        return round_releases(arrived.tolist(), client_std, self.options.clip_norm, agg.weights.double().tolist(),
-                              server_noise_std=server_std, secure_aggregation=secure_aggregation,
-                              per_client_public=mode == "per_client", amplifiable=mode == "amplified")
+        full = int(arrived.numel()) == info.cohort
+        plan = self.plan(info, num_samples if full else None)
+        weights = _weights(self.options.weighting, num_samples).weights.double().tolist()
+        return plan.releases(arrived.tolist(), weights, secure_aggregation)
 
     # ------------------------------------------------------------------ the round, split at the wire
 
@@ -345,7 +379,7 @@ class MidpScheme(PrivateAlgorithm):
         std = 0.0
         if self.side == "client" and info.clients.numel():
             if int(info.clients.numel()) == info.cohort:
-                std = self._round_plan(info, local.num_samples).client_std
+                std = self.plan(info, local.num_samples).client_std
             else:
                 std = self._received_std(info)
         clipped, _ = clip_by_l2_norm(local.params, self.options.clip_norm)
@@ -357,8 +391,8 @@ class MidpScheme(PrivateAlgorithm):
 
     def _received_std(self, info: RoundInfo) -> float:
         ids = {int(c) for c in info.clients.tolist()}
-        plan = self._round_plans.get(info.round_idx)
-        if plan is not None and ids <= set(plan.clients):
+        plan = self._plan
+        if plan is not None and plan.round_idx == info.round_idx and ids <= set(plan.clients):
             return plan.client_std
         if self._received is not None and self._received[0] == info.round_idx:
             return self._received[1]
@@ -371,14 +405,14 @@ class MidpScheme(PrivateAlgorithm):
         del client
         if self.side == "server":
             return {"noise_std": 0.0}
-        return {"noise_std": self._round_plan(info).client_std}
+        return {"noise_std": self.plan(info).client_std}
 
     def client_state(self, client: int | None = None) -> dict[str, Any]:
         """σ_c of the latest planned round (the only server state a client needs)."""
         del client
-        if not self._round_plans:
+        plan = self._plan
+        if plan is None:
             return {}
-        plan = next(iter(self._round_plans.values()))
         return {"round_plan": {"round": plan.round_idx, "client_noise_std": plan.client_std}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -388,10 +422,13 @@ class MidpScheme(PrivateAlgorithm):
 
     def aggregate(self, global_params: torch.Tensor, uploads: Uploads, info: RoundInfo) -> RoundOutput:
         """Σ p_k x̃_k over the arrivals (eq. 3.2), plus the server's noise: σ_s (eq. 4.7) for
-        ``midp-server``; for ``midp-client`` none, or the top-up after dropouts (:meth:`_arrivals`)."""
+        ``midp-server``; for ``midp-client`` none, or the top-up after dropouts (:meth:`MidpPlan.for_arrivals`)."""
         if uploads.num_rows == 0:
             return RoundOutput(global_params.clone(), {"arrived": 0})
-        agg, client_std, server_std = self._arrivals(info, uploads.clients, uploads.num_samples)
+        full = uploads.num_rows == info.cohort
+        plan = self.plan(info, uploads.num_samples if full else None)
+        agg = _weights(self.options.weighting, uploads.num_samples)
+        client_std, server_std = plan.for_arrivals(agg.weights.double().tolist())
         mean = agg(uploads.params)
         if server_std > 0:  # midp-server's σ_s, or midp-client's top-up after dropouts
             purpose = "server_noise" if self.side == "server" else "topup"
@@ -443,6 +480,78 @@ class MidpScheme(PrivateAlgorithm):
 # --------------------------------------------------------------------------- PMIDP-FL
 
 
+@dataclass(frozen=True)
+class PmidpPlan:
+    """Every noise number of one PMIDP-FL round for its rows: C_{k,t} and σ_{k,t} (eq. 5.32).
+
+    ``client_step`` clips row k to ``clip_norms[k]`` and adds ``noise_stds[k]``, ``declared_plan``
+    states it, and :meth:`releases` tells the ledger the same numbers (p_{k,t} ∝ 1/σ_{k,t},
+    eq. 5.33, over the rows asked for). Fixed before the round: :meth:`PmidpFl.aggregate` moves
+    the thresholds on to C_{k,t+1}, never this plan.
+
+    Attributes:
+        round_idx: the round. clients: the rows planned. cohort: N of eq. 5.32 (the clients the
+        round aggregates). clip_norms: C_{k,t}. noise_stds: σ_{k,t}. dim: d.
+        adaptive: η_c > 0 (each threshold update is an exact release).
+    """
+
+    round_idx: int
+    clients: tuple[int, ...]
+    cohort: int
+    clip_norms: tuple[float, ...]
+    noise_stds: tuple[float, ...]
+    dim: int
+    adaptive: bool
+
+    def rows(self, clients: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """(C_{k,t}, σ_{k,t}) of ``clients`` (a subset of :attr:`clients`)."""
+        pos = {c: i for i, c in enumerate(self.clients)}
+        idx = [pos[int(c)] for c in clients]
+        return np.asarray(self.clip_norms)[idx], np.asarray(self.noise_stds)[idx]
+
+    def claimed_epsilon(self, clients: list[int]) -> dict[int, float]:
+        """002's per-round ε_k-MI-DP (nats, eq. 5.25) of ``clients``."""
+        clips, stds = self.rows(clients)
+        claimed = pmidp_claimed_epsilon(clips, stds, self.dim)
+        return {int(c): float(e) for c, e in zip(clients, claimed, strict=True)}
+
+    def releases(self, clients: list[int], secure_aggregation: bool) -> list[Release]:
+        """The uploads of ``clients`` and their broadcast, weighted by eq. 5.33 over them, per client
+        (p_k·2C_k against the total noise).
+
+        Adaptive clipping (η_c > 0) also releases each participant's unclipped norm without
+        noise: C_{k,t+1} = C_{k,t} − η_c (C_{k,t} − ‖w_k^t‖) (eq. 5.18) is declared to the server
+        with the upload (it plans σ_{k,t+1} from it), so the server recovers ‖w_k^t‖ exactly; the
+        public sees it through the next rounds' noise scale σ_{k,t+1} ∝ C_{k,t+1} and weights
+        p_{k,t+1} ∝ 1/σ_{k,t+1} (eq. 5.32–5.33), a data-dependent noise that no accountant here
+        covers. Both observers: an exact release (ε = ∞), as LDP-FL's client-minmax ranges.
+        """
+        if not clients:
+            return []
+        clips, stds = self.rows(clients)
+        weights = pmidp_aggregation_weights(stds)
+        out = round_releases(clients, stds.tolist(), clips.tolist(), weights.tolist(),
+                             secure_aggregation=secure_aggregation, per_client_public=True)
+        if self.adaptive:
+            out += [Release.exact("server", clients), Release.exact("public", clients)]
+        return out
+
+
+def pmidp_plan(budgets: np.ndarray, clip_norms: np.ndarray, dim: int, round_idx: int, clients: list[int],
+               cohort: int, adaptive: bool) -> PmidpPlan:
+    """C_{k,t} and σ_{k,t} = C_{k,t}/sqrt(dN(e^{2ε_k/d} − 1)) of ``clients`` with N = ``cohort``:
+    a pure function of the budgets and the current thresholds.
+
+    References:
+        002_2503fd7671e29121.txt, eq. 5.32.
+    """
+    clips = clip_norms[clients]
+    stds = [pmidp_client_noise_std(float(e), float(c), dim, int(cohort))
+            for e, c in zip(budgets[clients], clips, strict=True)]
+    return PmidpPlan(round_idx, tuple(int(c) for c in clients), int(cohort), tuple(float(c) for c in clips),
+                     tuple(float(s) for s in stds), int(dim), bool(adaptive))
+
+
 class PmidpFl(PrivateAlgorithm):
     """PMIDP-FL (002 Algorithm 2): personalized budgets, adaptive clipping, inverse-noise weights."""
 
@@ -462,66 +571,38 @@ class PmidpFl(PrivateAlgorithm):
         self.budgets = client_budgets(options, num_clients, seed)
         self.clip_norms = np.full(num_clients, float(options.clip_norm))  # C_{k,t}
         self._claimed: dict[int, float] = {}
-        # the latest round's (round, cohort, C_{k,t}, σ_{k,t}) as planned before the round, kept
-        # because aggregate() moves the thresholds on to C_{k,t+1}
-        self._round_plan: tuple[int, tuple[int, ...], np.ndarray, np.ndarray] | None = None
+        # the latest round's plan for its cohort, fixed before the round: aggregate() moves the
+        # thresholds on to C_{k,t+1}, and later questions about round t still get C_{k,t}
+        self._plan: PmidpPlan | None = None
 
-    def sample(self, info_round: int, num_clients: int, seeds: SeedSequence) -> torch.Tensor:
-        return self.sampler.sample(num_clients, seeds.generator(info_round, SERVER, "sample"))
+    def calibration(self) -> dict[str, Any]:
+        """What is fixed before the run: every client's budget ε_k (nats), C_{k,1}, d, η_c; the
+        noise stds follow the thresholds and the cohort (:meth:`plan`)."""
+        return {"budgets": self.budgets.tolist(), "initial_clip_norm": self.options.clip_norm, "dim": self.dim,
+                "clip_lr": self.options.clip_lr}
 
-    def _client_stds(self, clients: torch.Tensor, cohort: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """(C_{k,t}, σ_{k,t}) of ``clients``: eq. 5.32 with N = ``cohort``, the number of clients
-        the round aggregates (default: ``clients`` are the cohort)."""
-        ids = clients.numpy()
-        clips = self.clip_norms[ids]
-        k = len(ids) if cohort is None else int(cohort)
-        stds = np.array([pmidp_client_noise_std(float(e), float(c), self.dim, k)
-                         for e, c in zip(self.budgets[ids], clips, strict=True)])
-        return clips, stds
-
-    def _remember(self, info: RoundInfo, clips: np.ndarray, stds: np.ndarray) -> None:
-        self._round_plan = (info.round_idx, tuple(int(c) for c in info.clients.tolist()), clips.copy(), stds.copy())
-
-    def _planned(self, info: RoundInfo, clients: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-        """(C_{k,t}, σ_{k,t}) of ``clients`` as planned for round ``info.round_idx`` (whose rows
-        are the cohort): the remembered plan, or the current thresholds if none was made."""
-        plan = self._round_plan
-        if plan is None or plan[0] != info.round_idx or plan[1] != tuple(int(c) for c in info.clients.tolist()):
-            clips, stds = self._client_stds(info.clients, info.cohort)
-            self._remember(info, clips, stds)
-            plan = self._round_plan
-            assert plan is not None
-        pos = {c: i for i, c in enumerate(plan[1])}
-        rows = [pos[int(c)] for c in clients.tolist()]
-        return plan[2][rows], plan[3][rows]
+    def plan(self, info: RoundInfo) -> PmidpPlan:
+        """The plan of round ``info.round_idx`` for the rows ``info.clients`` (eq. 5.32 with N =
+        ``info.cohort``): the cohort's plan, computed once (:func:`pmidp_plan`) and kept, or —
+        for rows outside it (a SuperNode's own row before the cohort was planned here) — theirs."""
+        ids = [int(c) for c in info.clients.tolist()]
+        p = self._plan
+        if p is not None and p.round_idx == info.round_idx and p.cohort == info.cohort and set(ids) <= set(p.clients):
+            return p
+        p = pmidp_plan(self.budgets, self.clip_norms, self.dim, info.round_idx, ids, info.cohort,
+                       self.options.clip_lr > 0)
+        if len(ids) == info.cohort:
+            self._plan = p
+        return p
 
     def releases(self, info: RoundInfo, num_samples: torch.Tensor, secure_aggregation: bool) -> list[Release]:
         del num_samples  # eq. 5.33 weights depend on the declared noise only
-        if info.clients.numel() == 0:
+        ids = [int(c) for c in info.clients.tolist()]
+        if not ids:
             return []
-        clips, stds = self._client_stds(info.clients, info.cohort)
-        if int(info.clients.numel()) == info.cohort:
-            self._remember(info, clips, stds)
-        weights = pmidp_aggregation_weights(stds)
-        claimed = pmidp_claimed_epsilon(clips, stds, self.dim)
-        self._claimed.update({int(c): float(e) for c, e in zip(info.clients.tolist(), claimed, strict=True)})
-        return round_releases(info.clients.tolist(), stds.tolist(), clips.tolist(), weights.tolist(),
-                              secure_aggregation=secure_aggregation, per_client_public=True) \
-            + self._threshold_releases(info.clients)
-
-    def _threshold_releases(self, clients: torch.Tensor) -> list[Release]:
-        """Adaptive clipping (η_c > 0) releases each participant's unclipped norm without noise.
-
-        C_{k,t+1} = C_{k,t} − η_c (C_{k,t} − ‖w_k^t‖) (eq. 5.18) is declared to the server with
-        the upload (it plans σ_{k,t+1} from it), so the server recovers ‖w_k^t‖ exactly; the
-        public sees it through the next rounds' noise scale σ_{k,t+1} ∝ C_{k,t+1} and weights
-        p_{k,t+1} ∝ 1/σ_{k,t+1} (eq. 5.32–5.33), a data-dependent noise that no accountant here
-        covers. Both observers: a non-private release (ε = ∞), as LDP-FL's exact ranges.
-        """
-        if self.options.clip_lr == 0 or not clients.numel():
-            return []
-        ids = clients.tolist()
-        return [Release.exact("server", ids), Release.exact("public", ids)]
+        plan = self.plan(info)
+        self._claimed.update(plan.claimed_epsilon(ids))
+        return plan.releases(ids, secure_aggregation)
 
     def releases_for_arrivals(self, info: RoundInfo, arrived: torch.Tensor, num_samples: torch.Tensor,
                               secure_aggregation: bool) -> list[Release]:
@@ -530,13 +611,7 @@ class PmidpFl(PrivateAlgorithm):
         as :meth:`aggregate` weighs them. No top-up: the recorded public release is per client,
         p'_k·2C_k against the arrivals' total noise, whatever it became."""
         del num_samples
-        if int(arrived.numel()) == 0:
-            return []
-        clips, stds = self._planned(info, arrived)
-        weights = pmidp_aggregation_weights(stds)
-        return round_releases(arrived.tolist(), stds.tolist(), clips.tolist(), weights.tolist(),
-                              secure_aggregation=secure_aggregation, per_client_public=True) \
-            + self._threshold_releases(arrived)
+        return self.plan(info).releases([int(c) for c in arrived.tolist()], secure_aggregation)
 
     @staticmethod
     def weighted_by_declared_noise(noisy_uploads: torch.Tensor,
@@ -563,9 +638,7 @@ class PmidpFl(PrivateAlgorithm):
         rounds, a node may restart) and sent with :meth:`client_state`; ε_k is fixed by the run.
         """
         del global_params
-        clips, stds = self._client_stds(info.clients, info.cohort)
-        if int(info.clients.numel()) == info.cohort:
-            self._remember(info, clips, stds)
+        clips, stds = self.plan(info).rows(info.clients.tolist())
         dtype = local.params.dtype
         clipped, norms = clip_by_l2_norm(local.params, torch.as_tensor(clips, dtype=dtype))
         noisy = add_gaussian_noise_per_client(clipped, torch.as_tensor(stds, dtype=dtype), _noise_generators(info))
@@ -578,7 +651,7 @@ class PmidpFl(PrivateAlgorithm):
         })
 
     def declared_plan(self, info: RoundInfo, client: int) -> dict[str, float]:
-        _, stds = self._planned(info, torch.tensor([int(client)]))
+        _, stds = self.plan(info).rows([int(client)])
         return {"noise_std": float(stds[0])}
 
     def aggregate(self, global_params: torch.Tensor, uploads: Uploads, info: RoundInfo) -> RoundOutput:

@@ -45,6 +45,7 @@ References:
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
@@ -69,11 +70,11 @@ from dpfl.privacy.mechanisms import (
     add_gaussian_noise_per_client,
     clip_by_l2_norm,
 )
-from dpfl.rng import SERVER, SeedSequence
+from dpfl.rng import SERVER
 from dpfl.sampling import AllClients, FixedSizeSampler
 from dpfl.server.aggregators import WeightedMean
 
-__all__ = ["ALGORITHMS", "NbAfl", "NbAflOptions"]
+__all__ = ["ALGORITHMS", "NbAfl", "NbAflCalibration", "NbAflOptions", "NbAflPlan", "nbafl_calibration"]
 
 
 class NbAflOptions(BaseModel):
@@ -99,6 +100,125 @@ class NbAflOptions(BaseModel):
     exposures: int | None = Field(None, ge=1, description="L <= T; default T")
     weights: Literal["samples", "uniform"] = "samples"
     downlink_noise: Literal["paper", "none"] = "paper"
+
+
+@dataclass(frozen=True)
+class NbAflCalibration:
+    """What 003 fixes before the run, from the settings alone.
+
+    Attributes:
+        uplink_noise_std: σ_U = c·L·Δs_U/ε (003 §III-A, eq. 8), 0 without noise.
+        downlink_noise_std: σ_D of Theorem 1 (eq. 10) or Lemma 4 (K-random, eq. 22), 0 when off.
+        clip_norm: C. sensitivity: the enforced 2C (parameter clip, replace-one client).
+        paper_sensitivity: Δs_U = 2C/m (eq. 5–6), used for the claim only.
+        num_clients: N. cohort: K scheduled per round. min_samples: m.
+        rounds: T. exposures: L.
+    """
+
+    uplink_noise_std: float
+    downlink_noise_std: float
+    clip_norm: float
+    sensitivity: float
+    paper_sensitivity: float
+    num_clients: int
+    cohort: int
+    min_samples: int
+    rounds: int
+    exposures: int
+
+    @property
+    def k_random(self) -> bool:
+        """Whether fewer than all clients are scheduled per round (Lemma 4 applies)."""
+        return self.cohort < self.num_clients
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serializable form (to print or store next to the config)."""
+        return {**dataclasses.asdict(self), "k_random": self.k_random}
+
+
+def nbafl_calibration(options: NbAflOptions, *, client_sizes: list[int], cohort: int, rounds: int,
+                      exposures: int, delta: float) -> NbAflCalibration:
+    """003's noise levels for these settings: a pure function (every formula from
+    :mod:`dpfl.privacy.calibration`).
+
+    Raises:
+        PrivacyPreconditionError: Lemma 4 has no value at these settings (eq. 69), naming them.
+
+    References:
+        003_c42e3eb46a620b42.txt, §III-A (eq. 8), Theorem 1 (eq. 10), Lemma 4 (eq. 21–22).
+    """
+    o = options
+    m, n, t, ell = min(client_sizes), len(client_sizes), int(rounds), int(exposures)
+
+    def done(sigma_u: float, sigma_d: float) -> NbAflCalibration:
+        return NbAflCalibration(sigma_u, sigma_d, float(o.clip_norm), 2.0 * o.clip_norm,
+                                nbafl_uplink_sensitivity(o.clip_norm, m), n, int(cohort), m, t, ell)
+
+    if o.epsilon is None:
+        return done(0.0, 0.0)
+    sigma_u = nbafl_uplink_noise_std(o.epsilon, delta, o.clip_norm, m, ell)
+    if o.downlink_noise == "none":
+        return done(sigma_u, 0.0)
+    if cohort >= n:
+        return done(sigma_u, nbafl_downlink_noise_std(o.epsilon, delta, o.clip_norm, m, n, t, ell))
+    try:
+        sigma_d = nbafl_downlink_noise_std_k_random(o.epsilon, delta, o.clip_norm, m, n, cohort, t, ell)
+    except PrivacyPreconditionError as err:
+        raise PrivacyPreconditionError(
+            f"nbafl with K-random scheduling (K = {cohort} of N = {n}, T = {t}, "
+            f"epsilon = {o.epsilon:g}): {err} Use fewer rounds, a smaller epsilon or more "
+            "scheduled clients, or set `algorithm.options.downlink_noise: none` to run with the "
+            "uplink noise only (its claimed epsilon is then reported for that noise)."
+        ) from None
+    return done(sigma_u, sigma_d)
+
+
+@dataclass(frozen=True)
+class NbAflPlan:
+    """Every noise number of one NbAFL round, from the calibration.
+
+    ``client_step`` adds ``uplink_noise_std`` to each clipped upload, ``aggregate`` adds
+    ``downlink_noise_std`` to the weighted mean, and :meth:`releases` states exactly these
+    numbers to the ledger.
+
+    Attributes:
+        round_idx: the round. uplink_noise_std: σ_U. downlink_noise_std: σ_D.
+        clip_norm: C. sensitivity: the enforced 2C.
+        uniform: p_i = 1/K (else |D_i| / Σ_cohort |D_j|, eq. 1).
+        public_mode: :func:`dpfl.privacy.accounting.cohorts.broadcast_mode`'s answer.
+    """
+
+    round_idx: int
+    uplink_noise_std: float
+    downlink_noise_std: float
+    clip_norm: float
+    sensitivity: float
+    uniform: bool
+    public_mode: str
+
+    def aggregator(self, num_samples: torch.Tensor) -> WeightedMean:
+        """The weights p_i of the rows whose sample counts are ``num_samples`` (eq. 1)."""
+        if self.uniform:
+            return WeightedMean.uniform(int(num_samples.numel()))
+        return WeightedMean.by_samples(num_samples)
+
+    def releases(self, ids: list[int], num_samples: torch.Tensor, secure_aggregation: bool) -> list[Release]:
+        """Each upload (σ_U against 2C) and the broadcast Σ p_i w̃_i + n_D (003 eq. 31–33)."""
+        weights = self.aggregator(num_samples).weights.tolist() if num_samples.numel() else []
+        no_noise = self.uplink_noise_std == 0 and self.downlink_noise_std == 0
+        return federated_round_releases(
+            ids,
+            self.uplink_noise_std,
+            self.sensitivity,  # enforced: parameters clipped to C, replace-one
+            weights,
+            server_noise_std=self.downlink_noise_std,
+            secure_aggregation=secure_aggregation,
+            # no noise at all: charge the broadcast to the cohort, unamplified (ε = ∞ either way;
+            # the accountant cannot wrap a non-private event in K-of-N sampling)
+            per_client_public=no_noise or self.public_mode == "per_client",
+            amplifiable=self.public_mode == "amplified",
+        )
+
 
 
 class NbAfl(PrivateAlgorithm):
@@ -144,36 +264,34 @@ class NbAfl(PrivateAlgorithm):
                 f"`sampling.clients_per_round` ({self.cohort}) exceeds the number of clients ({self.num_clients})."
             )
         self._local: LocalTraining | None = None  # set by configure_local
-        self.uplink_noise_std, self.downlink_noise_std = self._calibrate()
+        self._calibration = nbafl_calibration(options, client_sizes=self.client_sizes, cohort=self.cohort,
+                                              rounds=self.rounds, exposures=self.exposures, delta=self.delta)
 
     # ------------------------------------------------------------------ calibration
+
+    def calibration(self) -> NbAflCalibration:
+        """σ_U, σ_D and the sensitivities fixed before the run (:func:`nbafl_calibration`)."""
+        return self._calibration
+
+    @property
+    def uplink_noise_std(self) -> float:
+        """σ_U of the calibration."""
+        return self._calibration.uplink_noise_std
+
+    @property
+    def downlink_noise_std(self) -> float:
+        """σ_D of the calibration."""
+        return self._calibration.downlink_noise_std
 
     @property
     def k_random(self) -> bool:
         """Whether fewer than all clients are scheduled per round (Lemma 4 applies)."""
-        return self.cohort < self.num_clients
+        return self._calibration.k_random
 
-    def _calibrate(self) -> tuple[float, float]:
-        o = self.options
-        if o.epsilon is None:
-            return 0.0, 0.0
-        m, n, t, ell = self.min_samples, self.num_clients, self.rounds, self.exposures
-        sigma_u = nbafl_uplink_noise_std(o.epsilon, self.delta, o.clip_norm, m, ell)
-        if o.downlink_noise == "none":
-            return sigma_u, 0.0
-        if not self.k_random:
-            return sigma_u, nbafl_downlink_noise_std(o.epsilon, self.delta, o.clip_norm, m, n, t, ell)
-        try:
-            sigma_d = nbafl_downlink_noise_std_k_random(
-                o.epsilon, self.delta, o.clip_norm, m, n, self.cohort, t, ell)
-        except PrivacyPreconditionError as err:
-            raise PrivacyPreconditionError(
-                f"nbafl with K-random scheduling (K = {self.cohort} of N = {n}, T = {t}, "
-                f"epsilon = {o.epsilon:g}): {err} Use fewer rounds, a smaller epsilon or more "
-                "scheduled clients, or set `algorithm.options.downlink_noise: none` to run with the "
-                "uplink noise only (its claimed epsilon is then reported for that noise)."
-            ) from None
-        return sigma_u, sigma_d
+    def plan(self, round_idx: int) -> NbAflPlan:
+        """Every noise number of round ``round_idx`` (the same calibrated levels every round)."""
+        return NbAflPlan(round_idx, self.uplink_noise_std, self.downlink_noise_std, float(self.options.clip_norm),
+                         self._calibration.sensitivity, self.options.weights == "uniform", self._public_mode())
 
     # ------------------------------------------------------------------ the round
 
@@ -194,14 +312,6 @@ class NbAfl(PrivateAlgorithm):
         b = n if local.batch_size is None else min(local.batch_size, n)
         return local.epochs * -(-n // b)
 
-    def sample(self, info_round: int, num_clients: int, seeds: SeedSequence) -> torch.Tensor:
-        return self.sampler.sample(num_clients, seeds.generator(info_round, SERVER, "sample"))
-
-    def _aggregator(self, num_samples: torch.Tensor) -> WeightedMean:
-        if self.options.weights == "uniform":
-            return WeightedMean.uniform(int(num_samples.numel()))
-        return WeightedMean.by_samples(num_samples)
-
     def _public_mode(self) -> str:
         """How the public's view is recorded (:func:`dpfl.privacy.accounting.cohorts.broadcast_mode`):
         amplified by the K-random schedule only for interchangeable clients (uniform weights or
@@ -210,45 +320,33 @@ class NbAfl(PrivateAlgorithm):
         return broadcast_mode(self.sampler.describe(), self.relation, self.privacy_unit, same)
 
     def releases(self, info: RoundInfo, num_samples: torch.Tensor, secure_aggregation: bool) -> list[Release]:
-        weights = self._aggregator(num_samples).weights.tolist() if num_samples.numel() else []
-        no_noise = self.uplink_noise_std == 0 and self.downlink_noise_std == 0
-        mode = self._public_mode()
-        return federated_round_releases(
-            info.clients.tolist(),
-            self.uplink_noise_std,
-            2.0 * self.options.clip_norm,  # enforced: parameters clipped to C, replace-one
-            weights,
-            server_noise_std=self.downlink_noise_std,
-            secure_aggregation=secure_aggregation,
-            # no noise at all: charge the broadcast to the cohort, unamplified (ε = ∞ either way;
-            # the accountant cannot wrap a non-private event in K-of-N sampling)
-            per_client_public=no_noise or mode == "per_client",
-            amplifiable=mode == "amplified",
-        )
+        return self.plan(info.round_idx).releases(info.clients.tolist(), num_samples, secure_aggregation)
 
     splits_rounds = True
 
     def client_step(self, global_params: torch.Tensor, local: LocalResult, info: RoundInfo) -> Uploads:
         """Alg. 1 lines 6–9 on each client: clip the local parameters to C, add N(0, σ_U² I)."""
-        clipped, norms = clip_by_l2_norm(local.params, self.options.clip_norm)
-        if self.uplink_noise_std > 0:
+        plan = self.plan(info.round_idx)
+        clipped, norms = clip_by_l2_norm(local.params, plan.clip_norm)
+        if plan.uplink_noise_std > 0:
             gens = [info.seeds.generator(info.round_idx, int(c), "noise") for c in info.clients.tolist()]
-            clipped = add_gaussian_noise_per_client(clipped, self.uplink_noise_std, gens)
+            clipped = add_gaussian_noise_per_client(clipped, plan.uplink_noise_std, gens)
         k = int(info.clients.numel())
         return Uploads(info.clients, clipped, local.num_samples, local.train_loss,
-                       {"noise_std": torch.full((k,), self.uplink_noise_std, dtype=torch.float64)},
+                       {"noise_std": torch.full((k,), plan.uplink_noise_std, dtype=torch.float64)},
                        diagnostics={"param_norm": norms.detach().to(torch.float64).cpu()})
 
     def declared_plan(self, info: RoundInfo, client: int) -> dict[str, float]:
-        del info, client
-        return {"noise_std": self.uplink_noise_std}
+        del client
+        return {"noise_std": self.plan(info.round_idx).uplink_noise_std}
 
     def aggregate(self, global_params: torch.Tensor, uploads: Uploads, info: RoundInfo) -> RoundOutput:
         """Alg. 1 lines 14–15: Σ p_i w̃_i over the uploads that arrived, plus N(0, σ_D² I)."""
-        aggregate = self._aggregator(uploads.num_samples)(uploads.params)
-        if self.downlink_noise_std > 0:
+        plan = self.plan(info.round_idx)
+        aggregate = plan.aggregator(uploads.num_samples)(uploads.params)
+        if plan.downlink_noise_std > 0:
             gen = info.seeds.generator(info.round_idx, SERVER, "server_noise")
-            aggregate = add_gaussian_noise(aggregate.unsqueeze(0), self.downlink_noise_std, gen)[0]
+            aggregate = add_gaussian_noise(aggregate.unsqueeze(0), plan.downlink_noise_std, gen)[0]
         metrics: dict[str, Any] = {}
         norms = uploads.diagnostics.get("param_norm")  # simulation only: never sent by a client
         if norms is not None and norms.numel():
@@ -256,8 +354,8 @@ class NbAfl(PrivateAlgorithm):
                        "clipped_fraction": float((norms > self.options.clip_norm).float().mean())}
         return RoundOutput(aggregate.to(global_params.device), {
             **metrics,
-            "uplink_noise_std": self.uplink_noise_std,
-            "downlink_noise_std": self.downlink_noise_std,
+            "uplink_noise_std": plan.uplink_noise_std,
+            "downlink_noise_std": plan.downlink_noise_std,
             "local_steps": self._local_steps(uploads.num_samples),
             "min_samples": self.min_samples,
         })
@@ -301,7 +399,7 @@ class NbAfl(PrivateAlgorithm):
     @property
     def paper_sensitivity(self) -> float:
         """Δs_U = 2C/m, the paper's uplink sensitivity (used for the claim only)."""
-        return nbafl_uplink_sensitivity(self.options.clip_norm, self.min_samples)
+        return self._calibration.paper_sensitivity
 
     def claim_notion(self) -> str:
         return (f"003 (Thm 1 / Lemma 4): 'global' (ε, δ={self.delta:g})-DP per record, uplink (L = "

@@ -34,7 +34,6 @@ class PrivateAlgorithm(Algorithm):
     # False when the paper's claim is in another notion than (ε, δ)-DP (002's ε-MI-DP in nats,
     # 001's per-weight LDP ε): the runner then shows both numbers but does not compare them.
     claim_comparable: ClassVar[bool] = True
-    sampler: Any
 
     @abc.abstractmethod
     def releases(self, info: RoundInfo, num_samples: torch.Tensor, secure_aggregation: bool) -> list[Release]:

@@ -67,6 +67,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
@@ -83,11 +84,10 @@ from dpfl.privacy.accounting.cohorts import broadcast_mode, worst_cohort_multipl
 from dpfl.privacy.accounting.ledger import Release, federated_round_releases
 from dpfl.privacy.calibration import udp_noise_std, udp_noise_std_after_change, udp_sensitivity
 from dpfl.privacy.mechanisms import add_gaussian_noise_per_client
-from dpfl.rng import SERVER, SeedSequence
 from dpfl.server.aggregators import WeightedMean
 
-__all__ = ["ALGORITHMS", "Udp", "UdpCrd", "UdpCrdOptions", "UdpLei", "UdpLeiOptions", "UdpOptions",
-           "local_sensitivity"]
+__all__ = ["ALGORITHMS", "Udp", "UdpCalibration", "UdpCrd", "UdpCrdOptions", "UdpLei", "UdpLeiOptions",
+           "UdpOptions", "UdpPlan", "local_sensitivity", "udp_calibration"]
 
 
 # --------------------------------------------------------------------------- options
@@ -183,6 +183,86 @@ def _sample_rate(sampler: Any, num_clients: int) -> float:
 Evaluator = Callable[[torch.Tensor], float]
 
 
+# --------------------------------------------------------------------------- calibration and plan
+
+
+@dataclass(frozen=True)
+class UdpCalibration:
+    """What 000 fixes before the run, from the settings alone (one entry per client).
+
+    Attributes:
+        sample_rate: q = K/U (000 Thm 1).
+        total_rounds: T of Thm 1 (CRD: the initial T).
+        sizes: |D_i|.
+        epsilons, deltas: (ε_i, δ_i).
+        sensitivities: Δℓ_i, 000 eq. 13 for one local step, the safe bound for E > 1
+            (:func:`local_sensitivity`).
+        thm1_noise_stds: σ_i of Thm 1 (eq. 10) for T rounds.
+    """
+
+    sample_rate: float
+    total_rounds: int
+    sizes: tuple[int, ...]
+    epsilons: tuple[float, ...]
+    deltas: tuple[float, ...]
+    sensitivities: tuple[float, ...]
+    thm1_noise_stds: tuple[float, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serializable form (to print or store next to the config)."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+
+
+def udp_calibration(options: UdpOptions, *, sizes: list[int], lr: float, epochs: int, total_rounds: int,
+                    sample_rate: float, delta: float) -> UdpCalibration:
+    """000 Thm 1's numbers for every client: a pure function of the settings.
+
+    References:
+        000_3304bf6f36c753f8.txt, eq. 10 and eq. 13.
+    """
+    n = len(sizes)
+    epsilons = _per_client("epsilon", options.epsilon, n)
+    deltas = _per_client("delta", options.delta if options.delta is not None else float(delta), n)
+    sens = [local_sensitivity(lr, options.clip_norm, size, epochs) for size in sizes]
+    stds = [udp_noise_std(e, d, s, sample_rate, total_rounds) for e, d, s in zip(epsilons, deltas, sens, strict=True)]
+    return UdpCalibration(float(sample_rate), int(total_rounds), tuple(int(x) for x in sizes), tuple(epsilons),
+                          tuple(deltas), tuple(sens), tuple(stds))
+
+
+@dataclass(frozen=True)
+class UdpPlan:
+    """Every noise number of one UDP round: σ_i^t and Δℓ_i of every client.
+
+    ``client_step`` adds ``noise_stds[i]`` to client i's parameters, ``declared_plan`` states
+    it, and :meth:`releases` tells the ledger the same numbers: what is added and what is
+    certified come from this one object.
+    """
+
+    round_idx: int
+    noise_stds: tuple[float, ...]
+    sensitivities: tuple[float, ...]
+    sizes: tuple[int, ...]
+    per_client_public: bool
+
+    def weights(self, ids: list[int]) -> list[float]:
+        """p_k = |D_k| / Σ_{j in ids} |D_j| (000 eq. 2, normalized over the rows)."""
+        n = [self.sizes[c] for c in ids]
+        total = float(sum(n))
+        return [x / total for x in n]
+
+    def releases(self, ids: list[int], secure_aggregation: bool) -> list[Release]:
+        """The releases of a round whose rows are ``ids``: each upload (σ_k against Δℓ_k) and the
+        weighted mean (000 eq. 2)."""
+        return federated_round_releases(
+            ids,
+            [self.noise_stds[c] for c in ids],
+            [self.sensitivities[c] for c in ids],
+            self.weights(ids) if ids else [],
+            secure_aggregation=secure_aggregation,
+            per_client_public=self.per_client_public,
+        )
+
+
 # --------------------------------------------------------------------------- UDP
 
 
@@ -213,15 +293,19 @@ class Udp(PrivateAlgorithm):
                 f"({cfg.rounds}); the run would end before spending its budget. Raise `rounds`."
             )
         self.sizes = [int(n) for n in ctx.client_sizes.tolist()]
-        self.epsilons = _per_client("epsilon", options.epsilon, self.num_clients)
-        delta = options.delta if options.delta is not None else float(ctx.privacy.delta)
-        self.deltas = _per_client("delta", delta, self.num_clients)
-        self.sample_rate = _sample_rate(sampler, self.num_clients)
-        self.sensitivities = [
-            local_sensitivity(self.lr, options.clip_norm, n, self.epochs) for n in self.sizes
-        ]
+        self._calibration = udp_calibration(
+            options, sizes=self.sizes, lr=self.lr, epochs=self.epochs, total_rounds=self.total_rounds,
+            sample_rate=_sample_rate(sampler, self.num_clients), delta=float(ctx.privacy.delta))
+        self.epsilons = list(self._calibration.epsilons)
+        self.deltas = list(self._calibration.deltas)
+        self.sample_rate = self._calibration.sample_rate
+        self.sensitivities = list(self._calibration.sensitivities)
         self.history: list[list[float]] = []  # σ_i^τ of every round run, all clients
         self.problem: LocalProblem | None = None
+
+    def calibration(self) -> UdpCalibration:
+        """The numbers Thm 1 fixed before the run (:func:`udp_calibration` of the settings)."""
+        return self._calibration
 
     # ------------------------------------------------------------------ engine configuration
 
@@ -244,10 +328,7 @@ class Udp(PrivateAlgorithm):
 
     def _thm1_stds(self) -> list[float]:
         """σ_i of Thm 1 (eq. 10) for the T fixed before the run, every client."""
-        return [
-            udp_noise_std(e, d, s, self.sample_rate, self.total_rounds)
-            for e, d, s in zip(self.epsilons, self.deltas, self.sensitivities, strict=True)
-        ]
+        return list(self._calibration.thm1_noise_stds)
 
     def _noise_stds(self, round_idx: int) -> list[float]:
         """σ_i for round ``round_idx`` (all clients); Thm 1 with the fixed T."""
@@ -264,37 +345,28 @@ class Udp(PrivateAlgorithm):
         self.history.append(list(stds))
         return self.history[round_idx]
 
-    # ------------------------------------------------------------------ a round
+    def plan(self, round_idx: int) -> UdpPlan:
+        """Every noise number of round ``round_idx``: the schedule's σ_i^t (Thm 1; CRD's eq. 25
+        after T changed; Lei's linear decay), committed to the history the first time the round
+        is asked for (the history row is the round's one computation of σ_i^t; the plan is a
+        frozen view of it), so the clients, the declarations and the ledger all get the same
+        numbers."""
+        stds = self._commit(round_idx)
+        # a record-level unit: sampling clients never amplifies the public's view (cohorts.py)
+        mode = broadcast_mode(self.sampler.describe(), self.relation, self.privacy_unit, False)
+        return UdpPlan(round_idx, tuple(stds), self._calibration.sensitivities, self._calibration.sizes,
+                       per_client_public=mode == "per_client")
 
-    def sample(self, info_round: int, num_clients: int, seeds: SeedSequence) -> torch.Tensor:
-        return self.sampler.sample(num_clients, seeds.generator(info_round, SERVER, "sample"))
+    # ------------------------------------------------------------------ a round
 
     def should_stop(self, round_idx: int) -> str | None:
         if round_idx >= self.total_rounds:
             return f"{self.name}: T = {self.total_rounds} rounds done"
         return None
 
-    def _weights(self, clients: list[int]) -> list[float]:
-        n = [self.sizes[c] for c in clients]
-        total = float(sum(n))
-        return [x / total for x in n]
-
     def releases(self, info: RoundInfo, num_samples: torch.Tensor, secure_aggregation: bool) -> list[Release]:
-        return self._releases_at(self._commit(info.round_idx), [int(c) for c in info.clients.tolist()],
-                                 secure_aggregation)
-
-    def _releases_at(self, stds: list[float], ids: list[int], secure_aggregation: bool) -> list[Release]:
-        """The releases of a round whose rows are ``ids``, every client's noise std ``stds``."""
-        # a record-level unit: sampling clients never amplifies the public's view (cohorts.py)
-        mode = broadcast_mode(self.sampler.describe(), self.relation, self.privacy_unit, False)
-        return federated_round_releases(
-            ids,
-            [stds[c] for c in ids],
-            [self.sensitivities[c] for c in ids],
-            self._weights(ids) if ids else [],
-            secure_aggregation=secure_aggregation,
-            per_client_public=mode == "per_client",
-        )
+        del num_samples  # the weights come from the public sizes the plan holds
+        return self.plan(info.round_idx).releases([int(c) for c in info.clients.tolist()], secure_aggregation)
 
     # ------------------------------------------------------------------ the round, split at the wire
 
@@ -304,19 +376,19 @@ class Udp(PrivateAlgorithm):
         """000 Alg. 1 line 10 on each client: w̃_i = w_i + N(0, σ_i² I) from the client's own stream
         (round, i, "noise"); declares σ_i.
 
-        σ_i of round t is the server's schedule (:meth:`_commit`): fixed by Thm 1 for ``udp`` and
+        σ_i of round t is the server's schedule (:meth:`plan`): fixed by Thm 1 for ``udp`` and
         ``udp-lei``, and for ``udp-crd`` recomputed by eq. 25 after T changed — server state that
         a real client receives with :meth:`client_state` (the committed stds and CRD's T).
         """
-        stds_all = self._commit(info.round_idx)
+        plan = self.plan(info.round_idx)
         ids = [int(c) for c in info.clients.tolist()]
-        stds = torch.tensor([stds_all[c] for c in ids], dtype=torch.float64)
+        stds = torch.tensor([plan.noise_stds[c] for c in ids], dtype=torch.float64)
         gens = [info.seeds.generator(info.round_idx, c, "noise") for c in ids]
         noisy = add_gaussian_noise_per_client(local.params, stds.to(local.params.dtype), gens)
         return Uploads(info.clients, noisy, local.num_samples, local.train_loss, {"noise_std": stds})
 
     def declared_plan(self, info: RoundInfo, client: int) -> dict[str, float]:
-        return {"noise_std": float(self._commit(info.round_idx)[int(client)])}
+        return {"noise_std": float(self.plan(info.round_idx).noise_stds[int(client)])}
 
     def aggregate(self, global_params: torch.Tensor, uploads: Uploads, info: RoundInfo) -> RoundOutput:
         """000 eq. 2 over the uploads that arrived: w = Σ_k p_k w̃_k, p_k = |D_k| / Σ_j |D_j| (the
@@ -472,9 +544,10 @@ class UdpCrd(Udp):
         stds = self._thm1_stds()
         ids = list(range(num_clients))
         desc = self.sampler.describe()
-        releases = [Release.gaussian("server", stds[c], self.sensitivities[c], [c]) for c in ids]
+        releases: list[Release] = [Release.gaussian("server", stds[c], self.sensitivities[c], [c]) for c in ids]
         if broadcast_mode(desc, self.relation, self.privacy_unit, False) == "shared":
-            releases += [r for r in self._releases_at(stds, ids, False) if r.observer == "public"]
+            full = UdpPlan(-1, tuple(stds), self._calibration.sensitivities, self._calibration.sizes, False)
+            releases += [r for r in full.releases(ids, False) if r.observer == "public"]
         else:
             smallest = int(desc["num_sampled"]) if desc["kind"] == "fixed_size" else 1
             z = worst_cohort_multipliers(cohort_size=smallest, noise_stds=stds, sensitivities=self.sensitivities,
@@ -521,7 +594,7 @@ class UdpLei(Udp):
     def __init__(self, options: UdpLeiOptions, sampler: Any, ctx: Any) -> None:
         super().__init__(options, sampler, ctx)
         self.noise_decay = options.noise_decay if options.noise_decay is not None else 1.0 / (2 * self.total_rounds)
-        self.initial_stds = Udp._noise_stds(self, 0)
+        self.initial_stds = self._thm1_stds()  # σ_i^0 = the udp std
 
     def _scheduled(self, round_idx: int) -> list[float]:
         factor = 1.0 - self.noise_decay * round_idx

@@ -70,7 +70,7 @@ from dpfl.algorithms.base import RoundOutput
 from dpfl.algorithms.dp_fedavg import DpFedAvg
 from dpfl.algorithms.nbafl import NbAfl
 from dpfl.algorithms.private import PrivateAlgorithm
-from dpfl.algorithms.udp import Udp
+from dpfl.algorithms.udp import Udp, UdpPlan
 from dpfl.audit.estimate import EpsilonEstimate, estimate_epsilon
 from dpfl.client.context import LocalResult, RoundInfo
 from dpfl.errors import ConfigError
@@ -131,18 +131,22 @@ def _udp_template(algo: Udp) -> int:
 @contextlib.contextmanager
 def _udp_guard(algo: Udp, real_k: int, num_canaries: int) -> Iterator[None]:
     del real_k
-    original = algo._commit
+    original = algo.plan
     tpl = _udp_template(algo)
 
-    def commit(round_idx: int) -> list[float]:
-        stds = original(round_idx)
-        return [*stds, *([stds[tpl]] * num_canaries)]
+    def plan(round_idx: int) -> UdpPlan:
+        # the round's plan, with every canary noised, weighed and bounded as the template client
+        p = original(round_idx)
+        return dataclasses.replace(
+            p, noise_stds=(*p.noise_stds, *([p.noise_stds[tpl]] * num_canaries)),
+            sensitivities=(*p.sensitivities, *([p.sensitivities[tpl]] * num_canaries)),
+            sizes=(*p.sizes, *([p.sizes[tpl]] * num_canaries)))
 
-    algo._commit = commit  # type: ignore[method-assign]
+    algo.plan = plan  # type: ignore[method-assign]
     try:
         yield
     finally:
-        del algo._commit
+        del algo.plan  # back to the class method
 
 
 def _median_size(sizes: torch.Tensor) -> int:

@@ -44,8 +44,7 @@ def server_charges(planned: list[Release], clients: list[int]) -> list[Release]:
     for rel in planned:
         ids = sorted(want if rel.client_ids is None else want.intersection(rel.client_ids))
         if ids:
-            out.append(Release(rel.observer, rel.kind, rel.noise_std, rel.sensitivity, tuple(ids), rel.epsilon,
-                               rel.num_coordinates))
+            out.append(rel.for_clients(ids))
     return out
 
 

@@ -47,12 +47,14 @@ References:
 
 from __future__ import annotations
 
+import abc
+import dataclasses
 import math
 import warnings
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import dp_accounting as dpa
 import numpy as np
@@ -68,11 +70,11 @@ from dpfl.privacy.accounting.certify import (
     rdp_vector,
 )
 from dpfl.privacy.accounting.events import (
-    MechanismKind,
     SamplerLike,
     aggregate_noise_std,
     compose,
     gaussian_event,
+    noise_multiplier,
     pure_epsilon,
     sampled_event,
     two_point_event,
@@ -85,15 +87,18 @@ from dpfl.privacy.accounting.events import (
 __all__ = [
     "OBSERVERS",
     "ClaimExceededWarning",
+    "ExactRelease",
+    "GaussianRelease",
     "Observer",
     "PrivacyLedger",
     "Release",
+    "TwoPointRelease",
     "federated_round_releases",
 ]
 
 Observer = Literal["server", "public"]
 OBSERVERS: tuple[Observer, ...] = ("server", "public")
-_KINDS = ("gaussian", "two_point")
+_KINDS = ("gaussian", "two_point", "exact")
 
 
 class ClaimExceededWarning(UserWarning):
@@ -103,107 +108,229 @@ class ClaimExceededWarning(UserWarning):
 # --------------------------------------------------------------------------- releases
 
 
-@dataclass(frozen=True)
-class Release:
-    """One release in one round, as one observer sees it.
+def _checked_observer(observer: str) -> None:
+    if observer not in OBSERVERS:
+        raise ConfigError(f"`observer` must be one of {list(OBSERVERS)}. Found {observer!r}.")
+
+
+def _checked_ids(client_ids: Iterable[int] | None) -> tuple[int, ...] | None:
+    """Sorted distinct ids (``None`` stays ``None``: a broadcast about the whole cohort)."""
+    if client_ids is None:
+        return None
+    ids = tuple(sorted({int(c) for c in client_ids}))
+    if any(c < 0 for c in ids):
+        raise ConfigError(f"client ids must be >= 0. Found {ids[:5]}.")
+    return ids
+
+
+class Release(abc.ABC):
+    """One release in one round, as one observer sees it: the base of the release types.
+
+    The kinds are types — :class:`GaussianRelease` (noise std and enforced sensitivity),
+    :class:`TwoPointRelease` (001's per-coordinate ε-LDP reports) and :class:`ExactRelease` (data
+    published without noise, ε = ∞) — each a frozen dataclass with:
 
     Attributes:
         observer: "server" or "public".
-        kind: "gaussian" or "two_point".
-        noise_std: Gaussian noise std actually in the released vector.
-        sensitivity: L2 sensitivity to one privacy unit actually enforced (under the ledger's
-            relation) — e.g. 2C for parameters clipped to C under replace-one.
         client_ids: the clients this release is about (each client listed gets this receipt);
             ``None`` = a broadcast about the whole cohort (amplified if the sample is secret).
-        epsilon: two-point: the per-coordinate ε.
-        num_coordinates: two-point: coordinates per report (d).
         amplifiable: a broadcast (``client_ids=None``) about a secret sample of interchangeable
             clients at a client-level unit, whose numbers are every cohort's (:mod:`.cohorts`):
             the ledger amplifies a broadcast by the sample only when this is true, and refuses
             any other broadcast under client sampling (record it per participant instead).
+        kind: the tag of the stored JSON form only (``to_dict``/``from_dict``); code asks
+            ``isinstance``.
+
+    Construct them with :meth:`gaussian`, :meth:`two_point` and :meth:`exact` (or the types
+    directly), and restore stored ones with :meth:`from_dict`, which also reads the dicts of
+    the former single ``Release`` class (checkpoints and stored ledgers).
     """
 
+    kind: ClassVar[str]
     observer: Observer
-    kind: MechanismKind = "gaussian"
+    client_ids: tuple[int, ...] | None
+    amplifiable: bool
+
+    @abc.abstractmethod
+    def event(self) -> dpe.DpEvent:
+        """The unsampled event of this release for one privacy unit."""
+
+    @abc.abstractmethod
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serializable form (with its ``kind`` tag)."""
+
+    def for_clients(self, client_ids: Iterable[int]) -> Release:
+        """The same release (same numbers, same observer) about ``client_ids`` only: e.g. what the
+        server saw of uploads it received but did not aggregate (rejected, late). A release that
+        names its clients is charged to each of them and never amplified (``amplifiable`` False)."""
+        return dataclasses.replace(self, client_ids=tuple(int(c) for c in client_ids),  # type: ignore[type-var]
+                                   amplifiable=False)
+
+    # ------------------------------------------------------------------ constructors
+
+    @staticmethod
+    def gaussian(
+        observer: Observer, noise_std: float, sensitivity: float, client_ids: Iterable[int] | None = None,
+        *, amplifiable: bool = False,
+    ) -> GaussianRelease:
+        """A Gaussian release (noise std and enforced sensitivity)."""
+        ids = None if client_ids is None else tuple(int(c) for c in client_ids)
+        return GaussianRelease(observer, float(noise_std), float(sensitivity), ids, amplifiable)
+
+    @staticmethod
+    def exact(observer: Observer, client_ids: Iterable[int]) -> ExactRelease:
+        """A function of the clients' data released without noise (certified ε = ∞ for them)."""
+        return ExactRelease(observer, tuple(int(c) for c in client_ids))
+
+    @staticmethod
+    def two_point(
+        observer: Observer, epsilon: float, num_coordinates: int, client_ids: Iterable[int] | None = None
+    ) -> TwoPointRelease:
+        """A release of two-point reports (001 eq. 2): ε per coordinate, d coordinates."""
+        ids = None if client_ids is None else tuple(int(c) for c in client_ids)
+        return TwoPointRelease(observer, float(epsilon), int(num_coordinates), ids)
+
+    @staticmethod
+    def from_dict(data: Mapping[str, Any]) -> Release:
+        """Inverse of :meth:`to_dict`, for every release type.
+
+        Also reads the dicts the former single ``Release`` class wrote (every field present,
+        ``kind`` "gaussian" or "two_point"; an exact release was a Gaussian with zero noise and
+        sensitivity 1 and loads as that Gaussian — the same non-private event).
+        """
+        kind = data.get("kind", "gaussian")
+        ids = data.get("client_ids")
+        client_ids = None if ids is None else tuple(int(c) for c in ids)
+        amplifiable = bool(data.get("amplifiable", False))
+        if kind == "gaussian":
+            return GaussianRelease(data["observer"], float(data.get("noise_std", 0.0)),
+                                   float(data.get("sensitivity", 0.0)), client_ids, amplifiable)
+        if kind == "two_point":
+            if data.get("epsilon") is None:
+                raise ConfigError("a two-point release needs its per-coordinate `epsilon`.")
+            return TwoPointRelease(data["observer"], float(data["epsilon"]), int(data.get("num_coordinates", 1)),
+                                   client_ids, amplifiable)
+        if kind == "exact":
+            if client_ids is None:
+                raise ConfigError("an exact release names its clients; found `client_ids: null`.")
+            return ExactRelease(data["observer"], client_ids)
+        raise ConfigError(f"`kind` must be one of {list(_KINDS)}. Found {kind!r}.")
+
+
+@dataclass(frozen=True)
+class GaussianRelease(Release):
+    """A vector released with Gaussian noise.
+
+    Attributes:
+        noise_std: Gaussian noise std actually in the released vector.
+        sensitivity: L2 sensitivity to one privacy unit actually enforced (under the ledger's
+            relation) — e.g. 2C for parameters clipped to C under replace-one. Zero noise against
+            a positive sensitivity is the non-private event (ε = ∞, e.g. midp-server's uploads).
+    """
+
+    kind: ClassVar[str] = "gaussian"
+    observer: Observer
     noise_std: float = 0.0
     sensitivity: float = 0.0
     client_ids: tuple[int, ...] | None = None
-    epsilon: float | None = None
-    num_coordinates: int = 1
     amplifiable: bool = False
 
     def __post_init__(self) -> None:
-        if self.observer not in OBSERVERS:
-            raise ConfigError(f"`observer` must be one of {list(OBSERVERS)}. Found {self.observer!r}.")
-        if self.kind not in _KINDS:
-            raise ConfigError(f"`kind` must be one of {list(_KINDS)}. Found {self.kind!r}.")
-        if self.client_ids is not None:
-            ids = tuple(sorted({int(c) for c in self.client_ids}))
-            if any(c < 0 for c in ids):
-                raise ConfigError(f"client ids must be >= 0. Found {ids[:5]}.")
-            object.__setattr__(self, "client_ids", ids)
-        if self.kind == "two_point":
-            if self.epsilon is None:
-                raise ConfigError("a two-point release needs its per-coordinate `epsilon`.")
+        _checked_observer(self.observer)
+        object.__setattr__(self, "client_ids", _checked_ids(self.client_ids))
         self.event()  # validates the numbers
 
-    @classmethod
-    def gaussian(
-        cls, observer: Observer, noise_std: float, sensitivity: float, client_ids: Iterable[int] | None = None,
-        *, amplifiable: bool = False,
-    ) -> Release:
-        """A Gaussian release (noise std and enforced sensitivity)."""
-        ids = None if client_ids is None else tuple(int(c) for c in client_ids)
-        return cls(observer, "gaussian", float(noise_std), float(sensitivity), ids, amplifiable=amplifiable)
-
-    @classmethod
-    def exact(cls, observer: Observer, client_ids: Iterable[int]) -> Release:
-        """A function of the clients' data released without noise (certified ε = ∞ for them):
-        zero noise against a positive sensitivity, the ledger's non-private event."""
-        return cls.gaussian(observer, 0.0, 1.0, client_ids)
-
-    @classmethod
-    def two_point(
-        cls, observer: Observer, epsilon: float, num_coordinates: int, client_ids: Iterable[int] | None = None
-    ) -> Release:
-        """A release of two-point reports (001 eq. 2): ε per coordinate, d coordinates."""
-        ids = None if client_ids is None else tuple(int(c) for c in client_ids)
-        return cls(observer, "two_point", 0.0, 0.0, ids, float(epsilon), int(num_coordinates))
+    @property
+    def noise_multiplier(self) -> float:
+        """noise std / sensitivity (inf when nothing about the unit is released)."""
+        return noise_multiplier(self.noise_std, self.sensitivity)
 
     def event(self) -> dpe.DpEvent:
-        """The unsampled event of this release for one privacy unit."""
-        if self.kind == "gaussian":
-            return gaussian_event(self.noise_std, self.sensitivity)
-        assert self.epsilon is not None
-        return two_point_event(self.epsilon, self.num_coordinates)
+        return gaussian_event(self.noise_std, self.sensitivity)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-serializable form."""
+        # the former single class's layout, every field present: older readers load it too
         return {
             "observer": self.observer,
             "kind": self.kind,
             "noise_std": self.noise_std,
             "sensitivity": self.sensitivity,
             "client_ids": None if self.client_ids is None else list(self.client_ids),
+            "epsilon": None,
+            "num_coordinates": 1,
+            "amplifiable": self.amplifiable,
+        }
+
+
+@dataclass(frozen=True)
+class TwoPointRelease(Release):
+    """Two-point reports (001 eq. 2): each of ``num_coordinates`` coordinates ``epsilon``-LDP.
+
+    Attributes:
+        epsilon: the per-coordinate ε.
+        num_coordinates: coordinates per report (d).
+    """
+
+    kind: ClassVar[str] = "two_point"
+    observer: Observer
+    epsilon: float
+    num_coordinates: int = 1
+    client_ids: tuple[int, ...] | None = None
+    amplifiable: bool = False
+
+    def __post_init__(self) -> None:
+        _checked_observer(self.observer)
+        object.__setattr__(self, "client_ids", _checked_ids(self.client_ids))
+        self.event()  # validates the numbers
+
+    def event(self) -> dpe.DpEvent:
+        return two_point_event(self.epsilon, self.num_coordinates)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "observer": self.observer,
+            "kind": self.kind,
+            "noise_std": 0.0,
+            "sensitivity": 0.0,
+            "client_ids": None if self.client_ids is None else list(self.client_ids),
             "epsilon": self.epsilon,
             "num_coordinates": self.num_coordinates,
             "amplifiable": self.amplifiable,
         }
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Release:
-        """Inverse of :meth:`to_dict`."""
-        ids = data.get("client_ids")
-        return cls(
-            observer=data["observer"],
-            kind=data.get("kind", "gaussian"),
-            noise_std=float(data.get("noise_std", 0.0)),
-            sensitivity=float(data.get("sensitivity", 0.0)),
-            client_ids=None if ids is None else tuple(int(c) for c in ids),
-            epsilon=None if data.get("epsilon") is None else float(data["epsilon"]),
-            num_coordinates=int(data.get("num_coordinates", 1)),
-            amplifiable=bool(data.get("amplifiable", False)),
-        )
+
+@dataclass(frozen=True)
+class ExactRelease(Release):
+    """A function of the named clients' data published without noise: certified ε = ∞ for them
+    against this observer (LDP-FL's ``client-minmax`` ranges, PMIDP-FL's adaptive thresholds).
+
+    Its event is dp-accounting's ``NonPrivateDpEvent``, the same event as a Gaussian release of
+    zero noise against a positive sensitivity (how the former single class recorded it).
+    """
+
+    kind: ClassVar[str] = "exact"
+    observer: Observer
+    client_ids: tuple[int, ...]
+    amplifiable: bool = False
+
+    def __post_init__(self) -> None:
+        _checked_observer(self.observer)
+        if self.client_ids is None:
+            raise ConfigError("an exact release names the clients whose data it publishes; found None.")
+        if self.amplifiable:
+            raise ConfigError("an exact release cannot be amplified by sampling (it names its clients).")
+        object.__setattr__(self, "client_ids", _checked_ids(self.client_ids))
+
+    def event(self) -> dpe.DpEvent:
+        return dpa.NonPrivateDpEvent()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "observer": self.observer,
+            "kind": self.kind,
+            "client_ids": list(self.client_ids or ()),
+            "amplifiable": False,
+        }
 
 
 def federated_round_releases(
@@ -766,8 +893,8 @@ class PrivacyLedger:
             trial.pld_every = 0
             trial.record_round(-1, next_round_releases, sampling=self.sampling, participants=parts)
             return trial.certify(None, None, "best").epsilon > target_epsilon
-        trial = self._trial_states(next_round_releases, parts)
-        worst = max(self._worst_rdp(obs, trial[obs])[0] for obs in OBSERVERS)
+        states = self._trial_states(next_round_releases, parts)
+        worst = max(self._worst_rdp(obs, states[obs])[0] for obs in OBSERVERS)
         return worst > target_epsilon
 
     # ------------------------------------------------------------------ Rényi filter

@@ -27,6 +27,7 @@ from dpfl.algorithms.base import Algorithm, Uploads
 from dpfl.algorithms.private import PrivateAlgorithm
 from dpfl.client.context import RoundInfo
 from dpfl.errors import ConfigError
+from dpfl.privacy.accounting.ledger import GaussianRelease, TwoPointRelease
 from dpfl.runtime.flower.codec import decode_upload, encode_train
 from dpfl.runtime.sealed import sealed_length
 from dpfl.runtime.validate import RejectedUpload, check_upload, upload_norm_limit
@@ -69,15 +70,17 @@ def _norm_limits(algo: Algorithm, info: RoundInfo, client_sizes: torch.Tensor, n
         warnings.simplefilter("ignore")
         releases = algo.releases(info, client_sizes[info.clients], False)
     limits: dict[int, float] = {}
+    unbounded: set[int] = set()
     for rel in releases:
         if rel.observer != "server" or rel.client_ids is None:
             continue
         for c in rel.client_ids:
-            if rel.kind != "gaussian":
-                limits[c] = math.inf
-            else:
+            if isinstance(rel, GaussianRelease):
                 limits[c] = min(limits.get(c, math.inf), upload_norm_limit(rel.sensitivity, rel.noise_std, num_params))
-    return {c: v for c, v in limits.items() if math.isfinite(v)}
+            elif isinstance(rel, TwoPointRelease):
+                unbounded.add(c)  # a randomized report's norm is not the clipped upload's: no limit
+            # an ExactRelease (e.g. PMIDP-FL's declared threshold) says nothing about the upload's norm
+    return {c: v for c, v in limits.items() if math.isfinite(v) and c not in unbounded}
 
 
 @dataclass
