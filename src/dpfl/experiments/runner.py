@@ -27,7 +27,7 @@ from dpfl.algorithms.base import Algorithm, RoundOutput, Uploads
 from dpfl.algorithms.private import PrivateAlgorithm
 from dpfl.algorithms.registry import BuildContext, build_algorithm, build_sampler
 from dpfl.client.context import LocalResult, RoundInfo
-from dpfl.client.local import LocalTraining
+from dpfl.client.local import LocalTraining, check_local_optimizer
 from dpfl.errors import ConfigError, PrivacyPreconditionError
 from dpfl.config import RunConfig, run_id
 from dpfl.store import RunStore
@@ -184,12 +184,7 @@ def build_experiment(config: RunConfig) -> Experiment:
         generator=seeds.generator(0, SERVER, "init"),
         **config.model.options,
     ).to(device)
-    local = LocalTraining(
-        lr=config.local.lr,
-        epochs=config.local.epochs,
-        batch_size=config.local.batch_size,
-        steps=config.local.steps,
-    )
+    local = LocalTraining.from_config(config.local)
     problem = LocalProblem(
         model,
         local,
@@ -204,6 +199,7 @@ def build_experiment(config: RunConfig) -> Experiment:
     configure = getattr(algorithm, "configure_local", None)
     if configure is not None:  # e.g. UDP's per-sample clipping, NbAFL's proximal term, BLUR
         problem = configure(problem)
+    check_local_optimizer(algorithm, problem.local)
     set_validation = getattr(algorithm, "set_validation", None)
     if set_validation is not None:  # server-held test data, e.g. CRD's stopping rule (000 Alg. 2)
         set_validation(dataset.x_test.to(device), dataset.y_test.to(device))
