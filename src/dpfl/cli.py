@@ -1,4 +1,5 @@
-"""The ``dpfl`` command line: run | runs | plot | report | data | account | reproduce | bound | audit | federate.
+"""The ``dpfl`` command line: run | runs | plot | report | export | data | account | reproduce | bound | audit |
+federate.
 
 Errors a user causes (:class:`dpfl.errors.DpflError`, a usage error, a file that cannot be read
 or written) print one line on stderr and exit with status 2.
@@ -19,6 +20,7 @@ _COMMANDS = (
     "dpfl.commands.reproduce",
     "dpfl.commands.bound",
     "dpfl.commands.report",
+    "dpfl.commands.export",
     "dpfl.commands.audit",
     "dpfl.commands.federate",
 )
