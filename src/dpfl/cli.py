@@ -3,12 +3,15 @@ federate.
 
 Errors a user causes (:class:`dpfl.errors.DpflError`, a usage error, a file that cannot be read
 or written) print one line on stderr and exit with status 2.
+
+Registering a command imports nothing heavy (no torch, numpy, rich or dp-accounting): a command
+imports what it needs inside the function that runs it, so ``dpfl --help`` stays fast
+(tests/unit/commands/test_cli_light.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import sys
 from typing import NoReturn
@@ -48,11 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from dpfl.errors import DpflError
 
-    # dp-accounting logs through absl; keep its per-order convergence chatter off the terminal
-    with contextlib.suppress(ImportError):
-        import absl.logging
-
-        absl.logging.set_verbosity(absl.logging.ERROR)
+    # dp-accounting's absl warnings are set to ERROR when absl is imported (see dpfl/__init__.py)
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) > 1 and argv[0] == "account" and not argv[1].startswith("-"):
