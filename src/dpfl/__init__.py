@@ -42,10 +42,12 @@ def _quiet_absl(absl_logging: ModuleType) -> None:
 
 
 class _QuietOnLoad:
-    """Loader wrapper: runs absl.logging's own loader, then :func:`_quiet_absl`."""
+    """Loader wrapper: runs absl.logging's own loader, then :func:`_quiet_absl`, then removes
+    the finder (its work is done)."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Any, finder: _AbslLoggingFinder) -> None:
         self.inner = inner
+        self.finder = finder
 
     def create_module(self, spec: Any) -> ModuleType | None:
         return self.inner.create_module(spec)  # type: ignore[no-any-return]
@@ -56,23 +58,25 @@ class _QuietOnLoad:
             module.__spec__.loader = self.inner
         self.inner.exec_module(module)
         _quiet_absl(module)
+        if self.finder in sys.meta_path:
+            sys.meta_path.remove(self.finder)
 
 
 class _AbslLoggingFinder:
-    """A one-shot meta path finder that wraps the loader of ``absl.logging`` (no import cost:
-    nothing happens unless and until absl is imported)."""
+    """A meta path finder that wraps the loader of ``absl.logging`` until that module is loaded
+    (no import cost: nothing happens unless and until absl is imported)."""
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
         if fullname != "absl.logging":
             return None
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)
-        for finder in sys.meta_path:
+        for finder in list(sys.meta_path):
             find = getattr(finder, "find_spec", None)
-            spec = find(fullname, path, target) if find is not None else None
+            if finder is self or find is None:
+                continue
+            spec = find(fullname, path, target)
             if spec is not None:
                 if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _QuietOnLoad(spec.loader)
+                    spec.loader = _QuietOnLoad(spec.loader, self)
                 return spec
         return None
 

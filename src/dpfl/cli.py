@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) > 1 and argv[0] == "account" and not argv[1].startswith("-"):
         # `dpfl account CONFIG` is `dpfl account config CONFIG` (a dry run of that config)
-        account = parser._subparsers._group_actions[0].choices["account"]  # type: ignore[union-attr]
+        account = parser._subparsers._group_actions[0].choices["account"]  # type: ignore[union-attr,index]
         names = account._subparsers._group_actions[0].choices  # type: ignore[union-attr]
         if argv[1] not in names:
             argv.insert(1, "config")

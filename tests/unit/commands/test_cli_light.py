@@ -85,3 +85,9 @@ def test_user_choices_are_kept() -> None:
     res = _python(code)
     assert res.stderr.count("failed to converge") == 3
     assert res.stdout.split() == [str(30), str(20)]
+
+
+def test_a_find_spec_probe_does_not_disarm_the_quieting() -> None:
+    res = _python("import importlib.util, dpfl\nimportlib.util.find_spec('absl.logging')\n" + _FLOOD +
+                  "import sys, dpfl as d\nprint(sum(isinstance(f, d._AbslLoggingFinder) for f in sys.meta_path))\n")
+    assert res.stderr == "" and res.stdout.strip() == "0"  # quiet, and the finder is gone once used
