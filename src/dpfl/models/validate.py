@@ -37,6 +37,11 @@ _BATCH_NORM_WHY = (
 )
 
 
+def _groups(channels: int) -> int:
+    """The largest number of groups <= 32 (Wu & He's default) that divides ``channels``."""
+    return max(g for g in range(1, min(32, channels) + 1) if channels % g == 0)
+
+
 def model_problems(module: nn.Module) -> list[str]:
     """One line per offending layer of ``module`` (empty if dpfl can train it)."""
     problems: list[str] = []
@@ -44,10 +49,11 @@ def model_problems(module: nn.Module) -> list[str]:
         where = f"`{name}`" if name else "the model itself"
         kind = type(layer).__name__
         if isinstance(layer, nn.modules.batchnorm._NormBase) and not isinstance(layer, nn.modules.instancenorm._InstanceNorm):
+            channels = int(getattr(layer, "num_features", 0) or 0)
+            fix = f"nn.GroupNorm({_groups(channels)}, {channels})" if channels else "nn.GroupNorm(num_groups, channels)"
             problems.append(
                 f"{where} ({kind}): BatchNorm is not supported: {_BATCH_NORM_WHY}. Fix: replace it by "
-                f"nn.GroupNorm(num_groups, {getattr(layer, 'num_features', 'channels')}) (or nn.LayerNorm), "
-                "which normalizes each sample on its own."
+                f"{fix} (or nn.LayerNorm), which normalizes each sample on its own."
             )
             continue
         if isinstance(layer, nn.modules.instancenorm._InstanceNorm) and layer.track_running_stats:

@@ -139,7 +139,7 @@ def test_batchnorm_model_is_refused_naming_every_layer_and_the_fix() -> None:
     assert "3 layers" in msg
     for where in ("`bn` (BatchNorm2d)", "`block.1` (BatchNorm2d)", "`head_norm` (BatchNorm1d)"):
         assert where in msg
-    assert "nn.GroupNorm(num_groups, 4)" in msg and "record-level DP" in msg
+    assert "nn.GroupNorm(4, 4)" in msg and "record-level DP" in msg
     assert "\n" not in msg  # one line on the command line
 
 
@@ -170,3 +170,12 @@ def test_every_registry_model_passes_the_validator() -> None:
         with torch.device("meta"):
             model = MODELS[name](shape, classes)
         check_model(model)
+
+
+def test_suggested_groupnorm_divides_the_channels() -> None:
+    from dpfl.models.validate import model_problems
+
+    (line,) = model_problems(nn.Sequential(nn.BatchNorm2d(48)))
+    assert "nn.GroupNorm(24, 48)" in line  # 32 does not divide 48; 24 is the largest that does, <= 32
+    (line,) = model_problems(nn.Sequential(nn.BatchNorm2d(64)))
+    assert "nn.GroupNorm(32, 64)" in line
