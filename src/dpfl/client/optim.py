@@ -180,7 +180,9 @@ class OptimizerState:
             grads: ∂loss/∂param for every parameter.
             active: [K] booleans, the clients taking this step (leading dimension of every
                 parameter); None = every row (or an unstacked single client). Inactive rows keep
-                their parameters and state.
+                their parameters and state. Adam's bias correction counts calls to ``step``, so a
+                row must be active on a prefix of the calls — as in the engines, where a client's
+                steps come first and padding after.
         """
         self.step_count += 1
         opt = self.optimizer
