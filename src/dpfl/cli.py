@@ -1,13 +1,17 @@
-"""The ``dpfl`` command line: run | runs | plot | report | data | account | reproduce | bound | audit | federate.
+"""The ``dpfl`` command line: run | runs | plot | report | export | data | account | reproduce | bound | audit |
+federate.
 
 Errors a user causes (:class:`dpfl.errors.DpflError`, a usage error, a file that cannot be read
 or written) print one line on stderr and exit with status 2.
+
+Registering a command imports nothing heavy (no torch, numpy, rich or dp-accounting): a command
+imports what it needs inside the function that runs it, so ``dpfl --help`` stays fast
+(tests/unit/commands/test_cli_light.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import sys
 from typing import NoReturn
@@ -19,6 +23,7 @@ _COMMANDS = (
     "dpfl.commands.reproduce",
     "dpfl.commands.bound",
     "dpfl.commands.report",
+    "dpfl.commands.export",
     "dpfl.commands.audit",
     "dpfl.commands.federate",
 )
@@ -46,16 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from dpfl.errors import DpflError
 
-    # dp-accounting logs through absl; keep its per-order convergence chatter off the terminal
-    with contextlib.suppress(ImportError):
-        import absl.logging
-
-        absl.logging.set_verbosity(absl.logging.ERROR)
+    # dp-accounting's absl warnings are set to ERROR when absl is imported (see dpfl/__init__.py)
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) > 1 and argv[0] == "account" and not argv[1].startswith("-"):
         # `dpfl account CONFIG` is `dpfl account config CONFIG` (a dry run of that config)
-        account = parser._subparsers._group_actions[0].choices["account"]  # type: ignore[union-attr]
+        account = parser._subparsers._group_actions[0].choices["account"]  # type: ignore[union-attr,index]
         names = account._subparsers._group_actions[0].choices  # type: ignore[union-attr]
         if argv[1] not in names:
             argv.insert(1, "config")

@@ -20,9 +20,11 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     Strict,
     ValidationError,
     field_validator,
+    model_serializer,
 )
 
 from dpfl.errors import ConfigError
@@ -83,11 +85,57 @@ class ModelConfig(_Strict):
     options: dict[str, Any] = Field(default_factory=dict)
 
 
+class SgdConfig(_Strict):
+    """``local.optimizer`` for SGD as ``torch.optim.SGD`` (dampening 0, no Nesterov); with both
+    options 0 it is plain SGD."""
+
+    name: Literal["sgd"] = "sgd"
+    momentum: Float = Field(0.0, ge=0, lt=1)
+    weight_decay: Float = Field(0.0, ge=0)
+
+
+class AdamConfig(_Strict):
+    """``local.optimizer`` for Adam as ``torch.optim.Adam`` (L2 weight decay, no AMSGrad)."""
+
+    name: Literal["adam"]
+    betas: tuple[Annotated[Float, Field(ge=0, lt=1)], Annotated[Float, Field(ge=0, lt=1)]] = (0.9, 0.999)
+    eps: Float = Field(1e-8, gt=0)
+    weight_decay: Float = Field(0.0, ge=0)
+
+
+def _optimizer_name_default(value: Any) -> Any:
+    if isinstance(value, dict) and "name" not in value:
+        return {"name": "sgd", **value}  # `optimizer: {momentum: 0.9}` is SGD with momentum
+    return value
+
+
+_PLAIN_SGD = SgdConfig.model_validate({})
+
+OptimizerConfig = Annotated[SgdConfig | AdamConfig, Field(discriminator="name"),
+                            BeforeValidator(_optimizer_name_default)]
+
+
 class LocalConfig(_Strict):
+    """How clients train locally (see :class:`dpfl.client.local.LocalTraining`).
+
+    ``optimizer`` is a strict block, e.g. ``{name: adam, betas: [0.9, 0.999]}`` or
+    ``{name: sgd, momentum: 0.9, weight_decay: 1e-4}``; its state is per client and reset every
+    round. The default (plain SGD) is left out of the serialized config, so run ids of configs
+    that do not name an optimizer are what they were before the block existed.
+    """
+
     lr: Float = 0.05
     epochs: Int = Field(1, ge=1)
     batch_size: Int | None = Field(64, ge=1)
     steps: Int | None = Field(None, ge=1)
+    optimizer: OptimizerConfig = Field(default_factory=lambda: _PLAIN_SGD)
+
+    @model_serializer(mode="wrap")
+    def _omit_plain_sgd(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if isinstance(data, dict) and self.optimizer == _PLAIN_SGD:
+            data.pop("optimizer", None)
+        return data
 
     @field_validator("lr")
     @classmethod

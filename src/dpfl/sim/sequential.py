@@ -2,7 +2,8 @@
 
 Deliberately simple, so that it can serve as the reference the vectorized engine is tested
 against; also the shape of the per-client code that runs inside a real federation (a cohort of
-one).
+one). A local optimizer other than plain SGD (:mod:`dpfl.client.optim`) gets a fresh state for
+each client in each round: clients are stateless across rounds.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import torch
 from torch.func import functional_call, grad, vmap
 
 from dpfl.client.local import batch_plan
+from dpfl.client.optim import OptimizerState
 from dpfl.client.regularizers import l2_penalty, proximal
 from dpfl.models.losses import per_sample_loss
 from dpfl.sim.base import Engine, LocalResult
@@ -51,6 +53,7 @@ class SequentialEngine(Engine):
         names = list(params)
         plist = list(params.values())
         anchor = prob.layout.views(global_params.detach().to(device))
+        opt_state = None if local.optimizer.plain else OptimizerState(local.optimizer, plist, local.lr)
         total = 0.0
         for row in plan:
             pos = row[row >= 0].to(device)
@@ -77,8 +80,11 @@ class SequentialEngine(Engine):
                     out = functional_call(prob.module, params, (self.data.x[idx],))
                     loss = per_sample_loss(prob.loss_kind, out, self.data.y[idx]).mean() + reg
             with torch.no_grad():
-                for p, g in zip(plist, grads, strict=True):
-                    p.sub_(g, alpha=local.lr)
+                if opt_state is not None:
+                    opt_state.step(grads)
+                else:
+                    for p, g in zip(plist, grads, strict=True):
+                        p.sub_(g, alpha=local.lr)
             total += float(loss.detach())
         return flat.detach(), total / max(len(plan), 1)
 

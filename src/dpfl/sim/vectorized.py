@@ -7,6 +7,11 @@ takes one backward pass for the sum of the clients' losses — client k's loss d
 client k's parameters, so its gradient is exactly client k's own — and applies every client's
 SGD step with one fused call. A client whose steps have run out has an all-zero mask: its
 gradient is zero and it stays where it is.
+
+With another local optimizer (SGD with momentum or weight decay, Adam:
+:mod:`dpfl.client.optim`) the state is stacked like the parameters, one row per client, created
+at the start of the round and dropped at its end (clients are stateless across rounds); a
+client whose steps have run out keeps its parameters and its state.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from dpfl.client.local import batch_plan
+from dpfl.client.optim import OptimizerState
 from dpfl.client.regularizers import l2_penalty, proximal
 from dpfl.models.losses import per_sample_loss
 from dpfl.sim.base import Engine, LocalResult
@@ -108,12 +114,14 @@ class VectorizedEngine(Engine):
         # Fused SGD (the step taken inside the backward pass of each Linear layer) needs the plain
         # data loss and every parameter fusable: the in-place step would otherwise change storage
         # shared (one version counter) with parameters other layers saved for backward.
-        fuse = self.fused and linear_stack and not terms and local.per_sample_clip is None
+        plain = local.optimizer.plain
+        fuse = self.fused and linear_stack and not terms and local.per_sample_clip is None and plain
         token = torch.zeros((), requires_grad=True)
         names = [] if fuse else list(views)
         vlist = [views[n] for n in names]
         for v in vlist:
             v.requires_grad_(True)
+        opt_state = None if plain else OptimizerState(local.optimizer, vlist, local.lr)
         loss_sum = torch.zeros(k, device=device)
         for s in range(gidx.shape[1]):
             idx = gidx[:, s]
@@ -150,7 +158,10 @@ class VectorizedEngine(Engine):
                     grads = [g if r is None else g + r for g, r in zip(grads, reg_grads, strict=True)]
                     loss_k = loss_k + reg.detach()
             with torch.no_grad():
-                torch._foreach_add_(vlist, grads, alpha=-local.lr)
+                if opt_state is None:
+                    torch._foreach_add_(vlist, grads, alpha=-local.lr)
+                else:  # a client's steps are a prefix of the rows: inactive ones are done
+                    opt_state.step(grads, active=cnt > 0)
                 loss_sum += loss_k.detach()
         steps_taken = (counts > 0).sum(1).clamp(min=1).to(loss_sum.dtype)
         flat = torch.cat([views[n].detach().reshape(k, -1) for n in prob.layout.names], dim=1)
