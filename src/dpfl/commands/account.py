@@ -137,9 +137,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--dim", type=int, required=True, help="d, number of weights per upload")
     p.add_argument("--rounds", type=int, required=True, help="T")
     p.add_argument("--clients", type=int, required=True, help="n, clients per round")
-    p.add_argument("--range", choices=("fixed", "client-minmax", "private-minmax"), default="fixed",
-                   help="how clients agree on the clipping range (001 §3; client-minmax is an exact release)")
-    p.add_argument("--range-noise-multiplier", type=float, help="z of the private-minmax range reports")
+    p.add_argument("--range", choices=("fixed", "client-minmax"), default="fixed",
+                   help="how clients agree on the clipping range (001 §3; client-minmax is an exact "
+                        "release). private-minmax needs the model's layers: `dpfl account CONFIG`")
     p.add_argument("--trusted-shuffler", action="store_true",
                    help="what-if: also the epsilon with a trusted shuffler mixing each coordinate's reports")
     _common(p)
