@@ -1,16 +1,28 @@
-"""``dpfl account``: claimed ε next to certified ε for each paper's parameters, without training.
+"""``dpfl account``: claimed ε next to certified ε for a run config or a paper's parameters, without training.
 
-Sub-subcommands ``udp`` (000), ``dp-fedavg`` (004), ``nbafl`` (003), ``midp`` (002) and ``ldp-fl``
-(001). Each works forward (noise → ε) and inverse (the paper's target ε → the paper's noise, and
-the noise a rigorous accountant needs for the same ε), and prints a table (default) or one JSON
-object (``--json``) with at least ``epsilon_claimed``, the worst observer's ``epsilon_rdp`` and
-``epsilon_pld``, and a per-observer breakdown under ``observers`` — each with its privacy unit,
-neighbouring relation and δ. An infinite ε is written as the string ``"inf"``.
+``dpfl account CONFIG`` dry-runs a run config (:func:`dpfl.rounds.dry_run`): the run's own
+algorithm objects, sampling, calibration, privacy gate and ledger, no training. The per-paper
+shortcuts ``udp`` (000), ``dp-fedavg`` (004), ``nbafl`` (003), ``midp`` (002) and ``ldp-fl`` (001)
+are thin front-ends: each builds the run config its arguments describe (printed under ``config``
+with ``--json``) and dry-runs it from shapes only (:func:`dpfl.rounds.build_plan`), so a shortcut
+and ``dpfl account`` of that config print the same numbers, which are the ledger's of a run.
+The inverse forms take the paper's target ε (the algorithm calibrates the paper's noise); ``dp-fedavg
+--epsilon`` also gives the multiplier a rigorous accountant needs for the target, and ``ldp-fl
+--target-epsilon`` the largest per-weight ε whose dry run meets it. ``dp-fedavg
+--secure-aggregation`` and ``ldp-fl --trusted-shuffler`` are what-ifs (no runtime implements
+them), labelled as such.
 
-A priori statements against the **server** (which knows whom it sampled) do not use sampling
-amplification; a client sampled with probability q per round takes part in at most k of T rounds
-except with probability δ/2 (Binomial tail), and k unamplified releases are certified at δ/2, so
-the statement holds at δ. The **public** sees only broadcast models (amplified by a secret sample).
+A shortcut prints a table (default) or one JSON object (``--json``) with at least
+``epsilon_claimed`` (the paper's claim; the largest per-client claim for UDP), the worst
+observer's ``epsilon_rdp`` and ``epsilon_pld`` (and ``observer``, ``epsilon``, ``method``),
+a per-observer breakdown under ``observers`` (each a certificate with its privacy unit,
+neighbouring relation and δ), ``claim_notion``, ``not_covered``, ``notices`` and ``config``.
+An infinite ε is written as the string ``"inf"``.
+
+Against the **server** (which knows whom it sampled) nothing is amplified by sampling; a dry run
+draws the cohorts with the config's seed, as the run would, and certifies the worst client of
+those draws. The **public** sees only broadcast models (amplified by a secret sample where the
+clients are interchangeable, see :mod:`dpfl.privacy.accounting.cohorts`).
 
 Bad values raise :class:`dpfl.errors.ConfigError` naming the value (the CLI prints it on one line
 and exits with status 2).
@@ -27,11 +39,6 @@ from collections.abc import Callable
 
 __all__ = ["register"]
 
-#: the PLD grid step by default (equal to dpfl.privacy.accounting.certify.DEFAULT_PLD_DISCRETIZATION,
-#: checked by a test); a literal here so that building the parser imports no accountant
-PLD_DISCRETIZATION = 1e-3
-
-
 def _lazy(name: str) -> Callable[[argparse.Namespace], int]:
     """The implementation ``name`` of :mod:`dpfl.commands.account_impl`, imported when it runs
     (``dpfl --help`` then loads neither dp-accounting nor torch)."""
@@ -47,8 +54,7 @@ def _lazy(name: str) -> Callable[[argparse.Namespace], int]:
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--delta", type=float, required=True, help="delta of the certified epsilon")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--pld-discretization", type=float, default=PLD_DISCRETIZATION,
-                   help="PLD grid step (pessimistic: coarser only over-estimates epsilon)")
+    p.add_argument("--per-round", action="store_true", help="also the certified epsilon after each round")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -78,9 +84,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--lr", type=float, required=True, help="local learning rate eta")
     p.add_argument("--clip", type=float, required=True, help="per-sample gradient clip C")
     p.add_argument("--samples-per-client", type=int, required=True, help="|D_i|")
-    p.add_argument("--public-knows-cohort", action="store_true",
-                   help="accepted for compatibility: the public figure never assumes amplification by "
-                        "client sampling (UDP protects records)")
     _common(p)
     p.set_defaults(func=_lazy("_udp"))
 
@@ -90,7 +93,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     g.add_argument("--noise-multiplier", type=float, help="sigma of Alg. 1 (forward)")
     p.add_argument("--sample-rate", type=float, required=True, help="p, client sampling rate")
     p.add_argument("--rounds", type=int, required=True, help="T")
-    p.add_argument("--clients", type=int, help="N (enables the server observer)")
+    p.add_argument("--clients", type=int, required=True, help="N, number of clients")
     p.add_argument("--secure-aggregation", action="store_true",
                    help="what-if: the server sees only the sum of the uploads (no dpfl runtime "
                         "implements secure aggregation yet; runs refuse it)")
@@ -101,7 +104,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     g = p.add_mutually_exclusive_group()
     g.add_argument("--epsilon", type=float, help="the paper's global epsilon (inverse)")
     g.add_argument("--noise-std", type=float, help="uplink noise std sigma_U (forward)")
-    p.add_argument("--downlink-noise-std", type=float, default=0.0, help="sigma_D (forward)")
+    p.add_argument("--downlink-noise", choices=("paper", "none"),
+                   help="sigma_D of Thm 1 / Lemma 4 for the same epsilon, or none (default: paper with "
+                        "--epsilon, none with --noise-std)")
     p.add_argument("--clients", type=int, required=True, help="N")
     p.add_argument("--sampled", type=int, help="K under K-random scheduling (default N)")
     p.add_argument("--rounds", type=int, required=True, help="T")
@@ -132,8 +137,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--dim", type=int, required=True, help="d, number of weights per upload")
     p.add_argument("--rounds", type=int, required=True, help="T")
     p.add_argument("--clients", type=int, required=True, help="n, clients per round")
+    p.add_argument("--range", choices=("fixed", "client-minmax"), default="fixed",
+                   help="how clients agree on the clipping range (001 §3; client-minmax is an exact "
+                        "release). private-minmax needs the model's layers: `dpfl account CONFIG`")
     p.add_argument("--trusted-shuffler", action="store_true",
-                   help="a trusted shuffler mixes each coordinate's reports")
+                   help="what-if: also the epsilon with a trusted shuffler mixing each coordinate's reports")
     _common(p)
     p.set_defaults(func=_lazy("_ldpfl"))
 

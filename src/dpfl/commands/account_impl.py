@@ -1,39 +1,27 @@
-"""The implementation of ``dpfl account`` (parser: :mod:`dpfl.commands.account`)."""
+"""The implementation of ``dpfl account`` (parser: :mod:`dpfl.commands.account`).
+
+Every form is a dry run (:func:`dpfl.rounds.dry_run`): ``dpfl account CONFIG`` of the config, and
+each per-paper shortcut of the run config its arguments describe — built by
+:func:`dpfl.rounds.build_plan` from shapes only (client sizes, number of parameters), so the
+algorithm objects, sampling, calibration, privacy gate and ledger are the ones a run of that
+config uses. A shortcut only translates its arguments into that config (printed under
+``config`` with ``--json``: ``dpfl account`` of it gives the same numbers); where an argument is
+a noise level and the algorithm's option is the paper's ε, the paper's own formula
+(:mod:`dpfl.privacy.calibration`, :mod:`dpfl.privacy.accounting.claimed`) turns the one into
+the other. No accounting happens here.
+"""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
-import dp_accounting as dpa
-
-from dpfl.errors import ConfigError, PrivacyPreconditionError
-from dpfl.privacy import calibration
-from dpfl.privacy.accounting import claimed as claims
-from dpfl.privacy.accounting.certify import (
-    MAX_PLD_SAMPLED_COMPOSITIONS,
-    Certificate,
-    binomial_upper_bound,
-    calibrate_noise_multiplier,
-    certify,
-)
-from dpfl.privacy.accounting.events import (
-    PrivacyUnit,
-    Relation,
-    aggregate_noise_std,
-    gaussian_event,
-    two_point_event,
-)
-from dpfl.privacy.accounting.shuffle import shuffled_two_point_epsilon
-from dpfl.privacy.notices import collect_range_warnings
-from dpfl.sampling.clients import FixedSizeSampler, PoissonSampler
-
-_SERVER_NOTE = "the server sees every upload and knows whom it sampled: no sampling amplification"
-
+from dpfl.errors import ConfigError
 
 # --------------------------------------------------------------------------- validation
 
@@ -48,6 +36,16 @@ def _positive_int(name: str, value: int | None) -> int:
     if value is None or isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"`--{name}` must be a positive integer. Found {value!r}.")
     return value
+
+
+def _rounds(value: int | None) -> int:
+    from dpfl.config import MAX_ROUNDS
+
+    rounds = _positive_int("rounds", value)
+    if rounds > MAX_ROUNDS:
+        raise ConfigError(f"`--rounds` must be at most {MAX_ROUNDS:,} (a run config's limit; the dry run "
+                          f"goes round by round). Found {rounds}.")
+    return rounds
 
 
 def _delta(value: float | None) -> float:
@@ -66,14 +64,63 @@ def _sampled(sampled: int | None, clients: int, name: str = "sampled") -> int:
 def _one_of(args: argparse.Namespace, a: str, b: str) -> str:
     va, vb = getattr(args, a.replace("-", "_")), getattr(args, b.replace("-", "_"))
     if (va is None) == (vb is None):
-        raise ConfigError(f"give exactly one of `--{a}` (inverse) and `--{b}` (forward).")
+        raise ConfigError(f"give exactly one of `--{a}` and `--{b}`.")
     return a if va is not None else b
 
 
-# --------------------------------------------------------------------------- helpers
+# --------------------------------------------------------------------------- the dry run of a shortcut
+
+
+def _raw_config(name: str, options: dict[str, Any], *, rounds: int, delta: float, clients: int,
+                samples: int, sampling: dict[str, Any], local: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The run config a shortcut describes, as a YAML config would write it."""
+    raw: dict[str, Any] = {
+        "name": f"account-{name}",
+        "rounds": rounds,
+        "partition": {"kind": "iid", "num_clients": clients, "samples_per_client": samples},
+        "algorithm": {"name": name, "options": options},
+        "sampling": sampling,
+        "privacy": {"delta": delta},
+    }
+    if local is not None:
+        raw["local"] = local
+    return raw
+
+
+def _sampling(sampled: int, clients: int) -> dict[str, Any]:
+    return {"kind": "all"} if sampled == clients else {"kind": "fixed", "clients_per_round": sampled}
+
+
+@dataclass
+class _Dry:
+    """A shortcut's config, its plan (the built algorithm) and its dry run."""
+
+    config: Any
+    plan: Any
+    out: Any
+    notices: list[str] = field(default_factory=list)
+
+
+def dry_run_shortcut(raw: dict[str, Any], client_sizes: list[int], num_params: int, *, per_round: bool = False,
+                     what_if_secure_aggregation: bool = False) -> _Dry:
+    """Parse ``raw``, build its plan from shapes and dry-run it (what every shortcut does)."""
+    from dpfl.config import parse_config
+    from dpfl.rounds import build_plan, dry_run
+
+    config = parse_config(raw)
+    plan = build_plan(config, client_sizes, num_params)
+    notices: list[str] = []
+    out = dry_run(config, notices.append, per_round=per_round, experiment=plan,
+                  what_if_secure_aggregation=what_if_secure_aggregation)
+    if out.privacy is None or out.privacy.certified is None:
+        raise ConfigError(f"algorithm {config.algorithm.name!r} released nothing in the dry run: there is no "
+                          "privacy to account.")
+    return _Dry(config, plan, out, notices)
 
 
 def _jsonable(value: Any) -> Any:
+    from dpfl.privacy.accounting.certify import Certificate
+
     if isinstance(value, Certificate):
         return value.to_dict()
     if isinstance(value, dict):
@@ -87,562 +134,352 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def _participation(rounds: int, rate: float, delta: float) -> tuple[int, float, list[str]]:
-    """(rounds to compose against the server, δ left for them, notes)."""
-    if rate >= 1.0:
-        return rounds, delta, []
-    k = binomial_upper_bound(rounds, rate, delta / 2.0)
-    return k, delta / 2.0, [
-        f"a client takes part in at most {k} of {rounds} rounds except with probability "
-        f"{delta / 2:.3g} (Binomial({rounds}, {rate:.4g}) tail); those {k} releases are "
-        "certified at delta/2 so that the statement holds at delta"
-    ]
-
-
-def _with_delta(cert: Certificate, delta: float, notes: list[str]) -> Certificate:
-    return dataclasses.replace(cert, delta=delta, notes=tuple(notes) + cert.notes)
-
-
-def _server_gaussian(
-    noise_multiplier: float, releases: int, delta_left: float, delta: float, relation: str,
-    unit: str, notes: list[str], pld_discretization: float,
-) -> Certificate:
-    event: dpa.DpEvent
-    if releases == 0 or math.isinf(noise_multiplier):
-        event = dpa.NoOpDpEvent()
-    elif releases == 1:
-        event = gaussian_event(noise_multiplier, 1.0)
-    else:
-        event = dpa.SelfComposedDpEvent(gaussian_event(noise_multiplier, 1.0), releases)
-    cert = certify(event, delta_left, relation=relation, privacy_unit=unit, observer="server",
-                   pld_discretization=pld_discretization)
-    return _with_delta(cert, delta, [*notes, _SERVER_NOTE])
-
-
-def _headline(observers: dict[str, Certificate]) -> dict[str, Any]:
-    worst = max(observers.values(), key=lambda c: c.epsilon)
-    return {
-        "observer": worst.observer,
-        "epsilon": worst.epsilon,
-        "method": worst.method,
-        "epsilon_rdp": worst.epsilon_rdp,
-        "epsilon_pld": worst.epsilon_pld,
-        "privacy_unit": worst.privacy_unit,
-        "relation": worst.relation,
+def _result(algorithm: str, paper: str, dry: _Dry, facts: dict[str, Any]) -> dict[str, Any]:
+    """The shortcut's output: the dry run's privacy summary, flattened as the documented keys."""
+    out, priv = dry.out, dry.out.privacy
+    head = priv.headline
+    result: dict[str, Any] = {
+        "algorithm": algorithm,
+        "paper": paper,
+        **facts,
+        "rounds": out.rounds,
+        "delta": priv.delta,
+        "epsilon_claimed": priv.claimed_max,
+        "claim_notion": priv.claim_notion,
+        "claim_comparable": priv.claim_comparable,
+        "observer": head.observer,
+        "epsilon": head.epsilon,
+        "method": head.method,
+        "epsilon_rdp": head.epsilon_rdp,
+        "epsilon_pld": head.epsilon_pld,
+        "privacy_unit": head.privacy_unit,
+        "relation": head.relation,
+        "observers": dict(priv.certified),
+        "not_covered": list(priv.not_covered),
+        "notices": list(dict.fromkeys(dry.notices)),
     }
+    if out.stop_reason:
+        result["stop_reason"] = out.stop_reason
+    if out.per_round:
+        result["per_round"] = list(out.per_round)
+    result["config"] = dry.config.model_dump(mode="json")
+    return result
 
 
-def _emit(args: argparse.Namespace, result: dict[str, Any]) -> int:
-    data = _jsonable(result)
-    if args.json:
-        sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
-        return 0
-    from rich.console import Console
+def _fmt(x: Any) -> str:
+    if x is None:
+        return "—"
+    if isinstance(x, str):
+        return x
+    if isinstance(x, bool):
+        return str(x).lower()
+    return f"{float(x):.4g}"
+
+
+def _print_privacy(console: Any, priv: Any, per_round: Any, what_if: str | None = None) -> None:
+    """The claimed ε, the certificate table and the per-round ε (both forms of ``dpfl account``)."""
     from rich.table import Table
 
+    console.print(f"  claimed epsilon: [bold]{_fmt(priv.claimed_max)}[/bold]  — {priv.claim_notion}")
+    head = priv.headline
+    if priv.certified is not None and head is not None:
+        title = f"certified epsilon at delta = {priv.delta:g}" + (f"  [what-if: {what_if}]" if what_if else "")
+        table = Table(title=title)
+        for col in ("observer", "epsilon", "method", "rdp", "pld", "unit", "relation"):
+            table.add_column(col)
+        for name, c in priv.certified.items():
+            table.add_row(name + (" (headline)" if name == head.observer else ""), _fmt(c.epsilon), c.method,
+                          _fmt(c.epsilon_rdp), _fmt(c.epsilon_pld), c.privacy_unit, c.relation)
+        console.print(table)
+    if per_round:
+        table = Table(title="certified epsilon (RDP) after each round")
+        for col in ("round", "server", "public"):
+            table.add_column(col)
+        for row in per_round:
+            table.add_row(str(row["round"]), _fmt(row["server"]), _fmt(row["public"]))
+        console.print(table)
+
+
+def _emit(args: argparse.Namespace, result: dict[str, Any], dry: _Dry) -> int:
+    if args.json:
+        sys.stdout.write(json.dumps(_jsonable(result), indent=2) + "\n")
+        return 0
+    from rich.console import Console
+
     console = Console()
-
-    def fmt(x: Any) -> str:
-        if x is None:
-            return "—"
-        if isinstance(x, str):
-            return x
-        return f"{x:.4g}"
-
-    console.print(f"[bold]dpfl account {data['algorithm']}[/bold]  ({data['paper']})")
-    for key in ("noise_std", "noise_multiplier", "sensitivity", "sample_rate"):
-        if key in data and data[key] is not None:
-            console.print(f"  {key}: {fmt(data[key])}")
-    console.print(
-        f"  claimed epsilon: [bold]{fmt(data['epsilon_claimed'])}[/bold]  — {data['claim']['notion']}"
-    )
-    table = Table(title=f"certified epsilon at delta = {data['delta']:g}")
-    for col in ("observer", "epsilon", "method", "rdp", "pld", "unit", "relation"):
-        table.add_column(col)
-    for name, c in data["observers"].items():
-        mark = " (headline)" if name == data["observer"] else ""
-        table.add_row(name + mark, fmt(c["epsilon"]), c["method"], fmt(c["epsilon_rdp"]),
-                      fmt(c["epsilon_pld"]), c["privacy_unit"], c["relation"])
-    console.print(table)
-    if data.get("inverse"):
-        for key, value in data["inverse"].items():
-            console.print(f"  inverse · {key}: {fmt(value)}")
-    for note in data.get("notes", []):
-        console.print(f"  note: {note}")
-    for w in data.get("formula_warnings", []):
-        console.print(f"  [yellow]notice:[/yellow] {w['message']}")
+    what_if = result.get("what_if", {}).get("secure_aggregation") if "what_if" in result else None
+    console.print(f"[bold]dpfl account {result['algorithm']}[/bold]  ({result['paper']}; dry run of "
+                  f"{result['rounds']} rounds of config `{dry.config.algorithm.name}`: no training)")
+    for key in ("noise_std", "downlink_noise_std", "noise_multiplier", "sensitivity", "sample_rate",
+                "epsilon_per_weight"):
+        if result.get(key) is not None:
+            console.print(f"  {key}: {_fmt(result[key])}")
+    _print_privacy(console, dry.out.privacy, dry.out.per_round,
+                   "secure aggregation (no runtime implements it)" if what_if else None)
+    for key, value in result.get("inverse", {}).items():
+        console.print(f"  inverse · {key}: {_fmt(value)}")
+    for key, value in result.get("what_if", {}).items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k} = {_fmt(v)}" for k, v in value.items() if not isinstance(v, str))
+        console.print(f"  [cyan]what-if[/cyan] · {key}: {value}")
+    if result.get("stop_reason"):
+        console.print(f"  the run would stop early: {result['stop_reason']}")
+    for line in result["not_covered"]:
+        console.print(f"  not covered: {line}")
+    for line in result["notices"]:
+        console.print(f"  [yellow]notice:[/yellow] {line}")
     return 0
-
-
-def _claim_info(name: str) -> dict[str, str]:
-    notion = claims.CLAIM_NOTIONS[name]
-    return dataclasses.asdict(notion)
-
-
-def _finish(
-    args: argparse.Namespace, result: dict[str, Any], observers: dict[str, Certificate],
-    notices: list[Any],
-) -> int:
-    result.update(_headline(observers))
-    result["observers"] = observers
-    rounds = result.get("rounds")
-    if isinstance(rounds, int) and any(any(n.startswith("PLD: skipped") for n in c.notes) for c in observers.values()):
-        print(f"dpfl: note: --rounds {rounds}: beyond {MAX_PLD_SAMPLED_COMPOSITIONS:,} sampled compositions the PLD "
-              "is skipped and RDP (closed form in the number of rounds) answers", file=sys.stderr)
-    unique = {n.to_dict()["message"]: n.to_dict() for n in notices}
-    result["formula_warnings"] = list(unique.values())
-    return _emit(args, result)
 
 
 # --------------------------------------------------------------------------- udp (000)
 
 
 def _udp(args: argparse.Namespace) -> int:
+    """000 UDP: the paper's ε (or the ε whose Thm 1 noise is ``--noise-std``) as ``udp``'s option."""
+    from dpfl.privacy import calibration
+    from dpfl.privacy.accounting import claimed as claims
+    from dpfl.privacy.notices import collect_range_warnings
+
     mode = _one_of(args, "epsilon", "noise-std")
     delta = _delta(args.delta)
     clients = _positive_int("clients", args.clients)
     k = _sampled(args.sampled, clients)
-    rounds = _positive_int("rounds", args.rounds)
+    rounds = _rounds(args.rounds)
     lr = _positive("lr", args.lr)
     clip = _positive("clip", args.clip)
     n = _positive_int("samples-per-client", args.samples_per_client)
-    q = k / clients
-    with collect_range_warnings() as notices:
-        sens = calibration.udp_sensitivity(lr, clip, n)
-        if mode == "epsilon":
-            target = _positive("epsilon", args.epsilon)
-            noise = calibration.udp_noise_std(target, delta, sens, q, rounds)
-        else:
-            noise = _positive("noise-std", args.noise_std)
-        claimed = claims.udp_claimed_epsilon([noise], delta, sens, q, repeat=rounds)
-    relation, unit, disc = "replace_one", "record", args.pld_discretization
-    z = noise / sens
-    k_server, d_left, part_notes = _participation(rounds, q, delta)
-    server = _server_gaussian(z, k_server, d_left, delta, relation, unit, part_notes, disc)
-
-    weights = [1.0 / k] * k
-
-    def public_event(z_client: float) -> dpa.DpEvent:
-        agg = aggregate_noise_std([z_client * sens] * k, weights)
-        z_pub = agg / (sens / k)  # sensitivity of the mean: max weight × Δℓ
-        return dpa.SelfComposedDpEvent(gaussian_event(z_pub, 1.0), k_server)
-
-    mean_note = ("the public sees the mean of the K uploads: noise std sigma/sqrt(K) against sensitivity "
-                 "Delta/K (000 eq. 2 with p_i = 1/K, equal client sizes)")
-    # a record-level unit: sampling clients does not amplify a record's guarantee (a cohort
-    # without the client is other clients' whole models), so the public is charged per
-    # participation, unamplified, like a public that knows the cohort
-    public = _with_delta(certify(public_event(z), d_left, relation=relation, privacy_unit=unit,
-                                 observer="public", pld_discretization=disc), delta,
-                         [mean_note, "charged per participation, unamplified: sampling clients does not amplify a "
-                          f"record-level guarantee ({part_notes[0] if part_notes else 'every round'})"])
-    pub_delta = d_left
-    observers = {"server": server, "public": public}
-    result: dict[str, Any] = {
-        "algorithm": "udp",
-        "paper": "000 (UDP), Theorem 1",
-        "noise_std": noise,
-        "sensitivity": sens,
-        "noise_multiplier": z,
-        "sample_rate": q,
-        "rounds": rounds,
-        "delta": delta,
-        "epsilon_claimed": claimed,
-        "claim": _claim_info("udp"),
-        "notes": [
-            "sensitivity 2*lr*C/|D_i| (000 eq. 13) holds for one full-batch step of per-sample "
-            "clipped gradients only; the certified epsilon assumes exactly that local procedure",
-            "not covered: the median clip norm and CRD's test-loss stopping rule are data-"
-            "dependent choices that are not privatized",
-        ],
-    }
     if mode == "epsilon":
-        with collect_range_warnings():
-            z_server = calibrate_noise_multiplier(
-                lambda x: dpa.SelfComposedDpEvent(gaussian_event(x, 1.0), k_server),
-                target, d_left, relation=relation, pld_discretization=disc)
-            z_need = z_server
-            if certify(public_event(z_need), pub_delta, relation=relation, privacy_unit=unit,
-                       pld_discretization=disc).epsilon > target:
-                z_need = max(z_need, calibrate_noise_multiplier(
-                    public_event, target, pub_delta, relation=relation, pld_discretization=disc))
-        result["inverse"] = {
-            "epsilon_target": target,
-            "noise_std_paper": noise,
-            "noise_std_certified": z_need * sens,
-            "noise_ratio_certified_over_paper": z_need * sens / noise,
-        }
-    return _finish(args, result, observers, notices)
+        epsilon = _positive("epsilon", args.epsilon)
+    else:
+        noise = _positive("noise-std", args.noise_std)
+        with collect_range_warnings():  # the build below notes the formula's range
+            # the ε whose Thm 1 noise (000 eq. 10) is `noise`: 000's own budget identity
+            epsilon = claims.udp_claimed_epsilon([noise], delta, calibration.udp_sensitivity(lr, clip, n),
+                                                 k / clients, repeat=rounds)
+    raw = _raw_config("udp", {"epsilon": epsilon, "clip_norm": clip}, rounds=rounds, delta=delta, clients=clients,
+                      samples=n, sampling=_sampling(k, clients),
+                      local={"lr": lr, "epochs": 1, "batch_size": None, "steps": None})
+    dry = dry_run_shortcut(raw, [n] * clients, 1, per_round=args.per_round)
+    algo = dry.plan.algorithm
+    result = _result("udp", "000 (UDP), Theorem 1", dry, {
+        "noise_std": algo.history[0][0] if algo.history else None,
+        "sensitivity": algo.sensitivities[0],
+        "sample_rate": algo.sample_rate,
+    })
+    if mode == "epsilon":
+        result["inverse"] = {"epsilon_target": epsilon, "noise_std_paper": result["noise_std"]}
+    return _emit(args, result, dry)
 
 
 # --------------------------------------------------------------------------- dp-fedavg (004)
 
 
 def _dpfedavg(args: argparse.Namespace) -> int:
+    """004 DP-FedAvg (local variant: client-split noise, Poisson sampling, fixed denominator)."""
     mode = _one_of(args, "epsilon", "noise-multiplier")
     delta = _delta(args.delta)
     q = args.sample_rate
     if q is None or not isinstance(q, (int, float)) or not 0.0 < q <= 1.0:
         raise ConfigError(f"`--sample-rate` must be in (0, 1]. Found {q!r}.")
-    rounds = _positive_int("rounds", args.rounds)
-    disc = args.pld_discretization
-    sampler = PoissonSampler(float(q))
-    relation, unit = "add_remove", "client"
+    rounds = _rounds(args.rounds)
+    clients = _positive_int("clients", args.clients)
+    secure = bool(args.secure_aggregation)
 
-    def central(z: float) -> dpa.DpEvent:
-        return dpa.SelfComposedDpEvent(sampler.wrap_event(gaussian_event(z, 1.0), 1), rounds)
+    def run(noise: dict[str, float]) -> _Dry:
+        # S = 1: the guarantee is scale-free (sensitivity S, noise S·sigma)
+        raw = _raw_config("dp-fedavg", {**noise, "clip_norm": 1.0}, rounds=rounds, delta=delta, clients=clients,
+                          samples=1, sampling={"kind": "poisson", "sample_rate": float(q)})
+        return dry_run_shortcut(raw, [1] * clients, 1, per_round=args.per_round, what_if_secure_aggregation=secure)
 
-    inverse: dict[str, Any] | None = None
-    with collect_range_warnings() as notices:
-        if mode == "epsilon":
-            target = _positive("epsilon", args.epsilon)
-            z_claimed = claims.dpfedavg_noise_multiplier(target, q, rounds, delta)
-            z_rdp = calibrate_noise_multiplier(central, target, delta, relation=relation, method="rdp", pld_discretization=disc)
-            z_pld = calibrate_noise_multiplier(central, target, delta, relation=relation, method="pld", pld_discretization=disc)
-            z = z_claimed  # the paper's own calibration; certified below like any other run
-            inverse = {
-                "epsilon_target": target,
-                "noise_multiplier_paper": z_claimed,
-                "noise_multiplier_rdp": z_rdp,
-                "noise_multiplier_pld": z_pld,
-                "noise_multiplier_certified": min(z_rdp, z_pld),
-            }
-        else:
-            z = _positive("noise-multiplier", args.noise_multiplier)
-        claimed = claims.dpfedavg_claimed_epsilon(z, q, rounds, delta)
-    public = certify(central(z), delta, relation=relation, privacy_unit=unit, observer="public",
-                     pld_discretization=disc)
-    public = _with_delta(public, delta, [
-        "central DP-FedAvg guarantee: Poisson client sampling (secret), noise multiplier on the "
-        "cohort sum with the clipped update norm S as sensitivity (add/remove one client)"])
-    observers = {"public": public}
-    notes = [
-        "dpfl divides the cohort sum by the expected cohort size pN (fixed denominator, McMahan et "
-        "al. 2018), for which this is exact; 004 Alg. 1 divides by the realized |P_t|, which this "
-        "does not cover",
-        "not covered: LUS's sparsity mask is data-dependent; it is covered only if noise is added "
-        "to every coordinate (not just the kept ones)",
-    ]
-    if args.clients is not None:
-        clients = _positive_int("clients", args.clients)
-        k_part, d_left, part_notes = _participation(rounds, q, delta / 2.0 if q < 1 else delta)
-        if args.secure_aggregation:
-            z_upload = z
-            extra = ["what-if: secure aggregation (the server sees only the sum of the cohort's uploads); "
-                     "no dpfl runtime implements it yet, and `dpfl run` refuses the setting"]
-            d_server = d_left
-        else:
-            k_max = binomial_upper_bound(clients, q, delta / (4.0 * rounds)) if q < 1 else clients
-            z_upload = z / math.sqrt(max(k_max, 1))
-            extra = [
-                f"each upload carries noise multiplier sigma/sqrt(|P_t|) only; |P_t| <= {k_max} "
-                f"in every round except with probability {delta / 4:.3g}",
-                "client-split noise protects nothing more against the server without secure "
-                "aggregation",
-            ]
-            d_server = d_left
-        server = _server_gaussian(z_upload, k_part, d_server, delta, relation, unit,
-                                  [*part_notes, *extra], disc)
-        observers["server"] = server
+    if mode == "epsilon":
+        target = _positive("epsilon", args.epsilon)
+        dry = run({"target_epsilon": target})  # 004's own calibration (moments accountant)
     else:
-        notes.append("server observer not certified: pass --clients N (and --secure-aggregation "
-                     "if the server only sees the sum)")
-    result: dict[str, Any] = {
-        "algorithm": "dp-fedavg",
-        "paper": "004 (DP-FedAvg), Algorithm 1 / Theorem 1",
-        "noise_multiplier": z,
-        "sample_rate": q,
-        "rounds": rounds,
-        "delta": delta,
-        "epsilon_claimed": claimed,
-        "claim": _claim_info("dp-fedavg"),
-        "notes": notes,
-    }
-    if inverse:
-        result["inverse"] = inverse
-    return _finish(args, result, observers, notices)
+        dry = run({"noise_multiplier": _positive("noise-multiplier", args.noise_multiplier)})
+    z = float(dry.plan.algorithm.noise_multiplier)
+    result = _result("dp-fedavg", "004 (DP-FedAvg), Algorithm 1 / Theorem 1", dry, {
+        "noise_multiplier": z, "sample_rate": float(q), "clients": clients})
+    if mode == "epsilon":
+        import dp_accounting as dpa
+
+        from dpfl.privacy.accounting.certify import calibrate_noise_multiplier
+
+        # the smallest multiplier the accountant certifies at the target for the public's event
+        # (T Poisson-sampled Gaussian sum queries), then the dry run of that config says what it gives
+        z_cert = calibrate_noise_multiplier(
+            lambda x: dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(float(q), dpa.GaussianDpEvent(x)), rounds),
+            target, delta, relation="add_remove")
+        check = run({"noise_multiplier": z_cert}).out.privacy
+        result["inverse"] = {
+            "epsilon_target": target,
+            "noise_multiplier_paper": z,
+            "noise_multiplier_certified": z_cert,
+            "epsilon_public_at_certified": check.certified["public"].epsilon,
+            "epsilon_at_certified": check.headline.epsilon,
+        }
+    if secure:
+        result["what_if"] = {"secure_aggregation": (
+            "the server sees only the sum of the cohort's uploads; no dpfl runtime implements secure "
+            "aggregation, and runs refuse `privacy.secure_aggregation`")}
+    return _emit(args, result, dry)
 
 
 # --------------------------------------------------------------------------- nbafl (003)
 
 
 def _nbafl(args: argparse.Namespace) -> int:
+    """003 NbAFL: the paper's ε (or the ε whose uplink noise is ``--noise-std``) as ``nbafl``'s option."""
+    from dpfl.privacy import calibration
+
     mode = _one_of(args, "epsilon", "noise-std")
     delta = _delta(args.delta)
     clients = _positive_int("clients", args.clients)
     k = _sampled(args.sampled, clients)
-    rounds = _positive_int("rounds", args.rounds)
+    rounds = _rounds(args.rounds)
     clip = _positive("clip", args.clip)
     m = _positive_int("min-samples", args.min_samples)
     exposures = rounds if args.exposures is None else _positive_int("exposures", args.exposures)
-    disc = args.pld_discretization
-    with collect_range_warnings() as notices:
-        if mode == "epsilon":
-            target = _positive("epsilon", args.epsilon)
-            sigma_u = calibration.nbafl_uplink_noise_std(target, delta, clip, m, exposures)
-            if k == clients:
-                sigma_d = calibration.nbafl_downlink_noise_std(target, delta, clip, m, clients, rounds, exposures)
-            else:
-                sigma_d = calibration.nbafl_downlink_noise_std_k_random(
-                    target, delta, clip, m, clients, k, rounds, exposures)
-        else:
-            sigma_u = _positive("noise-std", args.noise_std)
-            sigma_d = float(args.downlink_noise_std or 0.0)
-            if sigma_d < 0:
-                raise ConfigError(f"`--downlink-noise-std` must be >= 0. Found {sigma_d!r}.")
-        claim = claims.nbafl_claimed_epsilon(sigma_u, sigma_d, delta, clip, m, clients, rounds,
-                                             exposures, None if k == clients else k)
-    relation, unit = "replace_one", "client"
-    q = k / clients
-
-    def observers_for(sensitivity: float) -> dict[str, Certificate]:
-        k_part, d_left, part_notes = _participation(rounds, q, delta)
-        server = _server_gaussian(sigma_u / sensitivity, k_part, d_left, delta, relation, unit,
-                                  part_notes, disc)
-        agg = aggregate_noise_std([sigma_u] * k, [1.0 / k] * k, sigma_d)
-        z_pub = agg / (sensitivity / k)
-        event = gaussian_event(z_pub, 1.0)
-        if k < clients:
-            event = FixedSizeSampler(k).wrap_event(event, clients)
-        public = certify(dpa.SelfComposedDpEvent(event, rounds), delta, relation=relation,
-                         privacy_unit=unit, observer="public", pld_discretization=disc)
-        public = _with_delta(public, delta, [
-            "the public (downlink) sees sum_i p_i (w_i + n_i) + n_D with p_i = 1/K: noise "
-            "sqrt(sigma_U^2/K + sigma_D^2) against sensitivity max_i p_i x Delta",
-        ])
-        return {"server": server, "public": public}
-
-    enforced = 2.0 * clip
-    observers = observers_for(enforced)
-    paper_sens = calibration.nbafl_uplink_sensitivity(clip, m)
-    paper = observers_for(paper_sens)
-    result: dict[str, Any] = {
-        "algorithm": "nbafl",
-        "paper": "003 (NbAFL), Theorem 1 / Lemma 4",
-        "noise_std": sigma_u,
-        "downlink_noise_std": sigma_d,
-        "sensitivity": enforced,
-        "sensitivity_paper": paper_sens,
-        "noise_multiplier": sigma_u / enforced,
-        "sample_rate": q,
-        "rounds": rounds,
-        "exposures": exposures,
-        "delta": delta,
-        "epsilon_claimed": claim.epsilon,
-        "epsilon_claimed_uplink": claim.uplink,
-        "epsilon_claimed_downlink": claim.downlink,
-        "claim": _claim_info("nbafl"),
-        "epsilon_if_paper_sensitivity": {name: c.epsilon for name, c in paper.items()},
-        "notes": [
-            "certified with the sensitivity the code enforces: parameters clipped to C give "
-            "2C under replace-one (the paper's 2C/m rests on 'argmin of a sum = mean of argmins'; "
-            "epsilon_if_paper_sensitivity shows what the paper's value would give)",
-            "privacy unit 'client': a parameter clip bounds any change of the client's data, "
-            "which also covers one record",
-            f"the server observer sees every upload; 003 assumes an uplink eavesdropper sees at "
-            f"most L = {exposures} of them",
-        ],
-    }
+    downlink = args.downlink_noise or ("paper" if mode == "epsilon" else "none")
+    paper_sensitivity = calibration.nbafl_uplink_sensitivity(clip, m)
     if mode == "epsilon":
-        k_part, d_left, _ = _participation(rounds, q, delta)
-        with collect_range_warnings():
-            z_need = calibrate_noise_multiplier(
-                lambda x: dpa.SelfComposedDpEvent(gaussian_event(x, 1.0), k_part),
-                target, d_left, relation=relation, pld_discretization=disc)
-        result["inverse"] = {
-            "epsilon_target": target,
-            "noise_std_paper": sigma_u,
-            "downlink_noise_std_paper": sigma_d,
-            "noise_std_certified": z_need * enforced,
-            "noise_ratio_certified_over_paper": z_need * enforced / sigma_u,
-        }
-    return _finish(args, result, observers, notices)
+        epsilon = _positive("epsilon", args.epsilon)
+    else:
+        sigma_u = _positive("noise-std", args.noise_std)
+        # the inverse of 003 §III-A, sigma_U = c L Delta s_U / epsilon
+        epsilon = calibration.classical_gaussian_constant(delta) * exposures * paper_sensitivity / sigma_u
+    options: dict[str, Any] = {"epsilon": epsilon, "clip_norm": clip, "downlink_noise": downlink}
+    if args.exposures is not None:
+        options["exposures"] = exposures
+    raw = _raw_config("nbafl", options, rounds=rounds, delta=delta, clients=clients, samples=m,
+                      sampling=_sampling(k, clients))
+    dry = dry_run_shortcut(raw, [m] * clients, 1, per_round=args.per_round)
+    algo = dry.plan.algorithm
+    result = _result("nbafl", "003 (NbAFL), Theorem 1 / Lemma 4", dry, {
+        "noise_std": algo.uplink_noise_std,
+        "downlink_noise_std": algo.downlink_noise_std,
+        "sensitivity": 2.0 * clip,
+        "sensitivity_paper": paper_sensitivity,
+        "sample_rate": k / clients,
+        "exposures": exposures,
+        "epsilon_paper": epsilon,
+    })
+    if mode == "epsilon":
+        result["inverse"] = {"epsilon_target": epsilon, "noise_std_paper": algo.uplink_noise_std,
+                             "downlink_noise_std_paper": algo.downlink_noise_std}
+    return _emit(args, result, dry)
 
 
 # --------------------------------------------------------------------------- midp (002)
 
 
 def _midp(args: argparse.Namespace) -> int:
+    """002 MI-DP: the budget in nats (or the one whose eq. 4.7 / 4.9 noise is ``--noise-std``) as
+    ``midp-server`` / ``midp-client``'s option; N clients of equal weight 1/N."""
+    from dpfl.privacy import calibration
+    from dpfl.privacy.accounting import claimed as claims
+
     mode = _one_of(args, "epsilon", "noise-std")
     delta = _delta(args.delta)
     clients = _positive_int("clients", args.clients)
     clip = _positive("clip", args.clip)
     dim = _positive_int("dim", args.dim)
-    rounds = _positive_int("rounds", args.rounds)
-    disc = args.pld_discretization
-    weights = [1.0 / clients] * clients
+    rounds = _rounds(args.rounds)
     side = args.mode
-    with collect_range_warnings() as notices:
-        if mode == "epsilon":
-            eps_nats = _positive("epsilon", args.epsilon)
-            if side == "server":
-                noise = calibration.midp_server_noise_std(eps_nats, clip, 1.0 / clients, dim)
-            else:
-                noise = calibration.midp_client_noise_std(eps_nats, clip, weights, dim)
-        else:
-            noise = _positive("noise-std", args.noise_std)
-        if side == "server":
-            claimed = claims.midp_server_claimed_epsilon(noise, clip, 1.0 / clients, dim)
-        else:
-            claimed = claims.midp_client_claimed_epsilon(noise, clip, weights, dim)
-    relation, unit = "replace_one", "client"
-    enforced = 2.0 * clip
-    agg = noise if side == "server" else aggregate_noise_std([noise] * clients, weights)
-    z_pub = agg / (enforced / clients)
-    z_up = 0.0 if side == "server" else noise / enforced  # 0: the server sees raw uploads
-
-    def per_rounds(t: int) -> dict[str, Certificate]:
-        srv_notes = ["uploads are not noised in the server-side scheme: the server sees them raw"] if side == "server" else []
-        server = _server_gaussian(z_up, t, delta, delta, relation, unit, srv_notes, disc)
-        public = certify(dpa.SelfComposedDpEvent(gaussian_event(z_pub, 1.0), t) if t > 1 else gaussian_event(z_pub, 1.0),
-                         delta, relation=relation, privacy_unit=unit, observer="public",
-                         pld_discretization=disc)
-        return {"server": server, "public": public}
-
-    observers = per_rounds(rounds)
-    one = per_rounds(1)
-    result: dict[str, Any] = {
-        "algorithm": "midp",
-        "paper": f"002 (MI-DP), {'Theorem 1 eq. 4.7' if side == 'server' else 'Corollary 1 eq. 4.9'}",
-        "mode": side,
-        "noise_std": noise,
-        "sensitivity": enforced,
-        "aggregate_noise_std": agg,
-        "rounds": rounds,
-        "delta": delta,
-        "epsilon_claimed": claimed,
-        "epsilon_claimed_units": "nats of epsilon-MI-DP, per round (not (epsilon, delta)-DP)",
-        "claim": _claim_info("midp"),
-        "epsilon_one_round": {name: c.epsilon for name, c in one.items()},
-        "notes": [
-            "epsilon-MI-DP is not (epsilon, delta)-DP (the paper states the implication "
-            "backwards); at epsilon >= ln 2 nats MI-DP permits deterministic disclosure of a bit. "
-            "The certified epsilon is for the Gaussian actually added, composed over the rounds",
-            "sensitivity 2C per upload (parameters clipped to C, replace-one client), 2C/N for "
-            "the equally weighted aggregate (002 eq. 4.7 uses C max p_i)",
-            "not covered: the adaptive clip norm (eq. 5.17-5.18) is data-dependent",
-        ],
-    }
+    weights = [1.0 / clients] * clients
     if mode == "epsilon":
-        with collect_range_warnings():
-            z_need = calibrate_noise_multiplier(
-                lambda x: dpa.SelfComposedDpEvent(gaussian_event(x, 1.0), rounds),
-                eps_nats, delta, relation=relation, pld_discretization=disc)
-        result["inverse"] = {
-            "epsilon_target": eps_nats,
-            "noise_std_paper": noise,
-            "noise_std_certified_server_side": z_need * enforced / clients,
-            "noise_std_certified_client_side": z_need * enforced,
-            "note": "noise for a certified (epsilon, delta)-DP of the same number over all rounds: "
-                    "server-side noise protects the public only; client-side noise must protect "
-                    "each upload against the server",
-        }
-    return _finish(args, result, observers, notices)
+        eps_nats = _positive("epsilon", args.epsilon)
+    else:
+        noise = _positive("noise-std", args.noise_std)
+        eps_nats = (claims.midp_server_claimed_epsilon(noise, clip, 1.0 / clients, dim) if side == "server"
+                    else claims.midp_client_claimed_epsilon(noise, clip, weights, dim))
+    raw = _raw_config(f"midp-{side}", {"epsilon": eps_nats, "clip_norm": clip, "weighting": "uniform"},
+                      rounds=rounds, delta=delta, clients=clients, samples=1, sampling={"kind": "all"})
+    dry = dry_run_shortcut(raw, [1] * clients, dim, per_round=args.per_round)
+    # the noise the algorithm adds: the same calibration, the same arguments (eq. 4.7 / 4.9)
+    noise_std = (calibration.midp_server_noise_std(eps_nats, clip, 1.0 / clients, dim) if side == "server"
+                 else calibration.midp_client_noise_std(eps_nats, clip, weights, dim))
+    result = _result("midp", f"002 (MI-DP), {'Theorem 1 eq. 4.7' if side == 'server' else 'Corollary 1 eq. 4.9'}",
+                     dry, {"mode": side, "noise_std": noise_std, "sensitivity": 2.0 * clip, "dim": dim,
+                           "epsilon_mi_dp_nats": eps_nats})
+    if mode == "epsilon":
+        result["inverse"] = {"epsilon_target": eps_nats, "noise_std_paper": noise_std}
+    return _emit(args, result, dry)
 
 
 # --------------------------------------------------------------------------- ldp-fl (001)
 
 
-def _ldpfl_certs(eps0: float, dim: int, rounds: int, clients: int, delta: float, shuffler: bool,
-                 disc: float) -> tuple[dict[str, Certificate], list[str]]:
-    relation: Relation = "replace_one"
-    unit: PrivacyUnit = "client"
-    notes: list[str] = []
-    plain = certify(two_point_event(eps0, dim, rounds), delta, relation=relation,
-                    privacy_unit=unit, observer="server", pld_discretization=disc)
-    shuffled: Certificate | None = None
-    try:
-        sc = shuffled_two_point_epsilon(eps0, clients, dim, rounds, delta)
-        shuffled = Certificate(
-            epsilon=sc.epsilon, delta=delta, method="shuffle", observer="public",
-            privacy_unit=unit, relation=relation,
-            notes=(f"shuffle amplification (Feldman-McMillan-Talwar 2021 Thm 3.1) per coordinate "
-                   f"and round: ({sc.epsilon_per_release:.4g}, {sc.delta_per_release:.3g}), "
-                   f"composed over {sc.releases} releases by advanced composition",),
-        )
-    except PrivacyPreconditionError as err:
-        notes.append(f"shuffle amplification not applicable: {err}")
+def _ldpfl_options(args: argparse.Namespace, eps0: float) -> dict[str, Any]:
+    options: dict[str, Any] = {"epsilon": eps0, "range": args.range}
+    if args.range == "fixed":
+        options["radius"] = 1.0  # where the weights are clipped: no effect on privacy
+    return options
 
-    def pick(observer: str, allow_shuffle: bool, extra: list[str]) -> Certificate:
-        base = dataclasses.replace(plain, observer=observer, notes=tuple(extra) + plain.notes)
-        if allow_shuffle and shuffled is not None and shuffled.epsilon < base.epsilon:
-            return dataclasses.replace(
-                shuffled, observer=observer, epsilon_rdp=plain.epsilon_rdp,
-                epsilon_pld=plain.epsilon_pld, epsilon_pure=plain.epsilon_pure,
-                notes=tuple(extra) + shuffled.notes + plain.notes)
-        return base
 
-    server = pick("server", shuffler, [
-        "a trusted shuffler hides who sent each coordinate" if shuffler else
-        "no trusted shuffler: the server can link a client's d weights (local random delays are "
-        "not a trusted shuffler), so the upload composes d x rounds reports"])
-    public = pick("public", True, [
-        "the public sees only the per-coordinate averages, a function of the shuffled reports"])
-    return {"server": server, "public": public}, notes
+def _largest_meeting(target: float, start: float, worst: Callable[[float], float], name: str) -> float:
+    """The largest x with worst(x) <= target (worst increasing), from ``start`` with worst(start) <= target:
+    doubling, then bisection to a relative 1e-4 (the answer is on the safe side)."""
+    if not worst(start) <= target:
+        raise ConfigError(f"`--{name}` {target:g} cannot be met: even {start:.4g} per weight gives a larger "
+                          "certified epsilon (client-minmax ranges are an exact release: epsilon = inf).")
+    ok, bad = start, 2.0 * start
+    while worst(bad) <= target:
+        ok, bad = bad, 2.0 * bad
+        if bad > 64.0:
+            return ok
+    while bad - ok > 1e-4 * bad:
+        mid = 0.5 * (ok + bad)
+        ok, bad = (mid, bad) if worst(mid) <= target else (ok, mid)
+    return ok
 
 
 def _ldpfl(args: argparse.Namespace) -> int:
+    """001 LDP-FL: the per-weight ε of eq. 2 as ``ldp-fl``'s option; every one of n clients each round."""
     mode = _one_of(args, "target-epsilon", "epsilon")
     delta = _delta(args.delta)
     dim = _positive_int("dim", args.dim)
-    rounds = _positive_int("rounds", args.rounds)
+    rounds = _rounds(args.rounds)
     clients = _positive_int("clients", args.clients)
-    disc = args.pld_discretization
+
+    def run(eps0: float, per_round: bool = False) -> _Dry:
+        raw = _raw_config("ldp-fl", _ldpfl_options(args, eps0), rounds=rounds, delta=delta, clients=clients,
+                          samples=1, sampling={"kind": "all"})
+        return dry_run_shortcut(raw, [1] * clients, dim, per_round=per_round)
+
     inverse: dict[str, Any] | None = None
     if mode == "target-epsilon":
         target = _positive("target-epsilon", args.target_epsilon)
-
-        def worst(e0: float) -> float:
-            obs, _ = _ldpfl_certs(e0, dim, rounds, clients, delta, args.trusted_shuffler, disc)
-            return max(c.epsilon for c in obs.values())
-
-        # pure composition meets the target at eps0 = target / (d T); grow, then bisect
-        ok = target / (dim * rounds)
-        bad = ok * 2.0
-        while worst(bad) <= target:
-            ok, bad = bad, bad * 2.0
-            if bad > 60.0:
-                break
-        for _ in range(60):
-            if bad - ok <= 1e-6 * bad:
-                break
-            mid = 0.5 * (ok + bad)
-            if worst(mid) <= target:
-                ok = mid
-            else:
-                bad = mid
-        hi_ok = ok
-        eps0 = hi_ok
+        # pure composition of d*T reports meets the target at target / (d T): search upwards, each
+        # candidate priced by the dry run itself
+        eps0 = _largest_meeting(target, target / (dim * rounds),
+                                lambda e: float(run(e).out.privacy.headline.epsilon), "target-epsilon")
         inverse = {"epsilon_target": target, "epsilon_per_weight": eps0,
                    "epsilon_per_weight_pure_composition": target / (dim * rounds)}
     else:
         eps0 = _positive("epsilon", args.epsilon)
-    with collect_range_warnings() as notices:
-        claim = claims.ldp_fl_claimed_epsilon(eps0, dim, rounds)
-    observers, notes = _ldpfl_certs(eps0, dim, rounds, clients, delta, args.trusted_shuffler, disc)
-    result: dict[str, Any] = {
-        "algorithm": "ldp-fl",
-        "paper": "001 (LDP-FL), eq. 2 / Theorem 1 / §4.2",
-        "epsilon_per_weight": eps0,
-        "dim": dim,
-        "rounds": rounds,
-        "clients": clients,
-        "delta": delta,
-        "epsilon_claimed": claim.total,
-        "epsilon_claimed_unshuffled": claim.total_unshuffled,
-        "claim": _claim_info("ldp-fl"),
-        "notes": [
-            *notes,
-            "not covered: the adaptive per-layer ranges (clients' min/max) leak unless computed "
-            "privately",
-        ],
-    }
+    dry = run(eps0, args.per_round)
+    from dpfl.privacy.accounting.claimed import ldp_fl_claimed_epsilon
+    from dpfl.privacy.notices import collect_range_warnings
+
+    with collect_range_warnings():
+        claim = ldp_fl_claimed_epsilon(eps0, dim, rounds)
+    result = _result("ldp-fl", "001 (LDP-FL), eq. 2 / Theorem 1 / §4.2", dry, {
+        "epsilon_per_weight": eps0, "dim": dim, "clients": clients, "range": args.range,
+        "epsilon_claimed_unshuffled": claim.total_unshuffled})
     if inverse:
         result["inverse"] = inverse
-    return _finish(args, result, observers, notices)
+    if args.trusted_shuffler:
+        from dpfl.algorithms.ldp_fl import ldp_fl_privacy
+
+        z = 0.0 if args.range == "client-minmax" else None  # exact bounds: epsilon = inf; fixed: free
+        stmt = ldp_fl_privacy(eps0, dim, rounds, clients, delta, z)  # the run's own epsilon_total_* metrics
+        result["what_if"] = {"trusted_shuffler": {**stmt.to_dict(), "note": (
+            "not a certificate of the ledger: a trusted shuffler per id over the n reports of each round "
+            "(Feldman-McMillan-Talwar), as a run reports it in its metrics epsilon_total_shuffled")}}
+    return _emit(args, result, dry)
 
 
-# --------------------------------------------------------------------------- registration
+# --------------------------------------------------------------------------- config
 
 
 def _config(args: argparse.Namespace) -> int:
@@ -660,31 +497,11 @@ def _config(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(_jsonable({**out.to_dict(), "notices": notices}), indent=2) + "\n")
         return 0
     from rich.console import Console
-    from rich.table import Table
 
     console = Console()
     console.print(f"[bold]dpfl account[/bold] {args.config}  ({config.algorithm.name}, dry run of "
                   f"{out.rounds} rounds: no training)")
-    claimed = priv.claimed_max
-    console.print(f"  claimed epsilon: [bold]{'—' if claimed is None else f'{claimed:.4g}'}[/bold]  — "
-                  f"{priv.claim_notion}")
-    head = priv.headline
-    if priv.certified is not None and head is not None:
-        table = Table(title=f"certified epsilon at delta = {priv.delta:g}")
-        for col in ("observer", "epsilon", "method", "rdp", "pld", "unit", "relation"):
-            table.add_column(col)
-        f = (lambda x: "—" if x is None else f"{float(x):.4g}")  # noqa: E731
-        for name, c in priv.certified.items():
-            table.add_row(name + (" (headline)" if name == head.observer else ""), f(c.epsilon), c.method,
-                          f(c.epsilon_rdp), f(c.epsilon_pld), c.privacy_unit, c.relation)
-        console.print(table)
-    if out.per_round:
-        table = Table(title="certified epsilon (RDP) after each round")
-        for col in ("round", "server", "public"):
-            table.add_column(col)
-        for row in out.per_round:
-            table.add_row(str(row["round"]), f"{float(row['server']):.4g}", f"{float(row['public']):.4g}")
-        console.print(table)
+    _print_privacy(console, priv, out.per_round)
     if priv.certified_basis:
         console.print(f"  basis: {priv.certified_basis}")
     if out.stop_reason:

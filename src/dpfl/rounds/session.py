@@ -295,7 +295,8 @@ def _registered(exp: Experiment, cohort: Cohort, gate: PrivacyGate | None, store
 
 
 def dry_run(config: RunConfig, notice: NoticeFn | None = None, *, per_round: bool = False,
-            experiment: Experiment | Plan | None = None) -> DryRunResult:
+            experiment: Experiment | Plan | None = None,
+            what_if_secure_aggregation: bool = False) -> DryRunResult:
     """The privacy statement of a run without training it: the same algorithm objects, sampling,
     calibration, privacy gate and ledger as :func:`run_experiment`, on a
     :class:`~dpfl.rounds.cohort.DryCohort` (``dpfl account CONFIG``).
@@ -313,16 +314,24 @@ def dry_run(config: RunConfig, notice: NoticeFn | None = None, *, per_round: boo
         experiment: a built experiment or a shapes-only :class:`~dpfl.rounds.build.Plan`
             (:func:`~dpfl.rounds.build.build_plan`); by default the config is built (its data
             read for the client sizes), with no engine.
+        what_if_secure_aggregation: price the rounds as if a secure aggregation hid the uploads
+            from the server (it sees only their sum) — a what-if for ``dpfl account ALGORITHM
+            --secure-aggregation``: no runtime implements it, so runs (and dry runs of a config
+            asking for it) refuse ``privacy.secure_aggregation``. The algorithms' own
+            ``releases(..., secure_aggregation=True)`` state what the server then sees.
     """
     if config.privacy.secure_aggregation:
         raise ConfigError(SECURE_AGGREGATION_REFUSED)
+    privacy = config.privacy
+    if what_if_secure_aggregation:
+        privacy = privacy.model_copy(update={"secure_aggregation": True})
     if experiment is None:
         experiment = build_experiment(config, train=False)
     plan = plan_of(experiment) if isinstance(experiment, Experiment) else experiment
     algo = plan.algorithm
     if not isinstance(algo, PrivateAlgorithm):
         return DryRunResult(0, None, None)
-    gate = PrivacyGate(algo, plan.num_clients, plan.sizes, config.privacy, plan.seeds)
+    gate = PrivacyGate(algo, plan.num_clients, plan.sizes, privacy, plan.seeds)
     recorder = _NullRecorder(notice)
     for n in plan.notices:
         recorder.notice(n["kind"], n["message"])
