@@ -12,8 +12,8 @@ from pydantic import BaseModel, ValidationError
 
 from dpfl.algorithms.base import Algorithm
 from dpfl.algorithms.fedavg import FedAvg
-from dpfl.errors import ConfigError
 from dpfl.config import AlgorithmConfig, PrivacyConfig, RunConfig, SamplingConfig
+from dpfl.errors import ConfigError
 from dpfl.sampling import AllClients, FixedSizeSampler, PoissonSampler
 
 

@@ -344,8 +344,8 @@ def run_audited(
         whole interval lies above the certified public ε.
     """
     from dpfl.rounds import run_experiment
-    from dpfl.store import RunStore
     from dpfl.sim.checkpoint import load_checkpoint
+    from dpfl.store import RunStore
 
     built: dict[str, Any] = {}
 

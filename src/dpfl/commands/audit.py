@@ -99,8 +99,8 @@ def plot_audits(rows: list[tuple[str, dict[str, Any]]], out: str, title: str) ->
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from dpfl.errors import ConfigError
     from dpfl.config import load_config
+    from dpfl.errors import ConfigError
 
     logging.getLogger("absl").setLevel(logging.ERROR)  # RDP orders dp-accounting excludes, per round
     sweep: list[str | None] = [None]

@@ -17,10 +17,8 @@ from dpfl.algorithms.ldp_fl import LdpFl, LdpFlOptions, ldp_fl_privacy
 from dpfl.algorithms.registry import parse_options
 from dpfl.client.context import LocalResult, RoundInfo
 from dpfl.client.layout import ParamLayout
-from dpfl.errors import ConfigError
 from dpfl.config import parse_config
-from dpfl.rounds import build_experiment, run_experiment
-from dpfl.store import RunStore
+from dpfl.errors import ConfigError
 from dpfl.privacy.mechanisms import (
     agree_log_ranges,
     layer_log_max_abs,
@@ -28,7 +26,9 @@ from dpfl.privacy.mechanisms import (
     log_range_sensitivity,
 )
 from dpfl.rng import SeedSequence
+from dpfl.rounds import build_experiment, run_experiment
 from dpfl.sampling import AllClients
+from dpfl.store import RunStore
 
 DELTA = 1e-5
 

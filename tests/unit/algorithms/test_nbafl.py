@@ -13,8 +13,8 @@ from dpfl.algorithms.nbafl import ALGORITHMS, NbAfl
 from dpfl.algorithms.registry import BuildContext
 from dpfl.client.context import LocalResult, RoundInfo
 from dpfl.client.local import LocalTraining
-from dpfl.errors import ConfigError, PrivacyPreconditionError
 from dpfl.config import parse_config
+from dpfl.errors import ConfigError, PrivacyPreconditionError
 from dpfl.privacy.calibration import (
     nbafl_downlink_noise_std,
     nbafl_downlink_noise_std_k_random,

@@ -10,8 +10,8 @@ import torch
 from dpfl.algorithms.registry import BuildContext, build_algorithm, build_sampler
 from dpfl.algorithms.udp import UdpCrd, local_sensitivity
 from dpfl.client.context import LocalResult, RoundInfo
-from dpfl.errors import ConfigError
 from dpfl.config import parse_config
+from dpfl.errors import ConfigError
 from dpfl.privacy.calibration import udp_noise_std, udp_noise_std_after_change, udp_sensitivity
 from dpfl.rng import SeedSequence
 

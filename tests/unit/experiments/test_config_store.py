@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from dpfl.errors import ConfigError
 from dpfl.config import apply_overrides, load_config, parse_config, run_id
+from dpfl.errors import ConfigError
 from dpfl.store import RunStore
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from dpfl.errors import ConfigError
 from dpfl.config import RunConfig, load_config, run_id
+from dpfl.errors import ConfigError
 from dpfl.experiments.recipes.base import Recipe, RecipeRun, ReportContext, reproduce
 from dpfl.store import RunStore
 

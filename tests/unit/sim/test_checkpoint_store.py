@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import torch
 
-from dpfl.errors import DataFormatError
 from dpfl.config import parse_config
+from dpfl.errors import DataFormatError
 from dpfl.rounds import checkpoint_path, run_experiment
 from dpfl.store import RunStore
 

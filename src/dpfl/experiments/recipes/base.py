@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dpfl.errors import ConfigError
 from dpfl.config import RunConfig, run_id
+from dpfl.errors import ConfigError
 from dpfl.store import RunRecord, RunStore
 
 SCALES = ("smoke", "reduced", "full")

@@ -145,8 +145,8 @@ def median_unclipped_norm(
     Returns:
         ``{"clip_norm": median, "quantiles": {...}, "checkpoints": [...], "records": n}``.
     """
-    from dpfl.rounds import build_experiment
     from dpfl.models import per_sample_loss
+    from dpfl.rounds import build_experiment
     from dpfl.server.aggregators import WeightedMean
     from dpfl.sim.vectorized import VectorizedEngine
 

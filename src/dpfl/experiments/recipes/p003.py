@@ -21,8 +21,8 @@ from typing import Any
 
 import dp_accounting as dpa
 
-from dpfl.errors import PrivacyPreconditionError
 from dpfl.config import RunConfig, parse_config
+from dpfl.errors import PrivacyPreconditionError
 from dpfl.experiments.recipes.base import Recipe, RecipeRun, ReportContext
 from dpfl.experiments.recipes.verdicts import (
     REPRODUCED,

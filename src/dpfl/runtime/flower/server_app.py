@@ -32,8 +32,8 @@ def _overrides(text: str) -> list[str]:
 def main(grid: Grid, context: Context) -> None:
     from dpfl.config import load_config
     from dpfl.rounds import build_experiment, run_experiment
-    from dpfl.store import RunStore
     from dpfl.runtime.flower.cohort import FlowerCohort, Shuffler, discover_nodes
+    from dpfl.store import RunStore
 
     rc = context.run_config
     path = str(rc.get("config", ""))
