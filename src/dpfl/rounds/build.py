@@ -110,7 +110,7 @@ def check_names(config: RunConfig) -> None:
         dataset_info(config.data.name)
     if is_reference(config.model.name):
         resolve_reference(config.model.name, "model.name")
-        accepted = list(config.model.options)  # the user's factory checks its own options
+        accepted: Any = list(config.model.options)  # the user's factory checks its own options
     else:
         accepted = model_options(config.model.name)
     unknown = sorted(set(config.model.options) - set(accepted))

@@ -206,7 +206,7 @@ class DryCohort:
     Every scheduled upload is taken to arrive (a deployment that loses uploads records what its
     arrivals really released)."""
 
-    tag = None
+    tag: str | None = None
     remote = False
     trains = False
 
