@@ -431,6 +431,13 @@ class Udp(PrivateAlgorithm):
         rows = self.history[:rounds_done]  # releases() has committed round rounds_done - 1
         if not rows:
             return {i: 0.0 for i in range(self.num_clients)}
+        first = rows[0]
+        if all(r == first for r in rows):  # constant noise (plain UDP): the closed form in T, same value
+            return {
+                i: udp_claimed_epsilon([first[i]], self.deltas[i], self.sensitivities[i], self.sample_rate,
+                                       repeat=len(rows))
+                for i in range(self.num_clients)
+            }
         return {
             i: udp_claimed_epsilon([r[i] for r in rows], self.deltas[i], self.sensitivities[i], self.sample_rate)
             for i in range(self.num_clients)

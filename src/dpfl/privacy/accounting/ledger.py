@@ -843,10 +843,24 @@ class PrivacyLedger:
         seen: dict[frozenset[tuple[dpe.DpEvent, int]], int] = {}
         for cid in st.ids:
             seen.setdefault(_signature(st.counts[st.index[cid]]), cid)
-        certs = [self._certificate(observer, cid, method) for cid in seen.values()]
+        who: list[int | None] = list(seen.values())
         if len(st.ids) < self.num_clients and st.shared_counts:
-            certs.append(self._certificate(observer, None, method))
-        return max(certs, key=lambda c: c.epsilon)
+            who.append(None)
+        # A history's tightest ε never exceeds its RDP-or-pure ε (the tightest is the minimum over
+        # PLD, RDP and pure composition), so histories are priced in decreasing order of that
+        # bound and the search stops once the bound is below the worst tightest ε found: the same
+        # maximum, with one PLD per history that can still be the worst instead of one per history.
+        bounds = [(self._certificate(observer, cid, "rdp").epsilon, i) for i, cid in enumerate(who)]
+        worst: tuple[float, int, Certificate] | None = None
+        for bound, i in sorted(bounds, key=lambda b: (-b[0], b[1])):
+            if worst is not None and bound < worst[0]:
+                break
+            cert = self._certificate(observer, who[i], method)
+            # ties go to the earlier history, as the exhaustive maximum did
+            if worst is None or cert.epsilon > worst[0] or (cert.epsilon == worst[0] and i < worst[1]):
+                worst = (cert.epsilon, i, cert)
+        assert worst is not None
+        return worst[2]
 
     def certify_all(self, method: Literal["rdp", "best"] = "best") -> dict[str, Any]:
         """Headline and per-observer certificates as a JSON-serializable dict."""
