@@ -12,9 +12,8 @@ import yaml
 
 pytest.importorskip("flwr")
 
-from dpfl.experiments.runner import run_experiment  # noqa: E402
-
 from dpfl.config import load_config  # noqa: E402
+from dpfl.rounds import run_experiment  # noqa: E402
 from dpfl.runtime.flower.local import LocalFederation  # noqa: E402
 from dpfl.store import RunStore  # noqa: E402
 
