@@ -18,6 +18,7 @@ from dpfl.runtime.flower.local import LocalFederation  # noqa: E402
 from dpfl.store import RunStore  # noqa: E402
 
 
+@pytest.mark.slow  # ~1.5 min of SuperNodes; the default suite's Flower tests cover the wire with SGD
 def test_dp_fedavg_with_adam_on_flower_equals_the_simulator(tmp_path: Path, mnist_fixture: Path) -> None:
     cfg = {
         "name": "dpfedavg-adam", "seed": 5, "rounds": 2,
