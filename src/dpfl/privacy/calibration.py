@@ -23,7 +23,6 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from scipy.special import log_ndtr
 
 from dpfl.errors import ConfigError, PrivacyPreconditionError
 from dpfl.privacy.notices import warn_out_of_range
@@ -717,6 +716,8 @@ def _analytic_log_delta(noise_multiplier: float, epsilon: float) -> float:
     """log δ(ε) of N(0, z²) vs N(1, z²) (sensitivity 1), Balle & Wang 2018, Theorem 8."""
     a = 1.0 / (2.0 * noise_multiplier)
     b = epsilon * noise_multiplier
+    from scipy.special import log_ndtr  # loaded on use: `dpfl --help` registers commands importing this module
+
     log_first = float(log_ndtr(a - b))
     log_second = epsilon + float(log_ndtr(-a - b))
     if not log_second < log_first:
