@@ -716,7 +716,9 @@ def _analytic_log_delta(noise_multiplier: float, epsilon: float) -> float:
     """log δ(ε) of N(0, z²) vs N(1, z²) (sensitivity 1), Balle & Wang 2018, Theorem 8."""
     a = 1.0 / (2.0 * noise_multiplier)
     b = epsilon * noise_multiplier
-    from scipy.special import log_ndtr  # loaded on use: `dpfl --help` registers commands importing this module
+    from scipy.special import (
+        log_ndtr,  # loaded on use: `dpfl --help` registers commands importing this module
+    )
 
     log_first = float(log_ndtr(a - b))
     log_second = epsilon + float(log_ndtr(-a - b))
