@@ -77,6 +77,7 @@ def exported_state_dict(run_id: str, store: RunStore | str | Path = DEFAULT_STOR
     from dpfl import __version__
     from dpfl.config import parse_config
     from dpfl.models import build_model
+    from dpfl.models.registry import MODELS
     from dpfl.sim.checkpoint import load_checkpoint
 
     run_store = store if isinstance(store, RunStore) else RunStore(store)
@@ -96,28 +97,33 @@ def exported_state_dict(run_id: str, store: RunStore | str | Path = DEFAULT_STOR
         raise DataFormatError(f"run {rid}: model file {path} holds no `global_params` and `layout`.")
     flat, layout = state["global_params"], state["layout"]
     config = parse_config(record.config)
-    model = build_model(
-        config.model.name,
-        _input_shape(config.data.name, layout),
-        _num_classes(config.data.name),
-        generator=torch.Generator().manual_seed(0),  # overwritten below: only the structure is used
-        **config.model.options,
-    )
-    names = tuple(n for n, _ in model.named_parameters())
-    shapes = tuple(tuple(p.shape) for _, p in model.named_parameters())
-    if names != tuple(layout.names) or shapes != tuple(tuple(s) for s in layout.shapes):
-        raise DataFormatError(
-            f"run {rid}: the stored model's parameters {list(zip(layout.names, layout.shapes, strict=True))[:3]}... "
-            f"do not match model {config.model.name!r} as this dpfl builds it; export it with the dpfl "
-            f"version that ran it ({record.env.get('dpfl', 'unknown')})."
-        )
     if flat.shape != (layout.numel,):
         raise DataFormatError(f"run {rid}: model file {path} holds {tuple(flat.shape)} values, its layout {layout.numel}.")
     views = layout.views(flat.detach().to("cpu", torch.float32))
-    keys = list(model.state_dict())
-    if set(keys) != set(views):
-        raise DataFormatError(f"run {rid}: model {config.model.name!r} has state beyond its parameters "
-                              f"({sorted(set(keys) - set(views))}); it cannot be exported from parameters.")
+    keys = list(views)
+    if config.model.name in MODELS:
+        # a built-in model: check the stored parameters against the structure this dpfl builds
+        model = build_model(
+            config.model.name,
+            _input_shape(config.data.name, layout),
+            _num_classes(config.data.name),
+            generator=torch.Generator().manual_seed(0),  # overwritten below: only the structure is used
+            **config.model.options,
+        )
+        names = tuple(n for n, _ in model.named_parameters())
+        shapes = tuple(tuple(p.shape) for _, p in model.named_parameters())
+        if names != tuple(layout.names) or shapes != tuple(tuple(s) for s in layout.shapes):
+            raise DataFormatError(
+                f"run {rid}: the stored model's parameters {list(zip(layout.names, layout.shapes, strict=True))[:3]}... "
+                f"do not match model {config.model.name!r} as this dpfl builds it; export it with the dpfl "
+                f"version that ran it ({record.env.get('dpfl', 'unknown')})."
+            )
+        keys = list(model.state_dict())
+        if set(keys) != set(views):
+            raise DataFormatError(f"run {rid}: model {config.model.name!r} has state beyond its parameters "
+                                  f"({sorted(set(keys) - set(views))}); it cannot be exported from parameters.")
+    # a user's model (a `module:attribute` reference or the Python API's): dpfl trains only models
+    # without buffers (models/validate.py), so its state_dict is exactly the stored parameters
     state_dict = {k: views[k].clone().contiguous() for k in keys}
     metadata = {
         "run_id": rid,

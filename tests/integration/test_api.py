@@ -166,3 +166,18 @@ def test_a_users_model_and_data_by_reference_in_yaml(tmp_path: Path, monkeypatch
     cfg["model"] = {"name": "userpkg_ref:no_such_net"}
     path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
     assert main(["run", str(path), "--store", str(store)]) == 2
+
+
+def test_an_api_run_exports_from_the_cli_and_loads_into_the_users_model(tmp_path: Path) -> None:
+    from dpfl.cli import main
+
+    data = dpfl.FederatedData.from_tensors(*_data(), partition={"kind": "iid", "num_clients": 5})
+    torch.manual_seed(4)
+    res = dpfl.train(ResidualCNN(), data, "dp-fedavg", options=DP, rounds=2, sampling=POISSON, local=LOCAL,
+                     store=tmp_path / "s.sqlite", notice=None)
+    out = tmp_path / "model.pt"
+    assert main(["export", res.run_id, "--store", str(tmp_path / "s.sqlite"), "--out", str(out)]) == 0
+    fresh = ResidualCNN()
+    fresh.load_state_dict(torch.load(out))  # torch alone, weights_only by default
+    with torch.no_grad():
+        assert torch.equal(fresh(data.x_test), res.model(data.x_test))

@@ -22,7 +22,7 @@ ALLOWED: dict[str, set[str]] = {
     "models": {"errors"},
     "data": {"errors", "__version__"},
     "server": {"errors", "privacy"},
-    "client": {"privacy"},
+    "client": {"privacy", "models"},
     "sampling": {"privacy"},
     "theory": {"privacy"},
     "algorithms": {"privacy", "sampling", "client", "server", "models", "config"},
@@ -33,7 +33,7 @@ ALLOWED: dict[str, set[str]] = {
     "audit": {"privacy", "sampling", "client", "server", "models", "config", "data", "store", "algorithms", "sim",
               "rounds"},
     "plots": {"store"},
-    "export": {"models", "config", "store", "sim", "rounds"},
+    "export": {"models", "config", "store", "sim", "data", "rounds"},
     "api": {"privacy", "sampling", "client", "server", "models", "config", "data", "store", "algorithms", "sim",
             "rounds", "export"},
 }

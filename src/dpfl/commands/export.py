@@ -29,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("run_id", metavar="RUN_ID", help="a run id (or a unique prefix), see `dpfl runs`")
     p.add_argument("--store", default=str(DEFAULT_STORE), help=f"run store (default {DEFAULT_STORE})")
-    p.add_argument("--format", required=True, choices=EXPORT_FORMATS, help="file format")
+    p.add_argument("--format", default="state_dict", choices=EXPORT_FORMATS, help="file format (default: state_dict)")
     p.add_argument("--out", default=None, metavar="FILE",
                    help="file to write (default: RUN_ID.pt or RUN_ID.safetensors in the current directory)")
     p.set_defaults(func=_export)

@@ -144,12 +144,16 @@ class PrivacySummary:
                 return None
             return {obs: {int(c): float(epsilon_from_json(e) or 0.0) for c, e in per.items()} for obs, per in x.items()}
 
+        certified = _certs_from_json(data.get("certified"))
+        delta = data.get("delta")
+        if delta is None:  # older records: the certificates carry it
+            delta = next(iter(certified.values())).delta if certified else float("nan")
         return cls(
-            certified=_certs_from_json(data.get("certified")),
+            certified=certified,
             claimed_epsilon=_claim_from_json(data.get("claimed_epsilon")),
             claim_notion=str(data.get("claim_notion", "")),
             claim_comparable=bool(data.get("claim_comparable", True)),
-            delta=float(data["delta"]),
+            delta=float(delta),
             not_covered=tuple(data.get("not_covered", ())),
             spent=_certs_from_json(data.get("spent")),
             certified_basis=data.get("certified_basis"),
