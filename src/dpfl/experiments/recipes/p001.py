@@ -775,8 +775,25 @@ def _table1_report(ctx: ReportContext) -> str:
                       "cell is re-run.)", ""]
     png = _plot_accuracy_vs_eps(mctx, series, "table1.png", PAPER_TABLE1)
     parts += _small_cnn_section(ctx, small, series, cnn2_earlier, main)
-    parts += [_privacy_note(), "", f"![accuracy vs ε]({png})"]
+    parts += [_privacy_note(), "", f"![accuracy vs ε]({png})", "", *_wall_times(ctx)]
     return "\n".join(parts)
+
+
+def _wall_times(ctx: ReportContext) -> list[str]:
+    """Per finished run: training seconds (the rounds' own timing) and wall seconds (first to last write)."""
+    rows = []
+    for run, rec, rounds in ctx.runs:
+        start, end = getattr(rec, "created_at", None), getattr(rec, "updated_at", None)
+        if getattr(rec, "status", None) != "finished" or start is None or end is None:
+            continue
+        train = sum(float(r.get("seconds", 0.0)) for r in rounds)
+        rows.append(f"| {run.label} | {len(rounds)} | {train:.0f} | {end - start:.0f} |")
+    if not rows:
+        return []
+    return ["#### Time per run (this store)", "",
+            "Training = the rounds' own timing; wall = first to last write of the run (a resumed run includes the "
+            "pause). The machine is shared by several jobs at low priority, so both vary with its load.", "",
+            "| run | rounds | training s | wall s |", "|---|---|---|---|", *rows]
 
 
 TABLE1 = Recipe(
