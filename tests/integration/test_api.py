@@ -130,6 +130,10 @@ def test_bad_settings_get_the_cli_errors(tmp_path: Path) -> None:
         dpfl.account(ResidualCNN(), data, "dp-fedavg", options=DP, sampling={"kind": "fixed", "clients_per_round": 9})
     with pytest.raises(ConfigError, match="noise_multplier"):
         dpfl.account(ResidualCNN(), data, "dp-fedavg", options={"noise_multplier": 1.0, "clip_norm": 1.0})
+    # UDP's sensitivity assumes plain full-batch gradient steps: Adam is refused, naming both
+    with pytest.raises(ConfigError, match=r"udp.*adam|adam.*udp"):
+        dpfl.account(ResidualCNN(), data, "udp", options={"epsilon": 8.0, "clip_norm": 1.0},
+                     local={"lr": 0.1, "batch_size": None, "optimizer": {"name": "adam"}})
 
 
 def test_a_users_model_and_data_by_reference_in_yaml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
