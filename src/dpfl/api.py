@@ -209,9 +209,9 @@ def _check_model(model: nn.Module) -> None:
 def _config(data: FederatedData, model: nn.Module, algorithm: str, options: Mapping[str, Any] | None,
             rounds: int, sampling: Mapping[str, Any] | None, local: Mapping[str, Any] | None,
             privacy: Mapping[str, Any] | None, seed: int, engine: str, threads: int | None,
-            checkpoint_every: int, eval_every: int, name: str | None) -> RunConfig:
+            checkpoint_every: int, eval_every: int, name: str) -> RunConfig:
     raw: dict[str, Any] = {
-        "name": name or f"{algorithm}-{data.name}-{type(model).__name__}",
+        "name": name,
         "seed": seed,
         "rounds": rounds,
         # the data and model are the user's: their fingerprints make the run id theirs
@@ -229,6 +229,15 @@ def _config(data: FederatedData, model: nn.Module, algorithm: str, options: Mapp
     if threads is not None:
         raw["threads"] = threads
     return parse_config(raw)
+
+
+def _named(name: str | None, loss: Any, default: str) -> str:
+    """The run's name; a user loss is part of it (so that another loss is another run)."""
+    base = name or default
+    if loss is None:
+        return base
+    qual = f"{getattr(loss, '__module__', '?')}.{getattr(loss, '__qualname__', type(loss).__name__)}"
+    return f"{base} loss={qual}"
 
 
 def _choose_engine(engine: str, model: nn.Module, data: FederatedData, say: Callable[[str], None] | None) -> str:
@@ -259,14 +268,14 @@ def _choose_engine(engine: str, model: nn.Module, data: FederatedData, say: Call
     return "sequential"
 
 
-def _build(model: nn.Module, data: FederatedData, config: RunConfig, *, train: bool) -> Experiment:
+def _build(model: nn.Module, data: FederatedData, config: RunConfig, *, train: bool, loss: Any = None) -> Experiment:
     from dpfl.data.registry import FederatedDataset
 
     ds = FederatedDataset(name=data.name, x_train=data.x_train, y_train=data.y_train, x_test=data.x_test,
                           y_test=data.y_test, num_classes=data.num_classes, input_shape=data.input_shape,
                           groups_train=data.groups_train)
     parts = list(data.clients) if data.clients is not None else partition_clients(config, ds)
-    return assemble(config, ds, parts, copy.deepcopy(model), train=train)
+    return assemble(config, ds, parts, copy.deepcopy(model), train=train, loss=loss)
 
 
 @dataclass(frozen=True)
@@ -312,7 +321,8 @@ def train(model: nn.Module, data: FederatedData, algorithm: str = "dp-fedavg", *
           store: str | Path | RunStore | None = DEFAULT_STORE, restart: bool = False,
           progress: Callable[[int, int, dict[str, Any], float], None] | None = None,
           notice: Callable[[str], None] | None = print, threads: int | None = None,
-          checkpoint_every: int = 5, eval_every: int = 1, name: str | None = None) -> TrainResult:
+          checkpoint_every: int = 5, eval_every: int = 1, name: str | None = None,
+          loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None) -> TrainResult:
     """Train ``model`` on ``data`` with a DP-FL algorithm; both epsilons in the result.
 
     Args:
@@ -330,6 +340,9 @@ def train(model: nn.Module, data: FederatedData, algorithm: str = "dp-fedavg", *
         store: the run store (as ``dpfl run --store``): the run is stored, checkpointed and
             resumed from there; a finished run is returned from it (``restart`` runs it again).
         notice: where notices go (formula ranges, budget stops; default ``print``; None: nowhere).
+        loss: a per-sample loss ``(outputs [..., C], targets [...]) -> losses [...]`` (no
+            reduction) replacing cross-entropy; it is part of the run's identity by its
+            qualified name (give the run a ``name`` when two losses share one).
 
     Raises:
         ConfigError: a bad setting, a model whose output does not match the classes, a model
@@ -341,8 +354,8 @@ def train(model: nn.Module, data: FederatedData, algorithm: str = "dp-fedavg", *
     _check_model(model)
     chosen = _choose_engine(engine, model, data, notice)
     config = _config(data, model, algorithm, options, rounds, sampling, local, privacy, seed, chosen, threads,
-                     checkpoint_every, eval_every, name)
-    exp = _build(model, data, config, train=True)
+                     checkpoint_every, eval_every, _named(name, loss, f"{algorithm}-{data.name}-{type(model).__name__}"))
+    exp = _build(model, data, config, train=True, loss=loss)
     run_store = store if isinstance(store, RunStore) else RunStore(store if store is not None else DEFAULT_STORE)
     res = run_experiment(config, run_store, progress=progress, notice=notice, restart=restart, experiment=exp)
     trained = copy.deepcopy(model)
@@ -360,13 +373,14 @@ def account(model: nn.Module, data: FederatedData, algorithm: str = "dp-fedavg",
             options: Mapping[str, Any] | None = None, rounds: int = 20,
             sampling: Mapping[str, Any] | None = None, local: Mapping[str, Any] | None = None,
             privacy: Mapping[str, Any] | None = None, seed: int = 0, per_round: bool = False,
-            notice: Callable[[str], None] | None = None) -> DryRunResult:
+            notice: Callable[[str], None] | None = None,
+            loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None) -> DryRunResult:
     """The privacy of :func:`train` with the same arguments, without training (a dry run of the
     same sampling, calibration and ledger): ``result.privacy`` per observer, ``result.rounds``."""
     from dpfl.rounds.session import dry_run
 
     _check_model(model)
     config = _config(data, model, algorithm, options, rounds, sampling, local, privacy, seed, "sequential", None,
-                     5, 1, None)
-    exp = _build(model, data, config, train=False)
+                     5, 1, _named(None, loss, f"{algorithm}-{data.name}-{type(model).__name__}"))
+    exp = _build(model, data, config, train=False, loss=loss)
     return dry_run(config, notice, per_round=per_round, experiment=exp)

@@ -185,3 +185,21 @@ def test_an_api_run_exports_from_the_cli_and_loads_into_the_users_model(tmp_path
     fresh.load_state_dict(torch.load(out))  # torch alone, weights_only by default
     with torch.no_grad():
         assert torch.equal(fresh(data.x_test), res.model(data.x_test))
+
+
+def test_a_user_loss_trains_and_is_part_of_the_run(tmp_path: Path) -> None:
+    def smoothed(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return nn.functional.cross_entropy(outputs.reshape(-1, outputs.shape[-1]), targets.reshape(-1),
+                                           reduction="none", label_smoothing=0.1).reshape(targets.shape)
+
+    data = dpfl.FederatedData.from_tensors(*_data(), partition={"kind": "iid", "num_clients": 5})
+    torch.manual_seed(6)
+    model = ResidualCNN()
+    kw = {"rounds": 2, "local": LOCAL, "store": tmp_path / "s.sqlite", "notice": None}
+    plain = dpfl.train(model, data, "fedavg", **kw)
+    custom = dpfl.train(model, data, "fedavg", loss=smoothed, **kw)
+    assert custom.run_id != plain.run_id and custom.final["params_sha256"] != plain.final["params_sha256"]
+    # the stored test loss is the user's loss of the final model
+    with torch.no_grad():
+        expected = float(smoothed(custom.model(data.x_test), data.y_test).mean())
+    assert custom.final["test_loss"] == pytest.approx(expected, rel=1e-5)

@@ -237,7 +237,7 @@ def build_experiment(config: RunConfig, *, train: bool = True) -> Experiment:
 
 
 def assemble(config: RunConfig, dataset: Any, parts: Sequence[Any], model: torch.nn.Module, *,
-             train: bool = True, rid: str | None = None) -> Experiment:
+             train: bool = True, rid: str | None = None, loss: Any = None) -> Experiment:
     """An experiment from a data set, its client index arrays and a model (what
     :func:`build_experiment` reads from the config; the Python API passes a user's own).
 
@@ -263,7 +263,7 @@ def assemble(config: RunConfig, dataset: Any, parts: Sequence[Any], model: torch
     problem = LocalProblem(
         model,
         local,
-        loss_kind=getattr(model, "loss_kind", "cross_entropy"),
+        loss_kind=loss if loss is not None else getattr(model, "loss_kind", "cross_entropy"),
         l2_penalty=float(getattr(model, "l2_penalty", 0.0)),
         penalized_params=tuple(getattr(model, "penalized_params", ())),
     )
