@@ -62,7 +62,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from dpfl.algorithms.base import RoundOutput, Uploads
 from dpfl.algorithms.private import PrivateAlgorithm
 from dpfl.client.context import LocalProblem, LocalResult, RoundInfo
-from dpfl.client.local import DpSgd, LocalTraining, dp_sgd_noise_std, dp_sgd_sample_rate, dp_sgd_steps
+from dpfl.client.local import (
+    DpSgd,
+    LocalTraining,
+    dp_sgd_noise_std,
+    dp_sgd_sample_rate,
+    dp_sgd_steps,
+)
 from dpfl.errors import ConfigError
 from dpfl.privacy.accounting.claimed import dpfedavg_claimed_epsilon
 from dpfl.privacy.accounting.ledger import Release, SampledGaussianRelease

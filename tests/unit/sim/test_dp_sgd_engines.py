@@ -14,7 +14,13 @@ import math
 import pytest
 import torch
 
-from dpfl.client.local import DpSgd, LocalTraining, dp_sgd_noise_std, dp_sgd_steps, poisson_batch_plan
+from dpfl.client.local import (
+    DpSgd,
+    LocalTraining,
+    dp_sgd_noise_std,
+    dp_sgd_steps,
+    poisson_batch_plan,
+)
 from dpfl.errors import ConfigError
 from dpfl.models import build_model
 from dpfl.rng import SeedSequence
