@@ -178,3 +178,22 @@ def test_the_same_model_trains_with_user_or_record_level_protection(tmp_path: Pa
     assert plan.privacy is not None
     for obs in ("server", "public"):
         assert record.certified_epsilon(obs) == pytest.approx(plan.privacy.epsilon(obs), rel=1e-9)
+
+
+def test_a_resumed_run_equals_an_uninterrupted_one(mnist_fixture: Path, tmp_path: Path) -> None:
+    """Interrupted after round 3 of 5 (checkpoint every 2): the same model, certificates and
+    per-client claims (the participation counts are algorithm state in the checkpoint)."""
+    cfg = _config(mnist_fixture, rounds=5, checkpoint_every=2, eval_every=5)
+    store = RunStore(tmp_path / "a.sqlite")
+
+    def crash(done: int, total: int, metrics: dict, elapsed: float) -> None:
+        if done == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(cfg, store, progress=crash)
+    resumed = run_experiment(cfg, store).final
+    fresh = run_experiment(cfg, RunStore(tmp_path / "b.sqlite")).final
+    assert resumed["params_sha256"] == fresh["params_sha256"]
+    assert resumed["privacy"]["certified"] == fresh["privacy"]["certified"]
+    assert resumed["privacy"]["claimed_epsilon"] == fresh["privacy"]["claimed_epsilon"]
