@@ -101,7 +101,8 @@ def test_certified_epsilon_equals_dp_accounting_on_the_composed_event(variant: s
         rounds = _rounds_taken_part(PoissonSampler(0.5), 4, 7)
     assert sum(1 for r in rounds if r) >= 3 and len(set(rounds)) > 1  # heterogeneous participation
     direct = _direct(z, rates, steps, rounds)
-    res = run_experiment(cfg, RunStore(tmp_path / "s.sqlite"))
+    store = RunStore(tmp_path / "s.sqlite")
+    res = run_experiment(cfg, store)
     privacy = res.final["privacy"]
     for obs in ("server", "public"):
         cert = privacy["certified"]["observers"][obs]
@@ -117,6 +118,9 @@ def test_certified_epsilon_equals_dp_accounting_on_the_composed_event(variant: s
     claimed = {int(k): float(v) for k, v in privacy["claimed_epsilon"].items()}
     assert claimed == {c: pytest.approx(direct[c][2], rel=1e-9) if c in direct else 0.0 for c in range(len(SIZES))}
     assert res.status == "finished"
+    # the certificate (RDP at more orders, or PLD) never exceeds the moments-accountant claim
+    assert "claim-exceeded" not in {n["kind"] for n in store.notices(res.run_id)}
+    assert float(privacy["certified"]["headline"]["epsilon"]) <= max(claimed.values())
 
 
 def test_the_run_refuses_two_record_sampling_rates(mnist_fixture: Path) -> None:
