@@ -36,6 +36,10 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "midp-client": ("midp-client", {"epsilons": EPS6, "clip_norm": 1.0}, {}),
     "pmidp-fl": ("pmidp-fl", {"epsilons": EPS6, "clip_norm": 1.0}, {}),
     "pmidp-fl-adaptive": ("pmidp-fl", {"epsilons": EPS6, "clip_norm": 1.0, "clip_lr": 0.3}, {}),
+    # q_k = batch_size / |D_k| (per client) and ⌈|D_k|/B⌉ steps; then a fixed q with local.steps
+    "dp-sgd-fedavg": ("dp-sgd-fedavg", {"noise_multiplier": 1.1, "clip_norm": 1.0}, {}),
+    "dp-sgd-fedavg-fixed-rate": ("dp-sgd-fedavg", {"noise_multiplier": 0.9, "clip_norm": 1.0, "record_sample_rate": 0.2},
+                                 {"local": {"lr": 0.1, "batch_size": None, "steps": 4}, **POISSON}),
 }
 
 

@@ -38,6 +38,7 @@ CASES = {
     "midp-server": ({"name": "midp-server", "options": {"epsilons": [2.0, 4.0, 6.0, 8.0], "clip_norm": 1.0}}, None),
     "midp-client": ({"name": "midp-client", "options": {"epsilons": [2.0, 4.0, 6.0, 8.0], "clip_norm": 1.0}}, None),
     "pmidp-fl": ({"name": "pmidp-fl", "options": {"epsilons": [2.0, 4.0, 6.0, 8.0], "clip_norm": 1.0}}, None),
+    "dp-sgd-fedavg": ({"name": "dp-sgd-fedavg", "options": {"noise_multiplier": 1.0, "clip_norm": 1.0}}, None),
 }
 
 

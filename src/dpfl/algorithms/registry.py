@@ -82,6 +82,7 @@ _ALGORITHM_MODULES = (
     "dpfl.algorithms.nbafl",
     "dpfl.algorithms.ldp_fl",
     "dpfl.algorithms.midp",
+    "dpfl.algorithms.dp_sgd",
 )
 
 

@@ -1,7 +1,11 @@
 """Local training settings and the order in which a client visits its samples.
 
 Both engines call :func:`batch_plan` with the same generator, so they train on the same batches
-in the same order. This module imports only torch, :mod:`dpfl.errors` and :mod:`dpfl.client.optim`.
+in the same order. With DP-SGD (:class:`DpSgd`) they call :func:`poisson_batch_plan` instead:
+every step includes each of the client's records independently with probability q (Abadi et al.
+2016), and :func:`dp_sgd_steps`, :func:`dp_sgd_sample_rate` and :func:`dp_sgd_noise_std` are the
+numbers the engines use *and* the algorithm accounts (one function each, so they cannot differ).
+This module imports only torch, :mod:`dpfl.errors` and :mod:`dpfl.client.optim`.
 """
 
 from __future__ import annotations
@@ -15,7 +19,37 @@ import torch
 from dpfl.client.optim import Adam, LocalOptimizer, Sgd, optimizer_from_config
 from dpfl.errors import ConfigError
 
-__all__ = ["Adam", "LocalOptimizer", "LocalTraining", "Sgd", "batch_plan", "check_local_optimizer"]
+__all__ = ["Adam", "DpSgd", "LocalOptimizer", "LocalTraining", "Sgd", "batch_plan", "check_local_optimizer",
+           "dp_sgd_noise_std", "dp_sgd_sample_rate", "dp_sgd_steps", "poisson_batch_plan"]
+
+
+@dataclass(frozen=True)
+class DpSgd:
+    """Per-sample DP-SGD inside a client (Abadi et al. 2016, Algorithm 1), with Poisson batches.
+
+    Each local step includes every record of the client independently with probability q,
+    clips each included per-sample gradient to ``LocalTraining.per_sample_clip`` C, sums them,
+    adds N(0, (z·C)² I) and divides by the *expected* batch size q·|D_k| (a fixed denominator:
+    the step is exactly the sampled Gaussian sum query, whatever the realized batch size, an
+    empty batch included). The noise is drawn from the client's stream (round, client, "noise"),
+    the batches from (round, client, "batch").
+
+    Attributes:
+        noise_multiplier: z >= 0 (noise std of the sum over C).
+        sample_rate: q in (0, 1]; ``None`` derives q_k = min(1, B/|D_k|) from
+            ``LocalTraining.batch_size`` B (so the expected batch is B).
+    """
+
+    noise_multiplier: float
+    sample_rate: float | None = None
+
+    def __post_init__(self) -> None:
+        z = self.noise_multiplier
+        if isinstance(z, bool) or not isinstance(z, int | float) or not (math.isfinite(z) and z >= 0):
+            raise ConfigError(f"`noise_multiplier` of DP-SGD must be a finite number >= 0. Found {z!r}.")
+        q = self.sample_rate
+        if q is not None and (isinstance(q, bool) or not isinstance(q, int | float) or not 0 < q <= 1):
+            raise ConfigError(f"`record_sample_rate` of DP-SGD must be in (0, 1] or null. Found {q!r}.")
 
 
 @dataclass(frozen=True)
@@ -33,6 +67,8 @@ class LocalTraining:
             are added unclipped: they carry no sample's information.
         final_gradient: also return the gradient of the client's full-data loss at its final
             local weights (004's LUS, eq. 11–15, scores updates by it).
+        dp_sgd: per-sample DP-SGD with Poisson batches (:class:`DpSgd`; needs
+            ``per_sample_clip``); ``None`` = ordinary batches without noise.
         optimizer: the local optimizer (:mod:`dpfl.client.optim`): plain SGD by default, or SGD
             with momentum / weight decay, or Adam. Its state (momentum buffer, Adam's moments and
             step count) is per client and reset at the start of every round: clients are
@@ -47,6 +83,7 @@ class LocalTraining:
     per_sample_clip: float | None = None
     final_gradient: bool = False
     optimizer: LocalOptimizer = Sgd()
+    dp_sgd: DpSgd | None = None
 
     @classmethod
     def from_config(cls, cfg: Any) -> LocalTraining:
@@ -73,6 +110,15 @@ class LocalTraining:
             raise ConfigError(f"`local.per_sample_clip` must be > 0 or null. Found {self.per_sample_clip}.")
         if self.prox_mu < 0:
             raise ConfigError(f"`local.prox_mu` must be >= 0. Found {self.prox_mu}.")
+        if self.dp_sgd is not None:
+            if not isinstance(self.dp_sgd, DpSgd):
+                raise ConfigError(f"`local.dp_sgd` must be a dpfl.client.local.DpSgd or None. Found {self.dp_sgd!r}.")
+            if self.per_sample_clip is None:
+                raise ConfigError("DP-SGD needs `per_sample_clip` (the clip norm C of every per-sample gradient). "
+                                  "Found None.")
+            if self.dp_sgd.sample_rate is None and self.batch_size is None:
+                raise ConfigError("DP-SGD without `record_sample_rate` derives q = batch_size/|D_k|: set "
+                                  "`local.batch_size`. Found batch_size = None.")
         if not isinstance(self.optimizer, Sgd | Adam):
             raise ConfigError(
                 f"`local.optimizer` must be a dpfl.client.optim.Sgd or Adam. Found {self.optimizer!r}."
@@ -121,3 +167,79 @@ def batch_plan(num_samples: int, local: LocalTraining, generator: torch.Generato
             perm = torch.cat([perm, torch.full((pad,), -1, dtype=torch.long)])
         rows.append(perm.view(per_epoch, b))
     return torch.cat(rows)[:n_steps]
+
+
+# --------------------------------------------------------------------------- DP-SGD
+
+
+def _dp(local: LocalTraining) -> DpSgd:
+    if local.dp_sgd is None:
+        raise ConfigError("this local training has no DP-SGD settings (`LocalTraining.dp_sgd` is None).")
+    return local.dp_sgd
+
+
+def dp_sgd_sample_rate(num_samples: int, local: LocalTraining) -> float:
+    """q_k: the record sampling rate of a client holding ``num_samples`` records.
+
+    ``DpSgd.sample_rate`` if set, else min(1, B/|D_k|) with B = ``local.batch_size``.
+
+    >>> dp_sgd_sample_rate(40, LocalTraining(lr=0.1, batch_size=10, per_sample_clip=1.0, dp_sgd=DpSgd(1.0)))
+    0.25
+    """
+    dp = _dp(local)
+    n = int(num_samples)
+    if n < 1:
+        raise ConfigError(f"a client must hold at least one sample. Found {n}.")
+    if dp.sample_rate is not None:
+        return float(dp.sample_rate)
+    assert local.batch_size is not None  # checked by LocalTraining
+    return min(1.0, local.batch_size / n)
+
+
+def dp_sgd_steps(num_samples: int, local: LocalTraining) -> int:
+    """Local DP-SGD steps of a client in one round: ``local.steps`` if set, else
+    ``local.epochs`` × ⌈1/q_k⌉ (an epoch is 1/q steps in expectation; with q = B/|D_k| that is
+    ⌈|D_k|/B⌉, the batches of an ordinary epoch).
+
+    >>> dp_sgd_steps(45, LocalTraining(lr=0.1, epochs=2, batch_size=10, per_sample_clip=1.0, dp_sgd=DpSgd(1.0)))
+    10
+    """
+    dp = _dp(local)
+    n = int(num_samples)
+    if local.steps is not None:
+        return int(local.steps)
+    if dp.sample_rate is None:
+        assert local.batch_size is not None
+        return local.epochs * math.ceil(n / min(local.batch_size, n))
+    # the tolerance keeps 1/q for q = 1/m (m an integer) at m despite rounding
+    return local.epochs * max(1, math.ceil(1.0 / dp.sample_rate - 1e-9))
+
+
+def dp_sgd_noise_std(num_samples: int, local: LocalTraining) -> float:
+    """Per-coordinate std of the noise in one DP-SGD step's gradient: z·C/(q_k·|D_k|) (the sum's
+    noise N(0, (zC)²) over the fixed denominator q_k|D_k|; Abadi et al. 2016, Algorithm 1)."""
+    dp = _dp(local)
+    assert local.per_sample_clip is not None
+    q = dp_sgd_sample_rate(num_samples, local)
+    return dp.noise_multiplier * float(local.per_sample_clip) / (q * int(num_samples))
+
+
+def poisson_batch_plan(num_samples: int, local: LocalTraining, generator: torch.Generator) -> torch.Tensor:
+    """Positions visited at each DP-SGD step: each record independently with probability q_k.
+
+    One ``torch.rand(|D_k|)`` per step from ``generator``; record i is in step s's batch iff its
+    draw is below q_k. Same format as :func:`batch_plan`: LongTensor [S, W] (S =
+    :func:`dp_sgd_steps`), row s the positions of step s in increasing order, ``-1`` padding,
+    W >= 1 (a row of -1 only is an empty batch: the step still happens, with noise only).
+    """
+    n = int(num_samples)
+    q = dp_sgd_sample_rate(n, local)
+    steps = dp_sgd_steps(n, local)
+    masks = torch.stack([torch.rand(n, generator=generator) < q for _ in range(steps)])
+    counts = masks.sum(1)
+    width = max(1, int(counts.max()))
+    pos = torch.full((steps, width), -1, dtype=torch.long)
+    rows, cols = masks.nonzero(as_tuple=True)
+    starts = torch.cumsum(counts, 0) - counts
+    pos[rows, torch.arange(rows.numel()) - starts[rows]] = cols
+    return pos

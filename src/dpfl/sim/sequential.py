@@ -4,6 +4,11 @@ Deliberately simple, so that it can serve as the reference the vectorized engine
 against; also the shape of the per-client code that runs inside a real federation (a cohort of
 one). A local optimizer other than plain SGD (:mod:`dpfl.client.optim`) gets a fresh state for
 each client in each round: clients are stateless across rounds.
+
+With DP-SGD (``LocalTraining.dp_sgd``) a step is the textbook one (Abadi et al. 2016,
+Algorithm 1): the Poisson batch of :func:`dpfl.client.local.poisson_batch_plan`, each per-sample
+gradient clipped to C, their sum plus N(0, (zC)² I) from the client's stream
+(round, client, "noise"), over the expected batch size q|D_k|.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from collections.abc import Sequence
 import torch
 from torch.func import functional_call, grad, vmap
 
-from dpfl.client.local import batch_plan
+from dpfl.client.local import batch_plan, dp_sgd_noise_std, dp_sgd_sample_rate, poisson_batch_plan
 from dpfl.client.optim import OptimizerState
 from dpfl.client.regularizers import l2_penalty, proximal
 from dpfl.models.losses import per_sample_loss
@@ -39,13 +44,31 @@ class SequentialEngine(Engine):
         factor = torch.clamp(clip / norms.clamp(min=1e-30), max=1.0)
         return {n: (factor.view(-1, *([1] * (t.dim() - 1))) * t).mean(0) for n, t in g.items()}
 
+    def _clipped_sum_grad(self, params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Sum over the batch of per-sample gradients each clipped to C (zero for an empty batch)."""
+        if x.shape[0] == 0:
+            return {n: torch.zeros_like(p) for n, p in params.items()}
+        clip = float(self.problem.local.per_sample_clip)  # type: ignore[arg-type]
+        detached = {n: p.detach() for n, p in params.items()}
+        g = vmap(grad(self._loss_one), in_dims=(None, 0, 0))(detached, x, y)
+        norms = torch.sqrt(sum(t.flatten(1).pow(2).sum(1) for t in g.values()))
+        factor = torch.clamp(clip / norms.clamp(min=1e-30), max=1.0)
+        return {n: (factor.view(-1, *([1] * (t.dim() - 1))) * t).sum(0) for n, t in g.items()}
+
     def train_one(self, global_params: torch.Tensor, client: int, round_idx: int) -> tuple[torch.Tensor, float]:
         """Local training of one client: (local parameters [P], mean local objective)."""
         prob = self.problem
         local = prob.local
         device = self.data.x.device
         idx_all = self.data.client_indices[int(client)].to(device)
-        plan = batch_plan(idx_all.numel(), local, self.seeds.generator(round_idx, int(client), "batch"))
+        plan_of = batch_plan if local.dp_sgd is None else poisson_batch_plan
+        plan = plan_of(idx_all.numel(), local, self.seeds.generator(round_idx, int(client), "batch"))
+        dp_noise = None
+        if local.dp_sgd is not None:
+            n_k = int(idx_all.numel())
+            dp_denominator = dp_sgd_sample_rate(n_k, local) * n_k
+            dp_std = dp_sgd_noise_std(n_k, local)
+            dp_noise = self.seeds.generator(round_idx, int(client), "noise", device=device)
         flat = global_params.detach().to(device).clone()
         params = prob.layout.views(flat)
         for v in params.values():
@@ -66,7 +89,24 @@ class SequentialEngine(Engine):
                 reg = reg + proximal(local.prox_mu, stacked, anchor)[0]
             for term in prob.extra_terms:
                 reg = reg + term(stacked, anchor)[0]
-            if local.per_sample_clip is None:
+            if dp_noise is not None:
+                summed = self._clipped_sum_grad(params, self.data.x[idx], self.data.y[idx])
+                grads = [summed[n] / dp_denominator for n in names]
+                if reg.requires_grad:
+                    reg_grads = torch.autograd.grad(reg, plist, allow_unused=True)
+                    grads = [g if r is None else g + r for g, r in zip(grads, reg_grads, strict=True)]
+                if dp_std > 0:
+                    flat_noise = torch.randn(prob.layout.numel, generator=dp_noise, device=device,
+                                             dtype=flat.dtype) * torch.tensor(dp_std, dtype=flat.dtype, device=device)
+                    noise = prob.layout.views(flat_noise)
+                    grads = [g + noise[n] for g, n in zip(grads, names, strict=True)]
+                with torch.no_grad():
+                    if idx.numel():
+                        out = functional_call(prob.module, params, (self.data.x[idx],))
+                        loss = per_sample_loss(prob.loss_kind, out, self.data.y[idx]).mean() + reg
+                    else:
+                        loss = reg
+            elif local.per_sample_clip is None:
                 out = functional_call(prob.module, params, (self.data.x[idx],))
                 loss = per_sample_loss(prob.loss_kind, out, self.data.y[idx]).mean() + reg
                 grads = list(torch.autograd.grad(loss, plist))

@@ -12,6 +12,13 @@ With another local optimizer (SGD with momentum or weight decay, Adam:
 :mod:`dpfl.client.optim`) the state is stacked like the parameters, one row per client, created
 at the start of the round and dropped at its end (clients are stateless across rounds); a
 client whose steps have run out keeps its parameters and its state.
+
+With DP-SGD (``LocalTraining.dp_sgd``, :class:`dpfl.client.local.DpSgd`) each client's batches
+are Poisson samples of its records (:func:`dpfl.client.local.poisson_batch_plan`), the clipped
+per-sample gradients are summed and divided by the expected batch size q_k|D_k|, and each
+client's noise N(0, (z·C/(q_k|D_k|))² I) is drawn from its own stream (round, client, "noise"),
+one [P] vector per step in the layout's order — the sequential engine's draws. A step whose
+Poisson batch is empty is still taken (noise only); a client whose steps have run out is not.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from dpfl.client.local import batch_plan
+from dpfl.client.local import batch_plan, dp_sgd_noise_std, dp_sgd_sample_rate, poisson_batch_plan
 from dpfl.client.optim import OptimizerState
 from dpfl.client.regularizers import l2_penalty, proximal
 from dpfl.models.losses import per_sample_loss
@@ -66,12 +73,19 @@ class VectorizedEngine(Engine):
 
     def _plans(self, clients: Sequence[int], round_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Global sample indices [K, S, B] and mask [K, S, B] for every client's steps."""
+        gidx, mask, _ = self._plans_and_steps(clients, round_idx)
+        return gidx, mask
+
+    def _plans_and_steps(self, clients: Sequence[int], round_idx: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:meth:`_plans` and, per client, its number of steps [K] (DP-SGD's Poisson batches may be
+        empty: a step is a row of the client's plan, not a non-empty batch)."""
         local = self.problem.local
         plans, members = [], []
+        plan_of = batch_plan if local.dp_sgd is None else poisson_batch_plan
         for c in clients:
             idx = self.data.client_indices[int(c)]
             gen = self.seeds.generator(round_idx, int(c), "batch")
-            plans.append(batch_plan(idx.numel(), local, gen))
+            plans.append(plan_of(idx.numel(), local, gen))
             members.append(idx)
         steps = max(p.shape[0] for p in plans)
         width = max(p.shape[1] for p in plans)
@@ -82,7 +96,7 @@ class VectorizedEngine(Engine):
         gidx = torch.zeros_like(pos)
         for k, idx in enumerate(members):
             gidx[k][mask[k]] = idx.to(pos.device)[pos[k][mask[k]]]
-        return gidx, mask
+        return gidx, mask, torch.tensor([p.shape[0] for p in plans], dtype=torch.long)
 
     def _terms(self, anchor: dict[str, torch.Tensor]) -> list[Callable[[dict[str, torch.Tensor]], torch.Tensor]]:
         """The data-independent objective terms, each mapping client parameters to [K]."""
@@ -100,10 +114,11 @@ class VectorizedEngine(Engine):
         prob = self.problem
         local = prob.local
         k = len(clients)
-        gidx, mask = self._plans(clients, round_idx)
+        gidx, mask, n_steps = self._plans_and_steps(clients, round_idx)
         device = self.data.x.device
         gidx, maskf = gidx.to(device), mask.to(device=device, dtype=self.data.x.dtype)
         counts = maskf.sum(2)  # [K, S]
+        dp = _DpSgdSteps.build(self, clients, round_idx, n_steps, device) if local.dp_sgd is not None else None
         anchor = prob.layout.views(global_params.detach().to(device))
         # One contiguous [K, ...] tensor per parameter (not views of one [K, P] matrix): batched
         # matmuls, and above all the in-place fused SGD step, run as one BLAS call only on
@@ -130,6 +145,10 @@ class VectorizedEngine(Engine):
             cnt = counts[:, s]
             weight = maskf[:, s] / cnt.clamp(min=1.0).unsqueeze(1)  # mean over real samples
             active = (cnt > 0).to(weight.dtype)
+            loss_weight = weight
+            if dp is not None:  # DP-SGD: the sum over the fixed denominator q_k|D_k|; empty batches step
+                weight = maskf[:, s] / dp.denominators.unsqueeze(1)
+                active = dp.active[:, s].to(weight.dtype)
             if fuse:
                 out = self.forward(views, xb, (local.lr, token))
                 loss_k = (per_sample_loss(prob.loss_kind, out, yb) * weight).sum(1)
@@ -150,7 +169,7 @@ class VectorizedEngine(Engine):
                     data_grads, ls = materialized_clipped_grads(
                         prob.module, views, xb, yb, weight, prob.loss_kind, local.per_sample_clip
                     )
-                loss_k = (ls * weight).sum(1)
+                loss_k = (ls * loss_weight).sum(1)
                 grads = [data_grads[n] for n in names]
                 if terms:
                     reg = sum(active * term(views) for term in terms)
@@ -158,12 +177,18 @@ class VectorizedEngine(Engine):
                     grads = [g if r is None else g + r for g, r in zip(grads, reg_grads, strict=True)]
                     loss_k = loss_k + reg.detach()
             with torch.no_grad():
+                if dp is not None:
+                    noise = prob.layout.views(dp.noise(s))
+                    grads = [g + noise[n] for g, n in zip(grads, names, strict=True)]
                 if opt_state is None:
                     torch._foreach_add_(vlist, grads, alpha=-local.lr)
                 else:  # a client's steps are a prefix of the rows: inactive ones are done
-                    opt_state.step(grads, active=cnt > 0)
+                    opt_state.step(grads, active=cnt > 0 if dp is None else dp.active[:, s])
                 loss_sum += loss_k.detach()
-        steps_taken = (counts > 0).sum(1).clamp(min=1).to(loss_sum.dtype)
+        if dp is not None:
+            steps_taken = n_steps.clamp(min=1).to(device=loss_sum.device, dtype=loss_sum.dtype)
+        else:
+            steps_taken = (counts > 0).sum(1).clamp(min=1).to(loss_sum.dtype)
         flat = torch.cat([views[n].detach().reshape(k, -1) for n in prob.layout.names], dim=1)
         final_grads = self._final_gradient(flat, clients) if local.final_gradient else None
         return LocalResult(flat, (loss_sum / steps_taken).cpu(), self.data.sizes(clients), final_grads)
@@ -191,3 +216,41 @@ class VectorizedEngine(Engine):
             (g,) = torch.autograd.grad(loss, [params])
             out_flat += g
         return out_flat
+
+
+class _DpSgdSteps:
+    """The DP-SGD numbers of one cohort's round: denominators q_k|D_k| [K], which (client, step)
+    pairs are real steps [K, S], and each client's noise stream (round, client, "noise")."""
+
+    def __init__(self, denominators: torch.Tensor, stds: torch.Tensor, active: torch.Tensor,
+                 generators: list[torch.Generator], numel: int, dtype: torch.dtype) -> None:
+        self.denominators = denominators
+        self.stds = stds
+        self.active = active
+        self.generators = generators
+        self.numel = numel
+        self.dtype = dtype
+
+    @classmethod
+    def build(cls, engine: VectorizedEngine, clients: Sequence[int], round_idx: int, n_steps: torch.Tensor,
+              device: torch.device) -> _DpSgdSteps:
+        local = engine.problem.local
+        sizes = [int(engine.data.client_indices[int(c)].numel()) for c in clients]
+        dtype = engine.data.x.dtype
+        denominators = torch.tensor([dp_sgd_sample_rate(n, local) * n for n in sizes], dtype=dtype, device=device)
+        stds = torch.tensor([dp_sgd_noise_std(n, local) for n in sizes], dtype=dtype, device=device)
+        width = int(n_steps.max()) if n_steps.numel() else 0
+        active = (torch.arange(width).unsqueeze(0) < n_steps.unsqueeze(1)).to(device)
+        gens = [engine.seeds.generator(round_idx, int(c), "noise", device=device) for c in clients]
+        return cls(denominators, stds, active, gens, engine.problem.layout.numel, dtype)
+
+    def noise(self, step: int) -> torch.Tensor:
+        """[K, P]: N(0, std_k² I) for every client taking step ``step`` (one [P] draw from its
+        stream, as the sequential engine draws), zeros for clients whose steps have run out."""
+        rows = []
+        for k, gen in enumerate(self.generators):
+            if bool(self.active[k, step]) and float(self.stds[k]) > 0:
+                rows.append(torch.randn(self.numel, generator=gen, device=gen.device, dtype=self.dtype) * self.stds[k])
+            else:
+                rows.append(torch.zeros(self.numel, device=self.stds.device, dtype=self.dtype))
+        return torch.stack(rows)

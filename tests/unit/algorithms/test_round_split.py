@@ -43,7 +43,13 @@ from dpfl.algorithms.registry import algorithms
 from dpfl.client.context import LocalResult, RoundInfo
 from dpfl.config import parse_config
 from dpfl.errors import ConfigError
-from dpfl.privacy.accounting.ledger import ExactRelease, GaussianRelease, Release, TwoPointRelease
+from dpfl.privacy.accounting.ledger import (
+    ExactRelease,
+    GaussianRelease,
+    Release,
+    SampledGaussianRelease,
+    TwoPointRelease,
+)
 from dpfl.privacy.calibration import (
     midp_client_noise_std,
     midp_server_noise_std,
@@ -80,6 +86,8 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "midp-server": ("midp-server", {"epsilons": EPS6, "clip_norm": 1.0}, {}),
     "midp-client": ("midp-client", {"epsilons": EPS6, "clip_norm": 1.0}, {}),
     "pmidp-fl": ("pmidp-fl", {"epsilons": EPS6, "clip_norm": 1.0, "clip_lr": 0.3}, {}),
+    "dp-sgd-fedavg": ("dp-sgd-fedavg", {"noise_multiplier": 1.0, "clip_norm": 1.0},
+                      {"local": {"lr": 0.1, "epochs": 1, "batch_size": 10}}),
 }
 
 
@@ -346,6 +354,18 @@ def test_dropouts_aggregate_the_arrivals_and_the_ledger_records_their_noise(case
         for obs in ("server", "public"):
             (r,) = [r for r in got if r.observer == obs]
             assert isinstance(r, TwoPointRelease) and r.num_coordinates == params.numel() and r.epsilon == 1.0
+        return
+    if case == "dp-sgd-fedavg":  # each arrival's own DP-SGD steps, to both observers, as declared
+        declared_of = {c: i for i, c in enumerate(arrived.clients.tolist())}
+        for obs in ("server", "public"):
+            charged = {}
+            for r in got:
+                assert isinstance(r, SampledGaussianRelease) and r.client_ids is not None
+                if r.observer == obs:
+                    charged.update({c: (r.noise_multiplier, r.sample_rate, r.count) for c in r.client_ids})
+            assert charged == {c: (float(arrived.declared["noise_multiplier"][i]),
+                                   float(arrived.declared["record_sample_rate"][i]),
+                                   int(arrived.declared["local_steps"][i])) for c, i in declared_of.items()}
         return
     if case == "pmidp-fl":  # adaptive thresholds (clip_lr > 0): each arrival's norm released exactly
         exact = [r for r in got if isinstance(r, ExactRelease)]

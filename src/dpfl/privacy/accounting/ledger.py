@@ -92,13 +92,14 @@ __all__ = [
     "Observer",
     "PrivacyLedger",
     "Release",
+    "SampledGaussianRelease",
     "TwoPointRelease",
     "federated_round_releases",
 ]
 
 Observer = Literal["server", "public"]
 OBSERVERS: tuple[Observer, ...] = ("server", "public")
-_KINDS = ("gaussian", "two_point", "exact")
+_KINDS = ("gaussian", "two_point", "exact", "sampled_gaussian")
 
 
 class ClaimExceededWarning(UserWarning):
@@ -127,8 +128,9 @@ class Release(abc.ABC):
     """One release in one round, as one observer sees it: the base of the release types.
 
     The kinds are types — :class:`GaussianRelease` (noise std and enforced sensitivity),
-    :class:`TwoPointRelease` (001's per-coordinate ε-LDP reports) and :class:`ExactRelease` (data
-    published without noise, ε = ∞) — each a frozen dataclass with:
+    :class:`TwoPointRelease` (001's per-coordinate ε-LDP reports), :class:`ExactRelease` (data
+    published without noise, ε = ∞) and :class:`SampledGaussianRelease` (a client's DP-SGD
+    steps: Poisson-subsampled Gaussians per record) — each a frozen dataclass with:
 
     Attributes:
         observer: "server" or "public".
@@ -214,6 +216,11 @@ class Release(abc.ABC):
             if client_ids is None:
                 raise ConfigError("an exact release names its clients; found `client_ids: null`.")
             return ExactRelease(data["observer"], client_ids)
+        if kind == "sampled_gaussian":
+            if client_ids is None:
+                raise ConfigError("a sampled Gaussian release names its clients; found `client_ids: null`.")
+            return SampledGaussianRelease(data["observer"], float(data["noise_multiplier"]),
+                                          float(data["sample_rate"]), int(data["count"]), client_ids)
         raise ConfigError(f"`kind` must be one of {list(_KINDS)}. Found {kind!r}.")
 
 
@@ -329,6 +336,77 @@ class ExactRelease(Release):
             "observer": self.observer,
             "kind": self.kind,
             "client_ids": list(self.client_ids or ()),
+            "amplifiable": False,
+        }
+
+
+@dataclass(frozen=True)
+class SampledGaussianRelease(Release):
+    """``count`` Poisson-subsampled Gaussian sum queries about each named client's records: the
+    local DP-SGD steps of a round (Abadi et al. 2016, Algorithm 1), one record the unit.
+
+    Each step includes every record of the client independently with probability q, sums the
+    per-sample gradients clipped to C and adds N(0, (zC)² I); under add/remove-one-record the
+    sum's sensitivity is C, so one step is ``PoissonSampledDpEvent(q, GaussianDpEvent(z))`` and
+    the round's steps compose (adaptively: each step starts from the previous noisy model)
+    ``count`` times. What the client uploads is a function of these noisy steps and the round's
+    global model (post-processing), so the event holds for every observer of the upload or of
+    an aggregate of it. The ledger's relation must be add/remove (Poisson sampling).
+
+    Attributes:
+        noise_multiplier: z = noise std of the step's sum over the clip norm C (0: ε = ∞).
+        sample_rate: q in (0, 1] (1: every record in every step, no amplification).
+        count: steps composed (>= 1).
+        client_ids: the clients whose records the steps are about (a record is one client's).
+
+    References:
+        Abadi et al., "Deep Learning with Differential Privacy", CCS 2016, Algorithm 1 and §3.1
+        (moments accountant); Mironov, Talwar, Zhang 2019 (RDP of the sampled Gaussian);
+        dp_accounting ``PoissonSampledDpEvent``.
+    """
+
+    kind: ClassVar[str] = "sampled_gaussian"
+    observer: Observer
+    noise_multiplier: float
+    sample_rate: float
+    count: int
+    client_ids: tuple[int, ...]
+    amplifiable: bool = False
+
+    def __post_init__(self) -> None:
+        _checked_observer(self.observer)
+        z, q, n = self.noise_multiplier, self.sample_rate, self.count
+        if isinstance(z, bool) or not isinstance(z, (int, float)) or not (math.isfinite(z) and z >= 0):
+            raise ConfigError(f"`noise_multiplier` must be a finite number >= 0. Found {z!r}.")
+        if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 < q <= 1:
+            raise ConfigError(f"`sample_rate` must be in (0, 1]. Found {q!r}.")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ConfigError(f"`count` must be an integer >= 1. Found {n!r}.")
+        if self.client_ids is None:
+            raise ConfigError("a sampled Gaussian release names the clients whose records it is about; found None.")
+        if self.amplifiable:
+            raise ConfigError("a sampled Gaussian release names its clients and is not amplified by client sampling.")
+        object.__setattr__(self, "client_ids", _checked_ids(self.client_ids))
+
+    def event(self) -> dpe.DpEvent:
+        """``SelfComposedDpEvent(PoissonSampledDpEvent(q, GaussianDpEvent(z)), count)``; at q = 1 the
+        step is an unsampled Gaussian (no wrapper, as :func:`.events.poisson_sampled_event`), and
+        z = 0 is ``NonPrivateDpEvent`` (noise-free gradients: no guarantee)."""
+        if self.noise_multiplier == 0:
+            return dpa.NonPrivateDpEvent()
+        step: dpe.DpEvent = dpa.GaussianDpEvent(float(self.noise_multiplier))
+        if self.sample_rate < 1:
+            step = dpa.PoissonSampledDpEvent(float(self.sample_rate), step)
+        return dpa.SelfComposedDpEvent(step, int(self.count))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "observer": self.observer,
+            "kind": self.kind,
+            "noise_multiplier": self.noise_multiplier,
+            "sample_rate": self.sample_rate,
+            "count": self.count,
+            "client_ids": list(self.client_ids),
             "amplifiable": False,
         }
 
@@ -610,6 +688,11 @@ class PrivacyLedger:
         for rel in releases:
             if not isinstance(rel, Release):
                 raise ConfigError(f"releases must be `Release` objects. Found {type(rel).__name__}.")
+            if isinstance(rel, SampledGaussianRelease) and self.relation != "add_remove":
+                raise PrivacyPreconditionError(
+                    f"a Poisson-sampled (DP-SGD) release is priced under add/remove-one; this ledger's "
+                    f"relation is {self.relation!r}. Build the ledger with relation 'add_remove'."
+                )
             if rel.client_ids is not None and not members.issuperset(rel.client_ids):
                 extra = sorted(set(rel.client_ids) - members)[:5]
                 raise PrivacyPreconditionError(
