@@ -35,7 +35,7 @@ event per participant: no amplification by client sampling is claimed (a record'
 would need the record's client to be sampled secretly *and* the mean's other terms to be
 independent of it; dpfl does not claim it — a valid, possibly loose statement). The claimed ε
 is Abadi et al.'s moments accountant for the same event, which is dp_accounting's RDP accountant
-on it (``claimed.dpfedavg_claimed_epsilon``: T Poisson-sampled Gaussians, here T = steps_k ×
+on it (``claimed.dpsgd_claimed_epsilon``: T Poisson-sampled Gaussians, here T = steps_k ×
 rounds taken part, q = q_k); the certificate is the tightest of RDP (more orders) and PLD, so
 never above the claim.
 
@@ -70,7 +70,7 @@ from dpfl.client.local import (
     dp_sgd_steps,
 )
 from dpfl.errors import ConfigError
-from dpfl.privacy.accounting.claimed import dpfedavg_claimed_epsilon
+from dpfl.privacy.accounting.claimed import dpsgd_claimed_epsilon
 from dpfl.privacy.accounting.ledger import Release, SampledGaussianRelease
 from dpfl.server.aggregators import WeightedMean
 
@@ -262,7 +262,7 @@ def _claim(noise_multiplier: float, sample_rate: float, count: int, delta: float
         return 0.0
     if noise_multiplier == 0:
         return math.inf
-    return dpfedavg_claimed_epsilon(noise_multiplier, sample_rate, count, delta)
+    return dpsgd_claimed_epsilon(noise_multiplier, sample_rate, count, delta)
 
 
 def _build(options: dict[str, Any], sampler: Any, ctx: Any) -> DpSgdFedAvg:

@@ -218,10 +218,12 @@ def dp_sgd_steps(num_samples: int, local: LocalTraining) -> int:
 def dp_sgd_noise_std(num_samples: int, local: LocalTraining) -> float:
     """Per-coordinate std of the noise in one DP-SGD step's gradient: z·C/(q_k·|D_k|) (the sum's
     noise N(0, (zC)²) over the fixed denominator q_k|D_k|; Abadi et al. 2016, Algorithm 1)."""
+    from dpfl.privacy.calibration import dp_sgd_step_noise_std
+
     dp = _dp(local)
     assert local.per_sample_clip is not None
-    q = dp_sgd_sample_rate(num_samples, local)
-    return dp.noise_multiplier * float(local.per_sample_clip) / (q * int(num_samples))
+    return dp_sgd_step_noise_std(dp.noise_multiplier, float(local.per_sample_clip),
+                                 dp_sgd_sample_rate(num_samples, local), int(num_samples))
 
 
 def poisson_batch_plan(num_samples: int, local: LocalTraining, generator: torch.Generator) -> torch.Tensor:

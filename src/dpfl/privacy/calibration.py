@@ -840,3 +840,31 @@ def combined_noise_multiplier(*noise_multipliers: float) -> float:
         return 0.0  # one of them is released without noise
     inv = sum(0.0 if math.isinf(z) else z ** -2 for z in zs)
     return math.inf if inv == 0 else inv ** -0.5
+
+
+# --------------------------------------------------------------------------------------------
+# DP-SGD inside clients (the dp-sgd-fedavg baseline)
+# --------------------------------------------------------------------------------------------
+
+
+def dp_sgd_step_noise_std(noise_multiplier: float, clip_norm: float, sample_rate: float, num_samples: int) -> float:
+    """Per-coordinate noise std of one DP-SGD step's gradient: z·C/(q·n).
+
+    The sum of the per-sample gradients of a Poisson batch (each record kept with probability q),
+    each clipped to C, gets N(0, (zC)²) per coordinate and is divided by the *fixed* expected
+    batch size q·n, so the step is exactly the Poisson-sampled Gaussian sum query (sensitivity C
+    under add/remove of one record) scaled by 1/(qn).
+
+    References:
+        Abadi et al. 2016, "Deep Learning with Differential Privacy", Algorithm 1 (noisy
+        clipped gradient step); fixed denominator as in McMahan et al. 2018 (004 Alg. 1).
+    """
+    z = float(noise_multiplier)
+    if not z >= 0 or math.isinf(z):
+        raise ConfigError(f"`noise_multiplier` must be finite and >= 0. Found {noise_multiplier!r}.")
+    c = _positive("clip_norm", clip_norm)
+    if not 0 < sample_rate <= 1:
+        raise ConfigError(f"`sample_rate` must be in (0, 1]. Found {sample_rate!r}.")
+    if int(num_samples) < 1:
+        raise ConfigError(f"`num_samples` must be >= 1. Found {num_samples!r}.")
+    return z * c / (float(sample_rate) * int(num_samples))

@@ -552,3 +552,15 @@ def dpfedavg_noise_multiplier(
             tol=1e-6,
         )
     )
+
+
+def dpsgd_claimed_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float) -> float:
+    """The moments-accountant claim of DP-SGD inside a client (the dp-sgd-fedavg baseline): the
+    same composition as :func:`dpfedavg_claimed_epsilon` — ``steps`` Poisson-sampled Gaussian
+    steps (records kept with probability q, multiplier z), add/remove one record — in
+    dp-accounting's RDP accountant at its default orders.
+
+    References:
+        Abadi et al. 2016, Algorithm 1 and Theorem 1 (moments accountant).
+    """
+    return dpfedavg_claimed_epsilon(noise_multiplier, sample_rate, steps, delta)
