@@ -12,6 +12,7 @@ import dataclasses
 
 import pytest
 import torch
+from sim_data import random_client_data
 
 from dpfl.client.local import (
     DpSgd,
@@ -31,16 +32,7 @@ SIZES = [7, 13, 64, 30, 1, 45]
 
 
 def _data(sizes: list[int], shape: tuple[int, ...] = (1, 28, 28), classes: int = 10) -> ClientData:
-    gen = torch.Generator().manual_seed(1)
-    total = sum(sizes)
-    x = torch.rand(total, *shape, generator=gen)
-    y = torch.randint(0, classes, (total,), generator=gen)
-    perm = torch.randperm(total, generator=gen)
-    idx, start = [], 0
-    for s in sizes:
-        idx.append(perm[start : start + s])
-        start += s
-    return ClientData(x, y, idx)
+    return random_client_data(sizes, shape, classes, seed=1)
 
 
 def _problem(name: str, local: LocalTraining, shape=(1, 28, 28), classes=10, **opts) -> LocalProblem:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from sim_data import random_client_data
 
 from dpfl.algorithms.fedavg import FedAvg
 from dpfl.client.context import RoundInfo
@@ -16,16 +17,7 @@ from dpfl.sim.vectorized import VectorizedEngine
 
 
 def _data(n_clients: int, sizes: list[int], shape: tuple[int, ...] = (1, 28, 28), classes: int = 10) -> ClientData:
-    gen = torch.Generator().manual_seed(1)
-    total = sum(sizes)
-    x = torch.rand(total, *shape, generator=gen)
-    y = torch.randint(0, classes, (total,), generator=gen)
-    perm = torch.randperm(total, generator=gen)
-    idx, start = [], 0
-    for s in sizes:
-        idx.append(perm[start : start + s])
-        start += s
-    return ClientData(x, y, idx)
+    return random_client_data(sizes, shape, classes, seed=1)
 
 
 def _problem(name: str, local: LocalTraining, shape=(1, 28, 28), classes=10, **opts) -> LocalProblem:

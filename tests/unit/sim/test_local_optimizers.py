@@ -7,6 +7,7 @@ import re
 
 import pytest
 import torch
+from sim_data import random_client_data
 
 from dpfl.client.local import LocalTraining, batch_plan, check_local_optimizer
 from dpfl.client.optim import Adam, OptimizerState, Sgd
@@ -27,16 +28,7 @@ OPTIMIZERS = {
 
 
 def _data(sizes: list[int], shape: tuple[int, ...] = (1, 8, 8), classes: int = 4) -> ClientData:
-    gen = torch.Generator().manual_seed(1)
-    total = sum(sizes)
-    x = torch.rand(total, *shape, generator=gen)
-    y = torch.randint(0, classes, (total,), generator=gen)
-    perm = torch.randperm(total, generator=gen)
-    idx, start = [], 0
-    for s in sizes:
-        idx.append(perm[start : start + s])
-        start += s
-    return ClientData(x, y, idx)
+    return random_client_data(sizes, shape, classes, seed=1)
 
 
 def _problem(local: LocalTraining, name: str = "mlp", shape=(1, 8, 8), classes: int = 4, **opts) -> LocalProblem:

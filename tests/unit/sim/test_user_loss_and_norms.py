@@ -8,6 +8,7 @@ from collections import OrderedDict
 import pytest
 import torch
 import torch.nn.functional as F
+from sim_data import random_client_data
 from torch import nn
 
 from dpfl.client.local import LocalTraining
@@ -29,16 +30,7 @@ def label_smoothed_ce(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tens
 
 
 def _data(sizes: list[int], shape: tuple[int, ...], classes: int = 4) -> ClientData:
-    gen = torch.Generator().manual_seed(2)
-    total = sum(sizes)
-    x = torch.rand(total, *shape, generator=gen)
-    y = torch.randint(0, classes, (total,), generator=gen)
-    perm = torch.randperm(total, generator=gen)
-    idx, start = [], 0
-    for s in sizes:
-        idx.append(perm[start : start + s])
-        start += s
-    return ClientData(x, y, idx)
+    return random_client_data(sizes, shape, classes, seed=2)
 
 
 def _mlp_problem(local: LocalTraining, loss=label_smoothed_ce) -> LocalProblem:
