@@ -164,7 +164,10 @@ def run_rounds(
             collected = cohort.collect(state.params, info, emit)
             participants = collected.clients
             if collected.train_loss is not None and collected.num_rows:
-                metrics["train_loss"] = float(collected.train_loss.mean())
+                # NaN: the clients kept it (a private algorithm's clients in deployment)
+                loss = float(collected.train_loss.mean())
+                if math.isfinite(loss):
+                    metrics["train_loss"] = loss
             if cohort.remote:
                 metrics["arrived"] = collected.num_rows
             if releases is not None and gate is not None and collected.num_rows < clients.numel():

@@ -53,3 +53,18 @@ def test_the_warm_worker_returns_the_cold_upload_and_ends_with_its_node(shared_d
     while client.path.exists() and time.monotonic() < end:
         time.sleep(0.1)
     assert not client.path.exists(), "the worker outlived its SuperNode"
+
+
+def test_a_private_client_keeps_its_training_loss_a_plain_one_reports_it(shared_data: Path) -> None:
+    """The training loss is a function of the client's data with no noise on it: a private
+    algorithm's client sends NaN in its place (the certificate against the server covers only
+    the noised upload); plain FedAvg's client reports it."""
+    params = np.zeros(7850, dtype=np.float32)
+    private_meta, _ = train_round(_rc(shared_data, 0), params, 1, None)
+    assert np.isnan(private_meta["train_loss"])
+    rc = _rc(shared_data, 0)
+    cfg = json.loads(rc["config"])
+    cfg["algorithm"] = {"name": "fedavg"}
+    rc["config"] = json.dumps(cfg)
+    plain_meta, _ = train_round(rc, params, 1, None)
+    assert np.isfinite(plain_meta["train_loss"]) and plain_meta["train_loss"] > 0

@@ -93,7 +93,12 @@ def train_round(rc: dict[str, Any], params: np.ndarray, cid: int, data_dir: str 
     info = RoundInfo(t, exp.data.num_clients, torch.tensor([cid]), noise_seeds, cohort_size=int(rc["cohort-size"]))
     up = algo.client_step(start, local, info)
     vector = up.params[0].detach().cpu()
-    meta: dict[str, Any] = {"num_samples": int(up.num_samples[0]), "train_loss": float(up.train_loss[0]),
+    # a private algorithm's client keeps its training loss: the loss is a function of its data with
+    # no noise on it, which the certificate against the server does not cover (NaN on the wire)
+    from dpfl.algorithms.private import PrivateAlgorithm
+
+    loss = float("nan") if isinstance(algo, PrivateAlgorithm) else float(up.train_loss[0])
+    meta: dict[str, Any] = {"num_samples": int(up.num_samples[0]), "train_loss": loss,
                             "declared": {k: float(v[0]) for k, v in up.declared.items()}}
     shuffler_key = rc.get("shuffler-key")
     if shuffler_key:  # split & shuffle: only the shuffler can read the report
