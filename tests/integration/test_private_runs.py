@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from pathlib import Path
 
 import dp_accounting as dpa
@@ -123,6 +125,22 @@ def test_crd_headline_is_the_budget_fixed_before_the_run(mnist_fixture: Path, tm
     assert server["method"] == "rdp"
     assert priv["spent"]["observers"]["server"]["epsilon_rdp"] < server["epsilon"]
     assert "Renyi filter" in priv["certified_basis"]
+
+
+def test_crd_train_loss_rise_variant_runs_and_certifies_infinity(mnist_fixture: Path, tmp_path: Path) -> None:
+    """The train-loss-rise variant (not 000 Alg. 2) sends every participant's training loss to the
+    server: the run completes, its claim is 000's formula, and both observers certify ∞."""
+    algorithm = {"name": "udp-crd", "options": {"epsilon": 4.0, "clip_norm": 1.0, "trigger": "train-loss-rise",
+                                                "discount": 0.5}}
+    cfg = _cfg(mnist_fixture, rounds=4, algorithm=algorithm, sampling={"kind": "all"},
+               partition={"kind": "iid", "num_clients": 6, "samples_per_client": 20},
+               local={"lr": 0.5, "batch_size": None}, privacy={"delta": 1e-3})
+    res = run_experiment(cfg, RunStore(tmp_path / "s.sqlite"))
+    assert res.status == "finished" and 1 <= res.rounds_done <= 4
+    priv = res.final["privacy"]
+    for obs in ("server", "public"):
+        assert math.isinf(float(priv["certified"]["observers"][obs]["epsilon"]))
+    assert any("train-loss-rise" in line for line in priv["not_covered"])
 
 
 def test_a_round_whose_arrivals_would_exceed_the_filter_is_not_broadcast(shared_data: Path, tmp_path: Path) -> None:

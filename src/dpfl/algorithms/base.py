@@ -124,6 +124,10 @@ class Algorithm(abc.ABC):
     # privacy analysis covers, with the reason; None = any (e.g. the update or model is clipped).
     local_optimizers: ClassVar[frozenset[str] | None] = None
     local_optimizer_reason: ClassVar[str] = ""
+    # Whether a client sends its training loss with its upload. A private algorithm's client keeps
+    # it (an unnoised function of its data) unless the algorithm needs it and records the exact
+    # release that it is (udp-crd's train-loss-rise variant).
+    reports_train_loss: bool = False
 
     def server_step(self, global_params: torch.Tensor, local: LocalResult, info: RoundInfo) -> RoundOutput:
         """Client transforms on the cohort's updates, then aggregation into the new global model."""

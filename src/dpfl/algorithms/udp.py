@@ -28,6 +28,13 @@ the bound needs |1 − ηκ| <= 1, i.e. ηκ <= 2 (checked).
   round just run, as printed) and the following rounds use σ_i from Thm 4 (eq. 25) computed from
   the stds actually used so far. The run ends before round t when t >= T
   (:meth:`should_stop`); the trajectory of T is in the round metrics (``crd_T``).
+  Option ``trigger: train-loss-rise`` is a *variant*, not Alg. 2: the discount fires when the
+  participants' averaged training loss (each client's mean local objective, averaged over the
+  uploads) rose from the previous round, and T ← ⌈βT⌉ — a reading of CRD found in public
+  implementations of 000. Those losses are functions of the clients' data sent without noise, so
+  each round also makes an exact release of its participants against both observers (the server
+  receives the losses; the public sees the T they steer): certified ε = ∞. It exists to compare
+  the two readings' accuracy side by side (000 reports), not as a private option.
 * ``udp-lei`` — "Lei's approach" of 000 §5.4 (ref. [29], Yu et al., S&P 2019): the noise std is
   reduced linearly, σ_i^t = σ_i^0 (1 − k·t), starting from the Thm 1 std of the initial T
   (σ_i^0 = the ``udp`` std), until the privacy loss would exceed ε_i; the run then stops. The
@@ -129,6 +136,12 @@ class UdpCrdOptions(UdpOptions):
 
     threshold: float = Field(1e-3, ge=0, description="ζ: discount when the test-loss decrease is below it")
     discount: float = Field(0.9, gt=0, lt=1, description="β: T ← ⌊β(T − t)⌋ + t")
+    trigger: Literal["test-loss", "train-loss-rise"] = Field(
+        "test-loss",
+        description="'test-loss': 000 Alg. 2 as printed (V on the server's test data, decrease < ζ, "
+        "T ← ⌊β(T − t)⌋ + t); 'train-loss-rise': a variant, not the paper's — discount when the "
+        "participants' averaged training loss rose, T ← ⌈βT⌉ (the losses leave the clients unnoised: "
+        "certified ε = ∞)")
 
 
 class UdpLeiOptions(UdpOptions):
@@ -407,7 +420,7 @@ class Udp(PrivateAlgorithm):
             "noise_std_max": float(stds.max()),
             "rounds_planned": self.total_rounds,
         }
-        metrics.update(self._after_round(global_params, new_global, info))
+        metrics.update(self._after_round(global_params, new_global, info, uploads))
         return RoundOutput(new_global, metrics)
 
     def server_step(self, global_params: torch.Tensor, local: LocalResult, info: RoundInfo) -> RoundOutput:
@@ -419,8 +432,8 @@ class Udp(PrivateAlgorithm):
         metrics.update(out.metrics)
         return RoundOutput(out.global_params, metrics)
 
-    def _after_round(self, old: torch.Tensor, new: torch.Tensor, info: RoundInfo) -> dict[str, Any]:
-        del old, new, info
+    def _after_round(self, old: torch.Tensor, new: torch.Tensor, info: RoundInfo, uploads: Uploads) -> dict[str, Any]:
+        del old, new, info, uploads
         return {}
 
     # ------------------------------------------------------------------ privacy claims
@@ -491,6 +504,8 @@ class UdpCrd(Udp):
         self.trajectory: list[int] = []
         self._recompute = False
         self._validation: tuple[torch.Tensor, torch.Tensor] | None = None
+        # the train-loss-rise variant needs each participant's training loss on the wire
+        self.reports_train_loss = options.trigger == "train-loss-rise"
 
     def set_validation(self, x: torch.Tensor, y: torch.Tensor) -> None:
         """The server's test data for V(w) (000 Alg. 2 line 17)."""
@@ -529,8 +544,10 @@ class UdpCrd(Udp):
             for i, (e, d, s) in enumerate(zip(self.epsilons, self.deltas, self.sensitivities, strict=True))
         ]
 
-    def _after_round(self, old: torch.Tensor, new: torch.Tensor, info: RoundInfo) -> dict[str, Any]:
+    def _after_round(self, old: torch.Tensor, new: torch.Tensor, info: RoundInfo, uploads: Uploads) -> dict[str, Any]:
         t = info.round_idx
+        if self.crd.trigger == "train-loss-rise":
+            return self._after_round_train_loss(t, uploads)
         before = self.previous_loss if self.previous_loss is not None else self._loss(old)
         after = self._loss(new)
         self.previous_loss = after
@@ -540,6 +557,31 @@ class UdpCrd(Udp):
             self._recompute = True
         self.trajectory.append(self.current_rounds)
         return {"crd_T": self.current_rounds, "crd_triggered": bool(triggered), "crd_test_loss": after}
+
+    def _after_round_train_loss(self, t: int, uploads: Uploads) -> dict[str, Any]:
+        """The variant: discount when the participants' averaged training loss rose, T ← ⌈βT⌉."""
+        losses = uploads.train_loss.to(torch.float64)
+        if not bool(torch.isfinite(losses).all()):
+            raise ConfigError("udp-crd (trigger train-loss-rise): an upload came without its training loss "
+                              "(the variant needs every participant's loss on the wire)")
+        after = float(losses.mean())
+        before = self.previous_loss
+        self.previous_loss = after
+        triggered = before is not None and after > before
+        if triggered:
+            # ⌈βT⌉ at or below the round just run ends the run after it (stored as t + 1)
+            self.current_rounds = max(math.ceil(self.crd.discount * self.current_rounds), t + 1)
+            self._recompute = True
+        self.trajectory.append(self.current_rounds)
+        return {"crd_T": self.current_rounds, "crd_triggered": bool(triggered), "crd_train_loss": after}
+
+    def releases(self, info: RoundInfo, num_samples: torch.Tensor, secure_aggregation: bool) -> list[Release]:
+        out = super().releases(info, num_samples, secure_aggregation)
+        if self.crd.trigger == "train-loss-rise":
+            ids = [int(c) for c in info.clients.tolist()]
+            if ids:  # their unnoised training losses (server) and the T they steer (public)
+                out += [Release.exact("server", ids), Release.exact("public", ids)]
+        return out
 
     def privacy_filter_plan(self, num_clients: int, seeds: Any) -> list[tuple[list[Release], list[int]]]:
         """The budget CRD's adaptive noise and length must stay within (a Rényi filter), fixed
@@ -563,10 +605,19 @@ class UdpCrd(Udp):
             z = worst_cohort_multipliers(cohort_size=smallest, noise_stds=stds, sensitivities=self.sensitivities,
                                          weighting="samples", sizes=self.sizes)
             releases += [Release.gaussian("public", float(z[c]), 1.0, [c]) for c in ids]
+        if self.crd.trigger == "train-loss-rise":  # the budget must hold the exact releases the variant makes
+            releases += [Release.exact("server", ids), Release.exact("public", ids)]
         return [(releases, ids) for _ in range(self.total_rounds)]
 
     def not_covered(self) -> list[str]:
-        return super().not_covered() + [
+        variant = []
+        if self.crd.trigger == "train-loss-rise":
+            variant = [
+                "trigger train-loss-rise (a variant, not 000 Alg. 2): each participant's training loss reaches "
+                "the server without noise and steers T, which the public sees - exact releases, certified "
+                "epsilon infinite; the claimed epsilon is 000's formula for the noise added, which ignores them"
+            ]
+        return super().not_covered() + variant + [
             "CRD's stopping rule compares the test loss of successive global models (000 Alg. 2 line 17) "
             "on data the server holds; the number of rounds and the later noise stds depend on it. The "
             "composition of the releases that happened is therefore not a guarantee (adaptively chosen "

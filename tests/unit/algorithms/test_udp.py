@@ -33,12 +33,12 @@ def _build(name: str, rounds: int = 10, k: int = U, sizes: list[int] | None = No
     return build_algorithm(cfg.algorithm, sampler, BuildContext(cfg, U, sz, 7))
 
 
-def _round(algo, t: int, params: torch.Tensor) -> tuple[torch.Tensor, dict]:
+def _round(algo, t: int, params: torch.Tensor, train_loss: float = 0.0) -> tuple[torch.Tensor, dict]:
     seeds = SeedSequence(0)
     clients = algo.sample(t, U, seeds)
     info = RoundInfo(t, U, clients, seeds)
     algo.releases(info, torch.full((clients.numel(),), N), False)
-    local = LocalResult(params.repeat(clients.numel(), 1), torch.zeros(clients.numel()),
+    local = LocalResult(params.repeat(clients.numel(), 1), torch.full((clients.numel(),), train_loss),
                         torch.full((clients.numel(),), N))
     out = algo.server_step(params, local, info)
     return out.global_params, out.metrics
@@ -133,6 +133,47 @@ def test_crd_discounts_T_and_recomputes_noise_by_theorem4() -> None:
     fresh = _build("udp-crd", rounds=10, threshold=1e-3, discount=0.5)
     fresh.load_state_dict(state)
     assert fresh.current_rounds == 5 and fresh.history == algo.history
+
+
+def test_crd_train_loss_rise_variant_discounts_to_ceil_beta_T_and_is_not_certified() -> None:
+    """The variant (not 000 Alg. 2): a rise of the participants' averaged training loss sets
+    T ← ⌈βT⌉; its losses are exact releases against both observers (certified ε = ∞)."""
+    algo = _build("udp-crd", rounds=10, discount=0.45, trigger="train-loss-rise")
+    default = _build("udp-crd", rounds=10)
+    assert algo.reports_train_loss and not default.reports_train_loss
+    sens = udp_sensitivity(LR, C, N)
+    s0 = udp_noise_std(EPS, DELTA, sens, 1.0, 10)
+    params = torch.zeros(7)
+    ms = []
+    for t, loss in enumerate([2.0, 1.8, 1.9, 1.7]):  # rises in round 2 only
+        params, m = _round(algo, t, params, train_loss=loss)
+        ms.append(m)
+    assert [m["crd_T"] for m in ms] == [10, 10, math.ceil(0.45 * 10), 5] == [10, 10, 5, 5]
+    assert [m["crd_triggered"] for m in ms] == [False, False, True, False]
+    assert ms[1]["crd_train_loss"] == pytest.approx(1.8)
+    s3 = udp_noise_std_after_change(EPS, DELTA, sens, 1.0, 5 - 3, [s0, s0, s0])
+    assert ms[3]["noise_std_mean"] == pytest.approx(s3, rel=1e-12)
+    assert algo.should_stop(4) is None and algo.should_stop(5) is not None
+    # the losses are exact releases of the participants against both observers, and the
+    # budget the filter holds contains them (otherwise the filter would halt at round 1)
+    seeds = SeedSequence(0)
+    clients = algo.sample(4, U, seeds)
+    rel = algo.releases(RoundInfo(4, U, clients, seeds), torch.full((U,), N), False)
+    exact = {(r.observer, tuple(r.client_ids)) for r in rel if r.kind == "exact"}
+    assert exact == {("server", tuple(clients.tolist())), ("public", tuple(clients.tolist()))}
+    plan = algo.privacy_filter_plan(U, seeds)
+    assert all({r.observer for r in rs if r.kind == "exact"} == {"server", "public"} for rs, _ in plan)
+    assert not any(r.kind == "exact" for rs, _ in default.privacy_filter_plan(U, seeds) for r in rs)
+    assert any("train-loss-rise" in line for line in algo.not_covered())
+    # a discount at or past the current round ends the run after it
+    late = _build("udp-crd", rounds=4, discount=0.45, trigger="train-loss-rise")
+    p = torch.zeros(7)
+    for t, loss in enumerate([1.0, 0.9, 0.8, 1.2]):
+        p, m = _round(late, t, p, train_loss=loss)
+    assert m["crd_T"] == 4 and late.should_stop(4) is not None  # ⌈0.45·4⌉ = 2 <= 3: stored as t + 1
+    nan = _build("udp-crd", rounds=10, trigger="train-loss-rise")
+    with pytest.raises(ConfigError, match="without its training loss"):
+        _round(nan, 0, torch.zeros(7), train_loss=float("nan"))
 
 
 def test_lei_decays_noise_linearly_and_stops_within_budget() -> None:

@@ -97,7 +97,8 @@ def train_round(rc: dict[str, Any], params: np.ndarray, cid: int, data_dir: str 
     # no noise on it, which the certificate against the server does not cover (NaN on the wire)
     from dpfl.algorithms.private import PrivateAlgorithm
 
-    loss = float("nan") if isinstance(algo, PrivateAlgorithm) else float(up.train_loss[0])
+    keep = isinstance(algo, PrivateAlgorithm) and not algo.reports_train_loss
+    loss = float("nan") if keep else float(up.train_loss[0])
     meta: dict[str, Any] = {"num_samples": int(up.num_samples[0]), "train_loss": loss,
                             "declared": {k: float(v[0]) for k, v in up.declared.items()}}
     shuffler_key = rc.get("shuffler-key")
