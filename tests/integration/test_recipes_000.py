@@ -22,9 +22,13 @@ def test_fig8_smoke_reproduces_with_both_epsilons(tmp_path: Path, shared_data: P
     assert "claimed ε" in text and "certified ε server" in text
     assert (path.parent / "comparison.png").stat().st_size > 1000
     records = store.list()
-    assert len(records) == 4 and all(r.status == "finished" for r in records)
+    assert len(records) == 5 and all(r.status == "finished" for r in records)
     crd = [r for r in records if r.algorithm == "udp-crd"]
-    assert crd and any(n["kind"] == "not-covered" for n in store.notices(crd[0].run_id))
+    assert len(crd) == 2 and all(any(n["kind"] == "not-covered" for n in store.notices(r.run_id)) for r in crd)
+    # the loss-rise variant stands next to Alg. 2, labelled, and certifies infinity
+    assert "| (not a paper claim) CRD as printed (Alg. 2) against the CRD, loss-rise variant |" in text
+    row = next(line for line in text.splitlines() if line.startswith("| CRD, loss-rise variant (β = 0.9; certified ∞)"))
+    assert "| inf / inf | inf |" in row, row  # certified server (best / RDP) and public
 
 
 def test_crd_discounts_T_and_the_run_ends_early(tmp_path: Path, shared_data: Path) -> None:

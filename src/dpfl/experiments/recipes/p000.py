@@ -515,7 +515,7 @@ def _compare_runs(sc: _Scale, q: float, *, partition: dict[str, Any] | None = No
                   model: str = "mlp", eps_list: Sequence[float] | None = None,
                   betas: Sequence[float] = (0.9,), init_list: Sequence[int] | None = None,
                   with_grid: bool = True, with_lei: bool = True,
-                  grid: Sequence[int] | None = None) -> list[RecipeRun]:
+                  grid: Sequence[int] | None = None, with_variant: bool = False) -> list[RecipeRun]:
     runs: list[RecipeRun] = []
     inits = list(init_list or [sc.initial_rounds])
 
@@ -538,6 +538,11 @@ def _compare_runs(sc: _Scale, q: float, *, partition: dict[str, Any] | None = No
                         f"crd eps={eps:g} T0={t0} beta={beta:g}{tag}",
                         cfg("udp-crd", eps, t0, seed, threshold=ZETA, discount=beta),
                         {"eps": eps, "alg": "udp-crd", "T": t0, "beta": beta, "seed": seed}))
+                    if with_variant:  # the loss-rise reading of CRD, side by side (VARIANT_NOTE)
+                        runs.append(RecipeRun(
+                            f"crd-rise eps={eps:g} T0={t0} beta={beta:g}{tag}",
+                            cfg("udp-crd", eps, t0, seed, discount=beta, trigger="train-loss-rise"),
+                            {"eps": eps, "alg": "udp-crd-rise", "T": t0, "beta": beta, "seed": seed}))
                 if with_lei:
                     runs.append(RecipeRun(f"lei eps={eps:g} T={t0}{tag}", cfg("udp-lei", eps, t0, seed),
                                           {"eps": eps, "alg": "udp-lei", "T": t0, "seed": seed}))
@@ -554,17 +559,19 @@ def _cnn_config(alg: str, eps: float, rounds: int, sc: _Scale, q: float, *, init
 
 
 def _group(ctx: ReportContext) -> dict[float, dict[str, Any]]:
-    """ε → {"udp": {T: [summary per seed]}, "crd": {(T0, β): [...]}, "lei": {T: [...]}}; each summary
-    carries its run's ``seed``."""
+    """ε → {"udp": {T: [summary per seed]}, "crd": {(T0, β): [...]}, "crd_rise": {(T0, β): [...]},
+    "lei": {T: [...]}}; each summary carries its run's ``seed``."""
     out: dict[float, dict[str, Any]] = {}
     for run, rec, rows in ctx.runs:
         c = run.coords
-        g = out.setdefault(c["eps"], {"udp": {}, "crd": {}, "lei": {}})
+        g = out.setdefault(c["eps"], {"udp": {}, "crd": {}, "crd_rise": {}, "lei": {}})
         s = _summary(rec, rows) | {"seed": c.get("seed", 0)}
         if c["alg"] == "udp":
             g["udp"].setdefault(c["T"], []).append(s)
         elif c["alg"] == "udp-crd":
             g["crd"].setdefault((c["T"], c["beta"]), []).append(s)
+        elif c["alg"] == "udp-crd-rise":
+            g["crd_rise"].setdefault((c["T"], c["beta"]), []).append(s)
         else:
             g["lei"].setdefault(c["T"], []).append(s)
     return out
@@ -591,7 +598,8 @@ def _compare_report(metric: str, initial: Callable[[str], int]) -> Callable[[Rep
         plt = _plt()
         fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
         epss = sorted(groups)
-        series: dict[str, list[Estimate | None]] = {"original UDP": [], "Lei": [], "UDP + CRD": [], "optimal UDP": []}
+        series: dict[str, list[Estimate | None]] = {"original UDP": [], "Lei": [], "UDP + CRD": [], "optimal UDP": [],
+                                                    VARIANT_LABEL: []}
         lines: list[str] = []
         checks_orig: list[str] = []
         checks_close: list[str] = []
@@ -599,6 +607,7 @@ def _compare_report(metric: str, initial: Callable[[str], int]) -> Callable[[Rep
         diff_orig: list[str] = []  # CRD minus original UDP / Lei / optimal UDP, per ε
         diff_lei: list[str] = []
         diff_opt: list[str] = []
+        variant_lines: list[str] = []  # Alg. 2 against the loss-rise variant (not a paper claim)
         for eps in epss:
             g = groups[eps]
             orig_l = g["udp"].get(t0)
@@ -609,8 +618,17 @@ def _compare_report(metric: str, initial: Callable[[str], int]) -> Callable[[Rep
             orig, crd, lei, opt = (None if x is None else _est(x, metric) for x in (orig_l, crd_l, lei_l, opt_l))
             for name, e in (("original UDP", orig), ("Lei", lei), ("UDP + CRD", crd), ("optimal UDP", opt)):
                 series[name].append(e)
+            rise_l = g["crd_rise"].get((t0, 0.9))
+            rise = None if rise_l is None else _est(rise_l, metric)
+            series[VARIANT_LABEL].append(rise)
+            if rise is not None and crd is not None:
+                rounds = Estimate.of([float(x["rounds"]) for x in rise_l or []])
+                variant_lines.append(f"ε={eps:g}: Alg. 2 {crd.text(4)} vs variant {rise.text(4)} "
+                                     f"({compare(crd, rise, tolerance=tol).text()}); the variant ran "
+                                     f"{rounds.text(3)} rounds")
             rows = (_seed_rows(f"original UDP (T = {t0})", orig_l) + _seed_rows(f"Lei (σ⁰ from T = {t0})", lei_l)
                     + _seed_rows("UDP + CRD (β = 0.9)", crd_l)
+                    + _seed_rows(f"{VARIANT_LABEL} (β = 0.9; certified ∞)", rise_l)
                     + _seed_rows(f"optimal UDP (T = {opt_t}, grid {sorted(g['udp'])})", opt_l))
             means = "; ".join(f"{n}: {e.text(4)}" for n, e in (("original", orig), ("Lei", lei), ("CRD", crd),
                                                                   ("optimal", opt)) if e is not None)
@@ -662,7 +680,11 @@ def _compare_report(metric: str, initial: Callable[[str], int]) -> Callable[[Rep
             f"{_verdict_of(_all_of(checks_close))} |",
             f"| CRD beats Lei's approach | {checks_lei.count(REPRODUCED)}/{len(checks_lei)} ε beyond the margin "
             f"(CRD − Lei: {'; '.join(diff_lei)}) | {_verdict_of(_all_of(checks_lei))} |",
+            *([f"| (not a paper claim) CRD as printed (Alg. 2) against the {VARIANT_LABEL} | "
+               f"{'; '.join(variant_lines)} | side by side only: the variant is not 000's algorithm and "
+               "is not private (certified ε = ∞) |"] if variant_lines else []),
             "",
+            *([VARIANT_NOTE, ""] if variant_lines else []),
             f"Metric: final {metric.replace('_', ' ')} ({'lower' if lower_better else 'higher'} is better), mean ± SE "
             "over the seeds; optimal UDP = the grid T with the best mean. " + _rule_note(metric)
             + " Claimed ε: 000's own formula for the noise actually "
@@ -684,6 +706,7 @@ def _trajectory_report(ctx: ReportContext) -> str:
     ends: list[tuple[float, Estimate]] = []
     lines = ["| ε | initial T | seed | T per round (first, last) | rounds run | claimed ε | certified ε server / public |",
              "|---|---|---|---|---|---|---|"]
+    rise_ends: list[tuple[float, Estimate]] = []
     for eps in sorted(groups):
         for (t0, _beta), items in sorted(groups[eps]["crd"].items()):
             for s in items:
@@ -693,6 +716,14 @@ def _trajectory_report(ctx: ReportContext) -> str:
                 lines.append(f"| {eps:g} | {t0} | {s.get('seed', 0)} | {traj[:1]} … {traj[-1:]} | {s['rounds']} | "
                              f"{_f(s['claimed'])} | {_f(s['server'])} / {_f(s['public'])} |")
             ends.append((eps, Estimate.of([float(s["rounds"]) for s in items])))
+        for (t0, _beta), items in sorted(groups[eps]["crd_rise"].items()):
+            for s in items:
+                traj = s["crd_T"]
+                if not s.get("seed"):
+                    ax.plot(range(1, len(traj) + 1), traj, linestyle="--", label=f"ε = {eps:g}, variant")
+                lines.append(f"| {eps:g} ({VARIANT_LABEL}) | {t0} | {s.get('seed', 0)} | {traj[:1]} … {traj[-1:]} | "
+                             f"{s['rounds']} | {_f(s['claimed'])} | {_f(s['server'])} / {_f(s['public'])} |")
+            rise_ends.append((eps, Estimate.of([float(s["rounds"]) for s in items])))
     ax.set_xlabel("round")
     ax.set_ylabel("current T")
     ax.legend()
@@ -708,7 +739,11 @@ def _trajectory_report(ctx: ReportContext) -> str:
         "| claim | ours | verdict |", "|---|---|---|",
         f"| a smaller ε ends earlier (strictly) | rounds run, mean ± SE over seeds: "
         f"{', '.join(f'ε={e:g}: {r.text(4)}' for e, r in ends)} | {_verdict_of(verdict)} |",
+        *([f"| (not a paper claim) rounds run by the {VARIANT_LABEL} | "
+           f"{', '.join(f'ε={e:g}: {r.text(4)}' for e, r in sorted(rise_ends, key=lambda x: x[0]))} | "
+           "side by side only (certified ε = ∞) |"] if rise_ends else []),
         "", "Rule: each larger ε must run more rounds beyond max(0.5 round, 2 SE); equal counts do not pass.", "",
+        *([VARIANT_NOTE, ""] if rise_ends else []),
     ] + lines)
 
 
@@ -934,6 +969,15 @@ _FIG12_13_NOTE = ("MNIST, MLP 784-256-10, U = K = 50, T = 200 (original UDP, CRD
                   "not touch; the optimal-UDP row is then not evaluated. Full scale (ε ∈ {4..20}, grid T ∈ {25..500}): "
                   "`dpfl reproduce KEY --scale full --data-dir <data>`.")
 
+VARIANT_LABEL = "CRD, loss-rise variant"
+VARIANT_NOTE = (
+    "The loss-rise variant (`udp-crd` with `trigger: train-loss-rise`) is a reading of CRD found in public "
+    "implementations of 000, not its Alg. 2: T ← ⌈βT⌉ whenever the participants' averaged training loss "
+    "rose from the previous round (Alg. 2: T ← ⌊β(T − t)⌋ + t when the server's test loss fell by less "
+    "than ζ). It is shown next to Alg. 2, never in its place. Its trigger reads the clients' training "
+    "losses, which leave them without noise: every round is an exact release against both observers, "
+    "so its certified ε is ∞ (its claimed ε is still 000's formula for the noise added).")
+
 _SWEEP_CLAIM = ("Test loss against T is convex with an interior optimal T (Thm 3); the optimal T increases with "
                 "ε_p; a smaller ε_p and a larger T give a worse loss (§5.3). The figure prints no numbers.")
 _COMPARE_CLAIM = ("UDP + CRD (β = 0.9) greatly improves on original UDP (fixed T = 200) and Lei's approach and is "
@@ -962,22 +1006,24 @@ RECIPES: list[Recipe] = [
            "(150 joins the grid). Reduced scale runs ε = 2 only (the CPU was shared; ε = 4 needs ≈700 more rounds: "
            "`dpfl reproduce 000/fig7 --scale full` runs every ε)."),
     Recipe("000/fig8", "Test loss: original UDP, Lei, UDP + CRD, optimal UDP (q = 1)", PAPER, _COMPARE_CLAIM,
-           _compare_build(1.0), _compare_report("test_loss", _init_T), notes=_MNIST_NOTE),
+           _compare_build(1.0, with_variant=True), _compare_report("test_loss", _init_T), notes=_MNIST_NOTE),
     Recipe("000/fig8b", "Test loss: original UDP, Lei, UDP + CRD, optimal UDP (q = 0.6)", PAPER, _COMPARE_CLAIM,
-           _compare_build(0.6), _compare_report("test_loss", _init_T),
+           _compare_build(0.6, with_variant=True), _compare_report("test_loss", _init_T),
            notes=_MNIST_NOTE + " Panel (b): K = 30 of U = 50 (q = 0.6)."),
     Recipe("000/fig9", "Test accuracy: original UDP, Lei, UDP + CRD, optimal UDP (q = 1)", PAPER, _COMPARE_CLAIM,
-           _compare_build(1.0), _compare_report("test_accuracy", _init_T), notes=_MNIST_NOTE),
+           _compare_build(1.0, with_variant=True), _compare_report("test_accuracy", _init_T), notes=_MNIST_NOTE),
     Recipe("000/fig9b", "Test accuracy: original UDP, Lei, UDP + CRD, optimal UDP (q = 0.6)", PAPER, _COMPARE_CLAIM,
-           _compare_build(0.6), _compare_report("test_accuracy", _init_T),
+           _compare_build(0.6, with_variant=True), _compare_report("test_accuracy", _init_T),
            notes=_MNIST_NOTE + " Panel (b): K = 30 of U = 50 (q = 0.6); the same runs as 000/fig8b."),
     Recipe("000/fig10b", "Trajectory of T under CRD (β = 0.9), q = 0.6", PAPER,
            "A smaller ε_p ends earlier (CRD discounts T sooner and more).",
-           lambda s: [r for r in _compare_build(0.6)(s) if r.coords["alg"] == "udp-crd"], _trajectory_report,
+           lambda s: [r for r in _compare_build(0.6, with_variant=True)(s) if r.coords["alg"].startswith("udp-crd")],
+           _trajectory_report,
            notes=_MNIST_NOTE + " Panel (b): K = 30 of U = 50 (q = 0.6); the CRD runs of 000/fig8b."),
     Recipe("000/fig10", "Trajectory of T under CRD (β = 0.9), q = 1", PAPER,
            "A smaller ε_p ends earlier (CRD discounts T sooner and more).",
-           lambda s: [r for r in _compare_build(1.0)(s) if r.coords["alg"] == "udp-crd"], _trajectory_report,
+           lambda s: [r for r in _compare_build(1.0, with_variant=True)(s) if r.coords["alg"].startswith("udp-crd")],
+           _trajectory_report,
            notes=_MNIST_NOTE),
     Recipe("000/fig11", "CNN on CIFAR-10: original UDP, Lei, UDP + CRD, optimal UDP (K = 30)", PAPER,
            _COMPARE_CLAIM + " CNN on CIFAR-10, |D_i| = 800, N = 50, K = 30, T = 200, ε ∈ {4..20}.",
