@@ -54,3 +54,36 @@ def test_fig2_trend_inside_the_tolerance_is_inconclusive(tmp_path: Path) -> None
     # the old rule counted 1.650 → 1.645 as a step down and said "agrees"
     assert "test loss falls with ε over ε ∈ {50, 60, 100}: **inconclusive**" in text
     assert "the non-private run is better than the best private one: **agrees**" in text
+
+
+def test_fig11_full_scale_adds_an_L_below_T_series_with_downlink_noise_at_K_equal_N(tmp_path: Path) -> None:
+    """Full scale: every L = T run of reduced form (unchanged configs), then ε = 60 with L = 3 < T/sqrt(N),
+    whose K = N runs get Theorem 1's downlink noise (σ_D > 0); the report names the series by L."""
+    import warnings
+
+    from dpfl.experiments.recipes.p003 import FIG11_EXPOSURES
+    from dpfl.privacy.calibration import nbafl_downlink_noise_std
+
+    runs = get_recipe("003/fig11").build("full")
+    plain = [r for r in runs if "L" not in r.coords]
+    with_l = [r for r in runs if r.coords.get("L") == FIG11_EXPOSURES]
+    assert len(plain) == 72 and len(with_l) == 18 and runs[:72] == plain
+    assert all("exposures" not in r.config.algorithm.options for r in plain)
+    full_k = [r for r in with_l if r.coords["K"] == 50]
+    assert len(full_k) == 3 and all(r.config.algorithm.options.get("downlink_noise", "paper") == "paper"
+                                    for r in full_k)
+    assert all(r.config.algorithm.options["downlink_noise"] == "none" for r in with_l if r.coords["K"] < 50)
+    cfg = full_k[0].config
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sd = nbafl_downlink_noise_std(60.0, cfg.privacy.delta, 10.0, cfg.partition.samples_per_client, 50,
+                                      cfg.rounds, FIG11_EXPOSURES)
+        assert sd > 0.0 and nbafl_downlink_noise_std(60.0, cfg.privacy.delta, 10.0,
+                                                     cfg.partition.samples_per_client, 50, cfg.rounds, cfg.rounds) == 0.0
+    ks = (5, 10, 20, 30, 40, 50)
+    finals = {(k, 60.0, None): [2.0 - 0.01 * i] for i, k in enumerate(ks)}
+    finals |= {(k, 60.0, FIG11_EXPOSURES): [1.0 - 0.01 * i] for i, k in enumerate(ks)}
+    text = get_recipe("003/fig11").report(_ctx("003/fig11", tmp_path, finals, ("K", "epsilon", "L")))
+    lines = {x.split(":")[0]: x for x in text.splitlines() if x.startswith("- ")}
+    assert "- eps=60" in lines and f"- eps=60 L={FIG11_EXPOSURES}" in lines
+    assert "only the K = N point has σ_D > 0" in text
