@@ -205,6 +205,7 @@ class DpFedAvg(PrivateAlgorithm):
 
     name = "dp-fedavg"
     relation = "add_remove"
+    claim_observer = "public"  # 004 Thm 1 is about the broadcast models
     privacy_unit = "client"
 
     def __init__(

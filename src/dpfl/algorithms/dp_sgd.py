@@ -101,6 +101,7 @@ class DpSgdFedAvg(PrivateAlgorithm):
 
     name = "dp-sgd-fedavg"
     relation = "add_remove"
+    claim_observer = "server"  # Abadi et al.: each client's released model, which the server receives
     privacy_unit = "record"
     local_optimizers = frozenset({"sgd"})
     local_optimizer_reason = (

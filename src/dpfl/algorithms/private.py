@@ -17,7 +17,7 @@ import torch
 
 from dpfl.algorithms.base import Algorithm
 from dpfl.client.context import RoundInfo
-from dpfl.privacy.accounting.ledger import Release
+from dpfl.privacy.accounting.ledger import Observer, Release
 
 
 class PrivateAlgorithm(Algorithm):
@@ -34,6 +34,10 @@ class PrivateAlgorithm(Algorithm):
     # False when the paper's claim is in another notion than (ε, δ)-DP (002's ε-MI-DP in nats,
     # 001's per-weight LDP ε): the runner then shows both numbers but does not compare them.
     claim_comparable: ClassVar[bool] = True
+    # The observer the paper's claim is about ("server": the uploads; "public": the broadcast
+    # models), or None when it covers both (then the worst observer is compared). The gate
+    # compares the claim with that observer's certified ε; the headline stays the worst observer.
+    claim_observer: ClassVar[Observer | None] = None
 
     @abc.abstractmethod
     def releases(self, info: RoundInfo, num_samples: torch.Tensor, secure_aggregation: bool) -> list[Release]:

@@ -284,6 +284,7 @@ class Udp(PrivateAlgorithm):
 
     name = "udp"
     relation = "replace_one"
+    claim_observer = "server"  # 000 Thm 1: each client's upload, against the server
     privacy_unit = "record"
     local_optimizers = frozenset({"sgd"})
     local_optimizer_reason = ("000's Thm 1 sensitivity 2ηC/|D_i| (eq. 13) assumes each local step is one "

@@ -963,8 +963,10 @@ class PrivacyLedger:
         *,
         participants: Iterable[int] | None = None,
         method: Literal["rdp", "best"] = "rdp",
+        observer: Observer | None = None,
     ) -> bool:
-        """Whether recording these releases would take the headline certified ε above the target.
+        """Whether recording these releases would take the headline certified ε above the target
+        (``observer``: that observer's certified ε instead of the headline's worst observer).
 
         Call it after sampling the next cohort and before training it; if it returns True, stop
         (the run ends before the round that would exceed ``target_epsilon``). Nothing is recorded.
@@ -975,7 +977,10 @@ class PrivacyLedger:
             participants: the next round's cohort (default: every client named in a release).
             method: "rdp" (default: fast; conservative — may stop earlier than PLD would) or
                 "best".
+            observer: "server", "public", or None (the worst of them).
         """
+        if observer is not None:
+            self._check_observer(observer)
         if not isinstance(target_epsilon, (int, float)) or not target_epsilon > 0:
             raise ConfigError(f"`target_epsilon` must be > 0. Found {target_epsilon!r}.")
         if participants is None:
@@ -989,10 +994,10 @@ class PrivacyLedger:
             trial._sampler = self._sampler
             trial.pld_every = 0
             trial.record_round(-1, next_round_releases, sampling=self.sampling, participants=parts)
-            return trial.certify(None, None, "best").epsilon > target_epsilon
+            return bool(trial.certify(observer, None, "best").epsilon > target_epsilon)
         states = self._trial_states(next_round_releases, parts)
-        worst = max(self._worst_rdp(obs, states[obs])[0] for obs in OBSERVERS)
-        return worst > target_epsilon
+        worst = max(self._worst_rdp(obs, states[obs])[0] for obs in ((observer,) if observer else OBSERVERS))
+        return bool(worst > target_epsilon)
 
     # ------------------------------------------------------------------ Rényi filter
 

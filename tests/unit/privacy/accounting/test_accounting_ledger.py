@@ -228,6 +228,22 @@ def test_would_exceed_best_uses_the_tighter_bound() -> None:
     assert ledger.rounds_recorded == 0
 
 
+def test_would_exceed_per_observer_compares_that_observer_only() -> None:
+    """A server release at z = 1 and a public one at z = 3: a target between their RDP ε
+    (dp-accounting directly) is exceeded by the worst observer and the server, not the public."""
+    server_eps, public_eps = _gauss_rdp_eps(1.0, 1), _gauss_rdp_eps(3.0, 1)
+    target = (server_eps + public_eps) / 2
+    assert public_eps < target < server_eps
+    ledger = _ledger(AllClients(), n=1)
+    rel = [Release.gaussian("server", 1.0, 1.0, [0]), Release.gaussian("public", 3.0, 1.0, [0])]
+    assert ledger.would_exceed(rel, target, participants=[0]) is True
+    assert ledger.would_exceed(rel, target, participants=[0], observer="server") is True
+    assert ledger.would_exceed(rel, target, participants=[0], observer="public") is False
+    assert ledger.would_exceed(rel, public_eps * 0.99, participants=[0], observer="public") is True
+    with pytest.raises(ConfigError):
+        ledger.would_exceed(rel, target, participants=[0], observer="eavesdropper")  # type: ignore[arg-type]
+
+
 # ---------------------------------------------------------------- claimed vs certified
 
 
