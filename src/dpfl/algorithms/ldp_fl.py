@@ -345,7 +345,7 @@ class LdpFl(PrivateAlgorithm):
     """
 
     name = "ldp-fl"
-    claim_observer = "server"  # 001: the untrusted cloud (not compared: per-weight LDP)
+    claim_observer = "server"  # 001: the untrusted cloud
     relation = "replace_one"
     privacy_unit = "client"
 
