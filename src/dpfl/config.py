@@ -166,7 +166,8 @@ class PrivacyConfig(_Strict):
     Attributes:
         delta: δ of every certified (ε, δ); also the δ a paper's formula is evaluated at.
         target_epsilon: stop before the round that would take the certified ε above this.
-        strict: refuse to run a round whose certified ε would exceed the paper's claimed ε.
+        strict: refuse to run a round whose certified ε against the observer the paper's claim is about
+            (the algorithm's ``claim_observer``; both when None) would exceed the paper's claimed ε.
         secure_aggregation: the server sees only the sum of the uploads. Refused by every run
             until a runtime implements secure aggregation (uploads reach the server in the clear);
             ``dpfl account --secure-aggregation`` is the what-if.

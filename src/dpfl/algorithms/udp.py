@@ -562,10 +562,11 @@ class UdpCrd(Udp):
     def _after_round_train_loss(self, t: int, uploads: Uploads) -> dict[str, Any]:
         """The variant: discount when the participants' averaged training loss rose, T ← ⌈βT⌉."""
         losses = uploads.train_loss.to(torch.float64)
-        if not bool(torch.isfinite(losses).all()):
-            raise ConfigError("udp-crd (trigger train-loss-rise): an upload came without its training loss "
-                              "(the variant needs every participant's loss on the wire)")
-        after = float(losses.mean())
+        finite = losses[torch.isfinite(losses)]  # a diverged or missing loss says nothing either way
+        if finite.numel() == 0:
+            self.trajectory.append(self.current_rounds)
+            return {"crd_T": self.current_rounds, "crd_triggered": False}
+        after = float(finite.mean())
         before = self.previous_loss
         self.previous_loss = after
         triggered = before is not None and after > before

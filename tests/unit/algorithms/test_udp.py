@@ -171,9 +171,13 @@ def test_crd_train_loss_rise_variant_discounts_to_ceil_beta_T_and_is_not_certifi
     for t, loss in enumerate([1.0, 0.9, 0.8, 1.2]):
         p, m = _round(late, t, p, train_loss=loss)
     assert m["crd_T"] == 4 and late.should_stop(4) is not None  # ⌈0.45·4⌉ = 2 <= 3: stored as t + 1
+    # a round without a finite loss (diverged, or not sent) neither triggers nor moves the reference
     nan = _build("udp-crd", rounds=10, trigger="train-loss-rise")
-    with pytest.raises(ConfigError, match="without its training loss"):
-        _round(nan, 0, torch.zeros(7), train_loss=float("nan"))
+    _, m = _round(nan, 0, torch.zeros(7), train_loss=1.0)
+    _, m = _round(nan, 1, torch.zeros(7), train_loss=float("nan"))
+    assert not m["crd_triggered"] and m["crd_T"] == 10 and nan.previous_loss == 1.0
+    _, m = _round(nan, 2, torch.zeros(7), train_loss=1.5)
+    assert m["crd_triggered"] and m["crd_T"] == math.ceil(0.9 * 10) == 9
 
 
 def test_lei_decays_noise_linearly_and_stops_within_budget() -> None:

@@ -36,8 +36,9 @@ NODES = {0: 10, 1: 11, 2: 12, 3: 13}
 class FakeGrid:
     """push/pull of Flower's Grid; replies are computed by the real client code at push time."""
 
-    def __init__(self, data_dir: str) -> None:
+    def __init__(self, data_dir: str, forged_loss: float | None = None) -> None:
         self.data_dir = data_dir
+        self.forged_loss = forged_loss  # a modified client that sends a loss anyway
         self.ready: list[Message] = []
         self.late: list[Message] = []
 
@@ -59,6 +60,8 @@ class FakeGrid:
             rc["state"] = json.loads(str(rc["state"]))
             params = np.array(msg.content["global"]["params"].numpy(), copy=True)
             meta, vector = train_round(rc, params, cid, self.data_dir)
+            if self.forged_loss is not None:
+                meta["train_loss"] = self.forged_loss
             if cid == 3:
                 vector = vector * 1e6
             reply = Message(_upload(cid, vector, meta, meta["declared"]), reply_to=msg)
@@ -113,3 +116,28 @@ def test_dropouts_late_and_rejected_uploads_on_a_grid(shared_data: Path, tmp_pat
     eps = res.final["privacy"]["client_epsilons_rdp"]["server"]
     assert sorted(eps) == ["0", "2", "3"]  # client 1 never sent anything
     assert eps["2"] == pytest.approx(eps["0"], rel=1e-12) and eps["3"] == pytest.approx(eps["0"], rel=1e-12)
+
+
+def test_a_training_loss_sent_for_a_private_algorithm_is_discarded_not_stored(shared_data: Path,
+                                                                               tmp_path: Path) -> None:
+    """The honest client sends NaN (warm.py); a modified one that sends its loss anyway has it
+    discarded by the server, with a notice, and no round stores a train_loss."""
+    cfg = parse_config({
+        "name": "cohort-loss", "seed": 3, "rounds": 1,
+        "data": {"name": "mnist", "dir": str(shared_data)},
+        "partition": {"kind": "iid", "num_clients": 4, "samples_per_client": 30},
+        "model": {"name": "logistic"},
+        "algorithm": {"name": "nbafl", "options": {"epsilon": 60.0, "clip_norm": 10.0, "prox_mu": 0.1}},
+        "local": {"lr": 0.1, "epochs": 1, "batch_size": 10}, "engine": "sequential", "threads": 1,
+        "privacy": {"delta": 0.01},
+    })
+    exp = build_experiment(cfg)
+    cohort = FlowerCohort(FakeGrid(str(shared_data), forged_loss=0.123), NODES,
+                          json.dumps(cfg.model_dump(mode="json")), exp.data.sizes(), exp.problem.layout.numel,
+                          round_timeout=0.3, reproducible=True)
+    store = RunStore(tmp_path / "s.sqlite")
+    res = run_experiment(cfg, store, remote=cohort)
+    assert res.status == "finished"
+    notes = [n["message"] for n in store.notices(res.run_id) if n["kind"] == "discarded-loss"]
+    assert notes and "clients [0]" in notes[0] and "discarded, not stored" in notes[0]
+    assert all("train_loss" not in r for r in store.rounds(res.run_id))

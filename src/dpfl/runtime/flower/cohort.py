@@ -209,6 +209,10 @@ class FlowerCohort:
                 content["round"]["shuffler-key"] = self.shuffler.public_key
             msgs.append(Message(content, self.nodes[c], "train", group_id=str(t)))
         limits = {} if shuffled else _norm_limits(algo, info, self.client_sizes, self.num_params)
+        # a private algorithm's loss stays on the client (no certificate covers it): whatever a
+        # client sends in its place is discarded here, not stored
+        keep_loss = not isinstance(algo, PrivateAlgorithm) or algo.reports_train_loss
+        discarded: list[int] = []
         sent, replies, pending = _push_pull(self.grid, msgs, self.round_timeout)
         message_client = dict(zip(sent, cohort, strict=True))
         for mid in pending:
@@ -256,7 +260,14 @@ class FlowerCohort:
                 emit("rejected-upload", bad.message(t), t)
                 self._unused.append((t, c))
                 continue
+            if not keep_loss:
+                if math.isfinite(loss):
+                    discarded.append(c)
+                loss = math.nan
             rows[c] = (vector, n, loss, declared)
+        if discarded:
+            emit("discarded-loss", f"round {t + 1}: clients {discarded} sent a training loss that {algo.name} keeps on "
+                 "the client (an unnoised function of their data); discarded, not stored", t)
         missing = [c for c in cohort if c not in rows]
         if missing:
             emit("round-partial", f"round {t + 1}: {len(rows)} of {len(cohort)} uploads accepted; without clients "
