@@ -617,7 +617,9 @@ class UdpCrd(Udp):
             variant = [
                 "trigger train-loss-rise (a variant, not 000 Alg. 2): each participant's training loss reaches "
                 "the server without noise and steers T, which the public sees - exact releases, certified "
-                "epsilon infinite; the claimed epsilon is 000's formula for the noise added, which ignores them"
+                "epsilon infinite; the claimed epsilon is 000's formula for the noise added, which ignores them. "
+                "Its Renyi-filter budget is infinite too, so the filter never halts it (after dropouts Alg. 2 "
+                "may stop where the variant goes on)"
             ]
         return super().not_covered() + variant + [
             "CRD's stopping rule compares the test loss of successive global models (000 Alg. 2 line 17) "
