@@ -83,9 +83,9 @@ def _task_identity() -> Any:
     TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = before  # type: ignore[attr-defined]
 
 
-def test_dropouts_late_and_rejected_uploads_on_a_grid(shared_data: Path, tmp_path: Path) -> None:
-    cfg = parse_config({
-        "name": "cohort", "seed": 3, "rounds": 2,
+def _nbafl(shared_data: Path, name: str, rounds: int) -> Any:
+    return parse_config({
+        "name": name, "seed": 3, "rounds": rounds,
         "data": {"name": "mnist", "dir": str(shared_data)},
         "partition": {"kind": "iid", "num_clients": 4, "samples_per_client": 30},
         "model": {"name": "logistic"},
@@ -93,6 +93,10 @@ def test_dropouts_late_and_rejected_uploads_on_a_grid(shared_data: Path, tmp_pat
         "local": {"lr": 0.1, "epochs": 1, "batch_size": 10}, "engine": "sequential", "threads": 1,
         "privacy": {"delta": 0.01},
     })
+
+
+def test_dropouts_late_and_rejected_uploads_on_a_grid(shared_data: Path, tmp_path: Path) -> None:
+    cfg = _nbafl(shared_data, "cohort", rounds=2)
     exp = build_experiment(cfg)
     cohort = FlowerCohort(FakeGrid(str(shared_data)), NODES, json.dumps(cfg.model_dump(mode="json")),
                           exp.data.sizes(), exp.problem.layout.numel, round_timeout=0.3, reproducible=True)
@@ -122,15 +126,7 @@ def test_a_training_loss_sent_for_a_private_algorithm_is_discarded_not_stored(sh
                                                                                tmp_path: Path) -> None:
     """The honest client sends NaN (warm.py); a modified one that sends its loss anyway has it
     discarded by the server, with a notice, and no round stores a train_loss."""
-    cfg = parse_config({
-        "name": "cohort-loss", "seed": 3, "rounds": 1,
-        "data": {"name": "mnist", "dir": str(shared_data)},
-        "partition": {"kind": "iid", "num_clients": 4, "samples_per_client": 30},
-        "model": {"name": "logistic"},
-        "algorithm": {"name": "nbafl", "options": {"epsilon": 60.0, "clip_norm": 10.0, "prox_mu": 0.1}},
-        "local": {"lr": 0.1, "epochs": 1, "batch_size": 10}, "engine": "sequential", "threads": 1,
-        "privacy": {"delta": 0.01},
-    })
+    cfg = _nbafl(shared_data, "cohort-loss", rounds=1)
     exp = build_experiment(cfg)
     cohort = FlowerCohort(FakeGrid(str(shared_data), forged_loss=0.123), NODES,
                           json.dumps(cfg.model_dump(mode="json")), exp.data.sizes(), exp.problem.layout.numel,
