@@ -688,9 +688,11 @@ def _compare_report(metric: str, initial: Callable[[str], int]) -> Callable[[Rep
             f"Metric: final {metric.replace('_', ' ')} ({'lower' if lower_better else 'higher'} is better), mean ± SE "
             "over the seeds; optimal UDP = the grid T with the best mean. " + _rule_note(metric)
             + " Claimed ε: 000's own formula for the noise actually "
-            "added (CRD and Lei spend at most ε_p by construction). Certified ε: dp-accounting for the "
-            "noise actually added — server (each upload, no amplification) and public (the weighted "
-            "mean, amplified by the secret sample); privacy unit one record, replace-one, δ = 1e-3.",
+            "added (CRD and Lei spend at most ε_p by construction). Certified ε: dp-accounting — for original "
+            "UDP and Lei the noise actually added, for CRD the budget fixed before the run that its Rényi filter "
+            "enforces (∞ for the loss-rise variant) — server (each upload, no amplification) and public (the weighted "
+            "mean, each participant charged at the cohort drawn: a record-level unit is never amplified by "
+            "the client sample); privacy unit one record, replace-one, δ = 1e-3.",
             "",
         ]
         return "\n".join(_scale_note(ctx) + head + lines)
