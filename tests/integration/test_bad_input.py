@@ -386,8 +386,8 @@ CASES: list[Case] = [
     # --- rejected after registration: the run must end `failed`, not `running` ---
     Case("strict-refuses-a-round", lambda w: w.run(w.config(
         rounds=6, partition={"num_clients": 50, "samples_per_client": 20}, model={"name": "logistic", "options": {}},
-        algorithm={"name": "dp-fedavg", "options": {"noise_multiplier": 1.0, "clip_norm": 0.5}},
-        sampling={"kind": "poisson", "sample_rate": 0.2}, privacy={"delta": 1e-3, "strict": True})),
+        algorithm={"name": "udp", "options": {"epsilon": 4.0, "clip_norm": 1.0}}, local={"batch_size": None},
+        sampling={"kind": "fixed", "clients_per_round": 10}, privacy={"delta": 1e-3, "strict": True})),
         "privacy.strict", stderr_lines=99),
 ]
 
