@@ -116,7 +116,7 @@ def _sample_weighted(clean: torch.Tensor, uploads: Any) -> torch.Tensor:
 def test_udp_adds_the_noise_it_declares(name: str) -> None:
     algo = _build(name, {"epsilon": 4.0, "clip_norm": 1.0})
     if name == "udp-crd":  # CRD's test-loss rule needs a model; the noise does not
-        algo._after_round = lambda old, new, info: {}  # type: ignore[attr-defined]
+        algo._after_round = lambda old, new, info, uploads: {}  # type: ignore[attr-defined]
     releases, _ = _check_round(algo, _sample_weighted)
     plan = algo.plan(0)  # type: ignore[attr-defined]
     assert all(_server_std(releases, c) == plan.noise_stds[c] for c in algo.sample(0, 6, SeedSequence(11)).tolist())
