@@ -60,3 +60,33 @@ def test_max_runs_zero_reports_only_and_an_empty_store_is_an_error(tmp_path: Pat
     # without max_runs a missing run is still an error that names the way out
     with pytest.raises(ConfigError, match="--max-runs"):
         reproduce(_recipe(3), "smoke", store, tmp_path, run_one=_runner(store, ran), report_only=True)
+
+
+def test_a_run_cut_short_is_listed_but_not_reported(tmp_path: Path) -> None:
+    """A run killed mid-way (status running/interrupted) must not enter the numbers as if it had ended."""
+    store, ran = RunStore(tmp_path / "s.sqlite"), []
+    base = load_config("fedavg-mnist")
+    seen: list[list[str]] = []
+
+    def build(scale: str) -> list[RecipeRun]:
+        return [RecipeRun(f"run {i}", base.model_copy(update={"seed": i, "name": f"cut {i}"}), {"i": i})
+                for i in range(3)]
+
+    def report(ctx: ReportContext) -> str:  # no status filter of its own, like the real recipes
+        seen.append([rec.status for _, rec, _ in ctx.runs])
+        return "seen: " + ",".join(str(r.coords["i"]) for r, _, _ in ctx.runs)
+
+    recipe = Recipe("999/cut", "cut runs", "none", "claim", build, report)
+    reproduce(recipe, "smoke", store, tmp_path, run_one=_runner(store, ran), max_runs=2)
+    for status in ("running", "interrupted"):
+        cut = run_id(build("smoke")[2].config)
+        store.start(cut, build("smoke")[2].config.model_dump(mode="json"), {})
+        store.finish(cut, status, None)
+        text = reproduce(recipe, "smoke", store, tmp_path, run_one=_runner(store, ran), max_runs=0).read_text()
+        assert seen[-1] == ["finished", "finished"] and "seen: 0,1" in text
+        assert "Partial report: 2 of the 3 runs" in text and "3 stored" in text
+        assert f"| run 2 | {cut} | {status} (cut short: not in the numbers above) |" in text
+        # a report that claims to be complete refuses it, naming the run and how to go on
+        with pytest.raises(ConfigError, match=r"run 'run 2' of 999/cut is not finished \(status '" + status):
+            reproduce(recipe, "smoke", store, tmp_path, run_one=_runner(store, ran), report_only=True)
+    assert ran == [0, 1]

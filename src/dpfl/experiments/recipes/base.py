@@ -14,6 +14,8 @@ from dpfl.errors import ConfigError
 from dpfl.store import RunRecord, RunStore
 
 SCALES = ("smoke", "reduced", "full")
+#: store statuses of a run that has not ended (a later `reproduce` resumes it from its checkpoint)
+IN_PROGRESS = ("running", "interrupted")
 
 # Each module exposes ``RECIPES: list[Recipe]``; modules not shipped are skipped.
 _RECIPE_MODULES = (
@@ -135,7 +137,7 @@ def reproduce(
                 started_runs += 1
             run_one(r.config)
     elapsed = time.perf_counter() - started
-    records = []
+    records, in_progress = [], []
     for r in runs:
         rec = store.find(run_id(r.config))
         if rec is None:
@@ -143,6 +145,13 @@ def reproduce(
                 continue
             raise ConfigError(f"run {r.label!r} of {recipe.key} is not in {store.path}; run without --report-only "
                               "(or pass --max-runs N to report the runs stored so far)")
+        if rec.status in IN_PROGRESS:
+            # a run cut short (it resumes from its checkpoint): its last round is not a result
+            if not partial:
+                raise ConfigError(f"run {r.label!r} of {recipe.key} is not finished (status {rec.status!r}); run "
+                                  "without --report-only to resume it, or pass --max-runs 0 for a partial report")
+            in_progress.append((r, rec))
+            continue
         records.append((r, rec, store.rounds(rec.run_id)))
     if not records:
         raise ConfigError(f"no run of {recipe.key} at scale {scale!r} is in {store.path} yet; run with "
@@ -160,10 +169,11 @@ def reproduce(
         "",
     ]
     finished = sum(1 for _, rec, _ in records if rec.status == "finished")
-    if partial and finished < len(runs):
+    if partial and len(records) < len(runs):
         lines[3:3] = [
             f"**Partial report: {finished} of the {len(runs)} runs of this scale are finished "
-            f"({len(records)} stored). Every number and verdict below covers only the finished runs; "
+            f"({len(records) + len(in_progress)} stored). Every number and verdict below covers only the "
+            f"ended runs{' (not the ' + str(len(in_progress)) + ' cut short, listed under Runs)' if in_progress else ''}; "
             f"run `dpfl reproduce {recipe.key} --scale {scale} --max-runs N` again to add N more.**",
             "",
         ]
@@ -172,6 +182,8 @@ def reproduce(
     lines += ["## The paper says", "", recipe.paper_claim, "", "## Ours", "", body, "", "## Runs", ""]
     lines += ["| label | run id | status |", "|---|---|---|"]
     lines += [f"| {r.label} | {rec.run_id} | {rec.status} |" for r, rec, _ in records]
+    lines += [f"| {r.label} | {rec.run_id} | {rec.status} (cut short: not in the numbers above) |"
+              for r, rec in in_progress]
     path = out_dir / "report.md"
     path.write_text("\n".join(lines) + "\n")
     return path
