@@ -48,6 +48,25 @@ def test_fig10_interior_t_with_seeds(tmp_path: Path) -> None:
     assert "interior optimum (Remark 4): **inconclusive**" in text
 
 
+def test_fig10_k_random_claim_gets_a_verdict(tmp_path: Path) -> None:
+    # the full-scale report listed "K-random lower beyond the margin at T ∈ none" with no verdict,
+    # although all clients is lower beyond the margin at every larger T: that contradicts the claim
+    ts = (5, 15, 25, 40, 80)
+    allc = (1.662, 0.868, 0.728, 0.838, 1.658)
+    krand = (1.662, 0.935, 0.922, 1.316, 2.083)
+    finals = ({(t, 60.0, None): [v, v + 0.002, v - 0.002] for t, v in zip(ts, allc, strict=True)}
+              | {(t, 60.0, 20): [v, v + 0.002, v - 0.002] for t, v in zip(ts, krand, strict=True)})
+    text = get_recipe("003/fig10").report(_ctx("003/fig10", tmp_path, finals, ("T", "epsilon", "K")))
+    line = next(x for x in text.splitlines() if x.startswith("- K-random better"))
+    assert "**disagrees**" in line and "all clients better at T ∈ {15, 25, 40, 80}" in line
+    # the crossover the paper draws: K-random loses at small T and wins at the larger ones
+    crossed = (1.662, 0.935, 0.700, 0.700, 1.2)
+    finals |= {(t, 60.0, 20): [v, v + 0.002, v - 0.002] for t, v in zip(ts, crossed, strict=True)}
+    text = get_recipe("003/fig10").report(_ctx("003/fig10", tmp_path, finals, ("T", "epsilon", "K")))
+    line = next(x for x in text.splitlines() if x.startswith("- K-random better"))
+    assert "**agrees**" in line
+
+
 def test_fig2_trend_inside_the_tolerance_is_inconclusive(tmp_path: Path) -> None:
     finals = {(None, None): [0.98], (50.0, None): [1.650], (60.0, None): [1.645], (100.0, None): [1.2372]}
     text = get_recipe("003/fig2").report(_ctx("003/fig2", tmp_path, finals, ("epsilon", "K")))

@@ -12,6 +12,7 @@ from dpfl.experiments.recipes.verdicts import (
     REPRODUCED,
     Estimate,
     all_at_chance,
+    better_for_larger,
     claim_better,
     compare,
     interior_minimum,
@@ -132,3 +133,28 @@ def test_monotone_counts_ties_as_undecided_not_as_steps() -> None:
     assert monotone([(50, 1.8327), (60, 1.8300), (100, 1.2372)], increasing=False, tolerance=0.01) == (
         INCONCLUSIVE, 1, 0, 2)
     assert monotone([(50, 1.8327), (60, 1.9000), (100, 1.2372)], increasing=False, tolerance=0.01)[0] == NOT_REPRODUCED
+
+
+def test_better_for_larger_x_needs_the_win_at_the_top_and_no_loss_in_the_upper_half() -> None:
+    # 003 Fig. 10 full (ε = 60, 3 seeds): K = 20 ties all clients at T = 5, 10 and loses beyond the
+    # margin from T = 15 on — the claim "K-random better for larger T" is contradicted, not untested
+    allc = [(5, Estimate(1.662, 0.0081, 3)), (10, Estimate(1.152, 0.0042, 3)), (15, Estimate(0.8678, 0.0005, 3)),
+            (40, Estimate(0.8384, 0.0053, 3)), (80, Estimate(1.658, 0.0025, 3))]
+    krand = [(5, Estimate(1.662, 0.008, 3)), (10, Estimate(1.152, 0.0045, 3)), (15, Estimate(0.9351, 0.0009, 3)),
+             (40, Estimate(1.316, 0.012, 3)), (80, Estimate(2.083, 0.0062, 3))]
+    verdict, why = better_for_larger(krand, allc, tolerance=0.01, lower_is_better=True)
+    assert verdict == NOT_REPRODUCED and "b better at x ∈ {15, 40, 80}" in why
+    # the crossover the paper describes: b wins at small x, a at the larger half
+    a = [(1, 2.0), (2, 1.5), (3, 1.0), (4, 0.8)]
+    b = [(1, 1.5), (2, 1.5), (3, 1.2), (4, 1.1)]
+    assert better_for_larger(a, b, tolerance=0.01, lower_is_better=True)[0] == REPRODUCED
+    assert better_for_larger(b, a, tolerance=0.01, lower_is_better=True)[0] == NOT_REPRODUCED
+    # a tie at the largest x decides nothing; so does a win at the top with a loss lower in the upper half
+    assert better_for_larger([(1, 1.0), (2, 1.0)], [(1, 1.0), (2, 1.005)], tolerance=0.01,
+                             lower_is_better=True)[0] == INCONCLUSIVE
+    mixed_a = [(1, 1.0), (2, 1.5), (3, 1.5), (4, 0.9)]
+    mixed_b = [(1, 1.0), (2, 1.0), (3, 1.0), (4, 1.0)]
+    assert better_for_larger(mixed_a, mixed_b, tolerance=0.01, lower_is_better=True)[0] == INCONCLUSIVE
+    # higher-is-better (accuracy) flips the side
+    assert better_for_larger(b, a, tolerance=0.01, lower_is_better=False)[0] == REPRODUCED
+    assert better_for_larger([(1, 1.0)], [(1, 2.0)], tolerance=0.01, lower_is_better=True)[0] == INCONCLUSIVE

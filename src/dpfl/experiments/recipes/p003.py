@@ -25,8 +25,8 @@ from dpfl.config import RunConfig, parse_config
 from dpfl.errors import PrivacyPreconditionError
 from dpfl.experiments.recipes.base import Recipe, RecipeRun, ReportContext
 from dpfl.experiments.recipes.verdicts import (
-    REPRODUCED,
     Estimate,
+    better_for_larger,
     claim_better,
     interior_minimum,
     monotone,
@@ -503,11 +503,10 @@ def _report_fig10(ctx: ReportContext) -> str:
         for name in krand:
             base = name.split(",")[0]
             if base in series:
-                a, b = dict(_by_x(series[base])), dict(_by_x(series[name]))
-                wins = [t for t in sorted(a) if t in b
-                        and claim_better(b[t], a[t], tolerance=LOSS_TOL, lower_is_better=True) == REPRODUCED]
-                lines.append(f"- K-random better than all-clients for larger T ({name} vs {base}): "
-                             f"K-random lower beyond the margin at T ∈ {wins or 'none'}.")
+                verdict, why = better_for_larger(_by_x(series[name]), _by_x(series[base]), tolerance=LOSS_TOL,
+                                                 lower_is_better=True, names=("K-random", "all clients", "T"))
+                lines.append(f"- K-random better than all clients for larger T ({name} vs {base}): "
+                             f"{_verdict(verdict)} — {why}.")
     lines += ["", _RULE + " Interior optimum: the lowest mean lies inside the grid and is below both grid edges "
               "beyond the margin (agrees); at an edge and below every interior point beyond it (disagrees); "
               "otherwise inconclusive.", "", _eps_gap_line(ctx)]

@@ -32,6 +32,7 @@ __all__ = [
     "Estimate",
     "Trend",
     "all_at_chance",
+    "better_for_larger",
     "claim_better",
     "compare",
     "interior_minimum",
@@ -263,6 +264,42 @@ def interior_minimum(points: Sequence[tuple[float, Estimate | float]], *, tolera
     if all(c.outcome == "lower" for c in inner):
         return NOT_REPRODUCED, f"argmin {x_best:g} at the grid's edge, below every interior point beyond the margin"
     return INCONCLUSIVE, f"argmin {x_best:g} at the grid's edge, but an interior point is within the margin"
+
+
+def better_for_larger(a: Sequence[tuple[float, Estimate | float]], b: Sequence[tuple[float, Estimate | float]], *,
+                      tolerance: float, lower_is_better: bool, names: tuple[str, str, str] = ("a", "b", "x"),
+                      ) -> tuple[Verdict, str]:
+    """The claim "a is better than b for larger x" (a crossover: b may win at small x).
+
+    Rule, over the x that both series hold, judged on the upper half of that grid (x ≥ its median):
+    reproduced when a is better beyond the margin at the largest x and b is better beyond it at no x
+    of the upper half; not reproduced when b is better beyond the margin at the largest x and a is
+    better beyond it at no x of the upper half; otherwise inconclusive.
+
+    Args:
+        names: how the description calls a, b and x.
+
+    Returns:
+        (verdict, a short description listing where each side wins beyond the margin).
+    """
+    na, nb, nx = names
+    da = {float(x): _as_estimate(v) for x, v in a}
+    db = {float(x): _as_estimate(v) for x, v in b}
+    xs = sorted(set(da) & set(db))
+    if len(xs) < 2:
+        return INCONCLUSIVE, f"fewer than 2 common {nx}"
+    upper = [x for x in xs if x >= statistics.median(xs)]
+    better = "lower" if lower_is_better else "higher"
+    a_wins = [x for x in xs if compare(da[x], db[x], tolerance=tolerance).outcome == better]
+    b_wins = [x for x in xs if compare(db[x], da[x], tolerance=tolerance).outcome == better]
+    top = xs[-1]
+    why = (f"{na} better beyond the margin at {nx} ∈ {{{', '.join(f'{x:g}' for x in a_wins)}}}, "
+           f"{nb} better at {nx} ∈ {{{', '.join(f'{x:g}' for x in b_wins)}}}; upper half {nx} ≥ {upper[0]:g}")
+    if top in a_wins and not set(b_wins) & set(upper):
+        return REPRODUCED, why
+    if top in b_wins and not set(a_wins) & set(upper):
+        return NOT_REPRODUCED, why
+    return INCONCLUSIVE, why
 
 
 def near_best(points: Sequence[tuple[float, Estimate | float]], *, tolerance: float,
