@@ -67,6 +67,26 @@ def test_fig10_k_random_claim_gets_a_verdict(tmp_path: Path) -> None:
     assert "**agrees**" in line
 
 
+def test_fig9_optimal_t_grows_with_epsilon_and_larger_epsilon_is_lower() -> None:
+    from dpfl.experiments.recipes.p003 import _fig9_epsilon_lines
+
+    ts = (5, 15, 25, 40, 80)
+    def seeds(t: int, v: float) -> list[tuple[float, float]]:
+        return [(t, v), (t, v + 0.002), (t, v - 0.002)]
+    # the full-scale means: ε = 60 best at T = 25, ε = 100 best at T = 40
+    e60 = [p for t, v in zip(ts, (1.662, 0.868, 0.728, 0.838, 1.658), strict=True) for p in seeds(t, v)]
+    e100 = [p for t, v in zip(ts, (1.661, 0.862, 0.644, 0.598, 0.963), strict=True) for p in seeds(t, v)]
+    lower, grows = _fig9_epsilon_lines({"experiment ε = 60": e60, "experiment ε = 100": e100})
+    assert "**agrees**" in lower and "at T = 40 vs" in lower
+    assert "**agrees**" in grows and "{25} at ε = 60, {40} at ε = 100" in grows
+    # the optimum moves down from T = 40 to T = 25 as ε grows: contradicted
+    same = [p for t, v in zip(ts, (1.661, 0.862, 0.600, 0.700, 0.963), strict=True) for p in seeds(t, v)]
+    assert "**disagrees**" in _fig9_epsilon_lines({"experiment ε = 60": e100, "experiment ε = 100": same})[1]
+    # a second-best T within the margin makes the sets overlap: inconclusive
+    flat = [p for t, v in zip(ts, (1.661, 0.862, 0.7285, 0.729, 0.963), strict=True) for p in seeds(t, v)]
+    assert "**inconclusive**" in _fig9_epsilon_lines({"experiment ε = 60": e60, "experiment ε = 100": flat})[1]
+
+
 def test_fig2_trend_inside_the_tolerance_is_inconclusive(tmp_path: Path) -> None:
     finals = {(None, None): [0.98], (50.0, None): [1.650], (60.0, None): [1.645], (100.0, None): [1.2372]}
     text = get_recipe("003/fig2").report(_ctx("003/fig2", tmp_path, finals, ("epsilon", "K")))

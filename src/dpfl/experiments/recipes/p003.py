@@ -25,11 +25,16 @@ from dpfl.config import RunConfig, parse_config
 from dpfl.errors import PrivacyPreconditionError
 from dpfl.experiments.recipes.base import Recipe, RecipeRun, ReportContext
 from dpfl.experiments.recipes.verdicts import (
+    INCONCLUSIVE,
+    NOT_REPRODUCED,
+    REPRODUCED,
     Estimate,
     better_for_larger,
     claim_better,
     interior_minimum,
     monotone,
+    near_best,
+    order_of_sets,
 )
 from dpfl.privacy.accounting.certify import certify
 from dpfl.privacy.accounting.events import gaussian_event
@@ -550,8 +555,10 @@ def _report_fig9(ctx: ReportContext) -> str:
              "with L = T (eq. 16's second branch) and the factor 2C restored, shifted by the non-private run's "
              "final loss (the bound is on F − F*).", "", *_run_table(ctx, ["T", "epsilon", "seed"]), "",
              "Verdicts:", ""]
+    exp_verdict: dict[str, str] = {}
     for name, pts in series.items():
         verdict, why = _interior_line(pts, "T")
+        exp_verdict[name.removeprefix("experiment ")] = verdict
         lines.append(f"- {name}: interior optimum in T: {_verdict(verdict)} ({why}).")
     for name, pts in dashed.items():
         b_pts = _by_x(pts)
@@ -559,8 +566,38 @@ def _report_fig9(ctx: ReportContext) -> str:
         inside = 0 < i < len(b_pts) - 1
         lines.append(f"- {name}: interior optimum in T: {'yes' if inside else 'no'} (argmin T = "
                      f"{b_pts[i][0] if b_pts else math.nan:g}; a calculator: constants from the first non-private run).")
-    lines += ["", _RULE + " Interior optimum: as in 003/fig10.", "", _eps_gap_line(ctx)]
+        # the paper: bound and experiment agree in shape (both have an interior optimal T)
+        exp = exp_verdict.get(name.removeprefix("bound + min loss, "))
+        if exp is not None:
+            shape = (INCONCLUSIVE if exp == INCONCLUSIVE
+                     else REPRODUCED if inside == (exp == REPRODUCED) else NOT_REPRODUCED)
+            lines.append(f"- {name.removeprefix('bound + min loss, ')}: bound and experiment agree in shape (both an "
+                         f"interior optimum, or neither): {_verdict(shape)} (bound: {'interior' if inside else 'edge'}; "
+                         f"experiment: {({REPRODUCED: 'interior', NOT_REPRODUCED: 'edge'}).get(exp, 'unresolved')}).")
+    lines += _fig9_epsilon_lines(series)
+    lines += ["", _RULE + " Interior optimum: as in 003/fig10. Optimal T grows with ε: the set of T within the margin "
+              "of the best at the largest ε lies above the set at the smallest (agrees), below it (disagrees), "
+              "overlapping (inconclusive).", "", _eps_gap_line(ctx)]
     return "\n".join(lines)
+
+
+def _fig9_epsilon_lines(series: dict[str, list[tuple[float, float]]]) -> list[str]:
+    """Fig. 9 / Remark 4 across ε: the best loss falls and the optimal T grows as ε grows."""
+    by_eps = sorted((float(name.rsplit("=", 1)[1]), _by_x([p for p in pts if math.isfinite(p[1])]))
+                    for name, pts in series.items())
+    if len(by_eps) < 2 or not by_eps[0][1] or not by_eps[-1][1]:
+        return []
+    (e_lo, lo), (e_hi, hi) = by_eps[0], by_eps[-1]
+    best_lo, best_hi = min(lo, key=lambda p: p[1].mean), min(hi, key=lambda p: p[1].mean)
+    better = claim_better(best_hi[1], best_lo[1], tolerance=LOSS_TOL, lower_is_better=True)
+    set_lo, set_hi = near_best(lo, tolerance=LOSS_TOL), near_best(hi, tolerance=LOSS_TOL)
+    order = order_of_sets(set_lo, set_hi)
+    grows = {"up": REPRODUCED, "down": NOT_REPRODUCED}.get(order, INCONCLUSIVE)
+    shown_lo, shown_hi = (", ".join(f"{x:g}" for x in xs) for xs in (set_lo, set_hi))
+    return [f"- larger ε converges to a lower loss (ε = {e_hi:g} vs {e_lo:g}, best T of each): {_verdict(better)} "
+            f"({best_hi[1].text(4)} at T = {best_hi[0]:g} vs {best_lo[1].text(4)} at T = {best_lo[0]:g}).",
+            f"- the optimal T grows with ε (Remark 4, Fig. 8): {_verdict(grows)} (T within the margin of the best: "
+            f"{{{shown_lo}}} at ε = {e_lo:g}, {{{shown_hi}}} at ε = {e_hi:g})."]
 
 
 def _report_fig11(ctx: ReportContext) -> str:
