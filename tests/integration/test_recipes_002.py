@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -102,6 +103,9 @@ def test_cifar_smoke_on_tiny_cifar_format_data(tmp_path: Path, monkeypatch: pyte
     text, store = _reproduce("002/cifar", tmp_path, tmp_path / "data")
     assert (tmp_path / "reports" / "002_cifar" / "smoke" / "report.md").exists()
     assert "tiny CIFAR-format" in text
+    # a verdict line prints the relation that holds between the measured value and its limit
+    relations = re.findall(r"rel\. \|Δ\| = ([0-9.]+) (≤|>) 0\.05", text)
+    assert relations and all((float(x) <= 0.05) == (rel == "≤") for x, rel in relations)
     assert all(r.status == "finished" for r in store.list()) and len(store.list()) == 3
 
 

@@ -222,6 +222,11 @@ def _verdict(ok: bool | None) -> str:
     return "inconclusive" if ok is None else ("**holds**" if ok else "**does not hold**")
 
 
+def _le(value: float, limit: float) -> str:
+    """The relation a verdict line prints between a measured value and its limit."""
+    return "≤" if value <= limit else ">"
+
+
 def _judge(scale: str, ok: bool | None) -> str:
     """A verdict; smoke runs are pipeline checks, so they report what was measured and decide nothing."""
     if scale == "smoke" and ok is not None:
@@ -348,9 +353,9 @@ def _report_loss_curves(ctx: ReportContext) -> str:
             eq_ok.append(ok)
             eq_rows.append(
                 f"ε = {eps:g}: aggregate noise std client {_fmt(ac, 6)} vs server {_fmt(as_, 6)}; mean test loss "
-                f"over the last {lc[2]} rounds {lc[0]:.4f} vs {ls[0]:.4f} (rel. |Δ| = {rel_loss:.3f} <= 0.05); mean "
-                f"accuracy {acc_c[0]:.4f} vs {acc_s[0]:.4f} (|Δ| = {abs(acc_c[0] - acc_s[0]):.4f} <= "
-                f"max(0.02, 3 SE) = {acc_tol:.4f}); final round: loss {rc[-1].get('test_loss', float('nan')):.4f} vs "
+                f"over the last {lc[2]} rounds {lc[0]:.4f} vs {ls[0]:.4f} (rel. |Δ| = {rel_loss:.3f} {_le(rel_loss, 0.05)} 0.05); mean "
+                f"accuracy {acc_c[0]:.4f} vs {acc_s[0]:.4f} (|Δ| = {abs(acc_c[0] - acc_s[0]):.4f} "
+                f"{_le(abs(acc_c[0] - acc_s[0]), acc_tol)} max(0.02, 3 SE) = {acc_tol:.4f}); final round: loss {rc[-1].get('test_loss', float('nan')):.4f} vs "
                 f"{rs[-1].get('test_loss', float('nan')):.4f}, accuracy {rc[-1].get('test_accuracy', float('nan')):.4f} vs "
                 f"{rs[-1].get('test_accuracy', float('nan')):.4f} → {_judge(ctx.scale, ok)}")
     lines.append("1. *Theorem 2 — equal utility client vs server side*: the aggregate noise std is equal (exact), "
@@ -549,7 +554,7 @@ def _report_fig7_10(ctx: ReportContext) -> str:
     if all(v is not None for v in fig7):
         spread = max(fig7) - min(fig7)  # type: ignore[type-var,operator]
         lines.append(f"1. *Fig. 7 — PMIDP-FL accuracy hardly depends on σ_ε at μ_ε = 20* (spread "
-                     f"{spread:.4f} <= 0.03): {_judge(ctx.scale, spread <= 0.03)}.")
+                     f"{spread:.4f} {_le(spread, 0.03)} 0.03): {_judge(ctx.scale, spread <= 0.03)}.")
     fig8 = [acc.get(("pmidp-fl", m, 10.0)) for m in GRID_MU]
     if all(v is not None for v in fig8):
         v8, good, bad, n = monotone(list(zip(GRID_MU, fig8, strict=True)), increasing=True,  # type: ignore[arg-type]
