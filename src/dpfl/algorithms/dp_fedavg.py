@@ -60,7 +60,7 @@ from dpfl.client.lus import sparsify_updates
 from dpfl.errors import ConfigError
 from dpfl.privacy.accounting.claimed import dpfedavg_claimed_epsilon, dpfedavg_noise_multiplier
 from dpfl.privacy.accounting.cohorts import broadcast_mode
-from dpfl.privacy.accounting.ledger import GaussianRelease, Release, federated_round_releases
+from dpfl.privacy.accounting.ledger import Release, federated_round_releases
 from dpfl.privacy.calibration import (
     combined_noise_multiplier,
     dpfedavg_client_noise_std,
@@ -169,35 +169,42 @@ class NoisePlan:
             return 0.0
         return math.sqrt(max(0.0, self.count_std**2 - arrived * self.count_client_std**2))
 
-    def releases(self, ids: list[int], secure_aggregation: bool) -> list[Release]:
-        """The releases of this round's rows ``ids``: each upload (server), and the broadcast —
-        the sum's Gaussian, std S_t·z_Δ against S_t over m, the same for every cohort (public)."""
-        k, m = len(ids), self.denominator
-        if not k:
-            # an empty cohort: the server's noise alone is broadcast — one draw of the sampled
-            # mechanism like every other round (the empty cohort is one of its outcomes)
-            return [Release.gaussian("public", self.sum_std / m, self.clip_norm / m, None, amplifiable=self.amplified)]
-        # the sum carries S·z_Δ: the clients' shares, or the server's (central variant)
-        top = self.sum_std if self.client_std == 0 else 0.0
-        update = federated_round_releases(
-            ids, self.client_std, self.clip_norm, [1.0 / m] * k, server_noise_std=top / m,
-            secure_aggregation=secure_aggregation, amplifiable=self.amplified)
+    def public_release(self) -> Release:
+        """The broadcast of this round, the same for every cohort — the empty one included: the
+        round's mechanism is PoissonSampled(q, Gaussian(z)) whatever the secret sample turns out
+        to be, so no outcome of the sample may declare a cheaper event than the noise it draws.
+
+        Without adaptive clipping: the sum's Gaussian, std S_t·z_Δ against S_t, over m. With it:
+        the update and the count are two Gaussian queries about the same cohort, jointly one
+        Gaussian of multiplier z = (z_Δ⁻² + (2σ_b)⁻²)^−½ (Andrew et al. 2021, Thm 1) — the total
+        multiplier the user set — amplified once by the sample. An empty round draws both noises
+        (the update top-up and the count top-up), so it is charged the same joint z.
+        """
+        m = self.denominator
         if self.count_std == 0:
-            return update
-        top_c = self.count_std if self.count_client_std == 0 else 0.0
-        count = federated_round_releases(
-            ids, self.count_client_std, COUNT_SENSITIVITY, [1.0] * k, server_noise_std=top_c,
-            secure_aggregation=secure_aggregation, amplifiable=self.amplified)
-        # The server sees the two per-client releases (no amplification: they compose exactly).
-        out = [r for r in update + count if r.observer == "server"]
-        # The public sees both queries about the *same* sampled cohort: record them as the one
-        # Gaussian they are jointly (Andrew et al. 2021, Thm 1), amplified once by the sample.
-        (pub_u,) = [r for r in update if r.observer == "public" and isinstance(r, GaussianRelease)]
-        (pub_c,) = [r for r in count if r.observer == "public" and isinstance(r, GaussianRelease)]
-        z = combined_noise_multiplier(pub_u.noise_std / pub_u.sensitivity, pub_c.noise_std / pub_c.sensitivity)
-        out.append(Release.gaussian("public", z if math.isfinite(z) else 0.0, 1.0 if math.isfinite(z) else 0.0, None,
-                                    amplifiable=self.amplified))
-        return out
+            return Release.gaussian("public", self.sum_std / m, self.clip_norm / m, None, amplifiable=self.amplified)
+        z = combined_noise_multiplier(self.sum_std / self.clip_norm, self.count_std / COUNT_SENSITIVITY)
+        return Release.gaussian("public", z if math.isfinite(z) else 0.0, 1.0 if math.isfinite(z) else 0.0, None,
+                                amplifiable=self.amplified)
+
+    def releases(self, ids: list[int], secure_aggregation: bool) -> list[Release]:
+        """The releases of this round's rows ``ids``: each upload (server; none in an empty
+        round), and :meth:`public_release`, which does not depend on ``ids``."""
+        k, m = len(ids), self.denominator
+        out: list[Release] = []
+        if k:
+            # the sum carries S·z_Δ: the clients' shares, or the server's (central variant)
+            top = self.sum_std if self.client_std == 0 else 0.0
+            out += federated_round_releases(
+                ids, self.client_std, self.clip_norm, [1.0 / m] * k, server_noise_std=top / m,
+                secure_aggregation=secure_aggregation, amplifiable=self.amplified)
+            if self.count_std > 0:
+                top_c = self.count_std if self.count_client_std == 0 else 0.0
+                out += federated_round_releases(
+                    ids, self.count_client_std, COUNT_SENSITIVITY, [1.0] * k, server_noise_std=top_c,
+                    secure_aggregation=secure_aggregation, amplifiable=self.amplified)
+        # The server sees the per-client releases (no amplification: they compose exactly).
+        return [r for r in out if r.observer == "server"] + [self.public_release()]
 
 
 class DpFedAvg(PrivateAlgorithm):
