@@ -920,8 +920,8 @@ class PrivacyLedger:
         if not st.ids:
             return self._certificate(observer, None, method)
         if method == "rdp":
-            _, who = self._worst_rdp(observer)
-            return self._certificate(observer, who, method)
+            _, worst_cid = self._worst_rdp(observer)
+            return self._certificate(observer, worst_cid, method)
         # tightest per distinct history; the worst of those
         seen: dict[frozenset[tuple[dpe.DpEvent, int]], int] = {}
         for cid in st.ids:
