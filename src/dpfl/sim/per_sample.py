@@ -25,7 +25,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
-from dpfl.models.losses import per_sample_loss
+from dpfl.models.losses import LossFn, per_sample_loss
 from dpfl.sim.cohort import CohortForward
 
 _MATERIALIZE_BUDGET = 256 * 2**20  # floats of per-sample gradients held at once (1 GiB)
@@ -43,7 +43,7 @@ def ghost_clipped_grads(
     xb: torch.Tensor,
     yb: torch.Tensor,
     weight: torch.Tensor,
-    loss_kind: str,
+    loss_kind: str | LossFn,
     clip: float,
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """Clipped, weighted per-sample gradient sums of a stack of linear layers.
@@ -86,7 +86,7 @@ def materialized_clipped_grads(
     xb: torch.Tensor,
     yb: torch.Tensor,
     weight: torch.Tensor,
-    loss_kind: str,
+    loss_kind: str | LossFn,
     clip: float,
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """Same contract as :func:`ghost_clipped_grads` for any model, by per-sample gradients."""

@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from dpfl.client.context import ObjectiveTerm
 from dpfl.client.local import batch_plan, dp_sgd_noise_std, dp_sgd_sample_rate, poisson_batch_plan
 from dpfl.client.optim import OptimizerState
 from dpfl.client.regularizers import l2_penalty, proximal
@@ -106,8 +107,11 @@ class VectorizedEngine(Engine):
             terms.append(lambda v: l2_penalty(prob.l2_penalty, v, prob.penalized_params))
         if prob.local.prox_mu > 0:
             terms.append(lambda v: proximal(prob.local.prox_mu, v, anchor))
-        for term in prob.extra_terms:
-            terms.append(lambda v, term=term: term(v, anchor))
+
+        def at_anchor(term: ObjectiveTerm) -> Callable[[dict[str, torch.Tensor]], torch.Tensor]:
+            return lambda v: term(v, anchor)
+
+        terms.extend(at_anchor(term) for term in prob.extra_terms)
         return terms
 
     def train(self, global_params: torch.Tensor, clients: Sequence[int], round_idx: int) -> LocalResult:
@@ -172,7 +176,9 @@ class VectorizedEngine(Engine):
                 loss_k = (ls * loss_weight).sum(1)
                 grads = [data_grads[n] for n in names]
                 if terms:
-                    reg = sum(active * term(views) for term in terms)
+                    reg = active * terms[0](views)
+                    for term in terms[1:]:
+                        reg = reg + active * term(views)
                     reg_grads = torch.autograd.grad(reg.sum(), vlist, allow_unused=True)
                     grads = [g if r is None else g + r for g, r in zip(grads, reg_grads, strict=True)]
                     loss_k = loss_k + reg.detach()
