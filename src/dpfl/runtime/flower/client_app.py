@@ -37,6 +37,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricR
 from flwr.clientapp import ClientApp
 
 from dpfl.errors import ConfigError
+from dpfl.runtime.flower.records import as_array, as_bytes, as_int, as_list
 from dpfl.runtime.flower.warm import WarmClient, train_round
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ def _shuffler_key(context: Context) -> ShufflerKey:
 
     if "shuffler" not in context.state:
         context.state["shuffler"] = ConfigRecord({"key": ShufflerKey.generate().to_bytes()})
-    return ShufflerKey.from_bytes(bytes(context.state["shuffler"]["key"]))  # type: ignore[arg-type]
+    return ShufflerKey.from_bytes(as_bytes(context.state["shuffler"]["key"]))
 
 
 @app.query()
@@ -86,8 +87,8 @@ def shuffle(msg: Message, context: Context) -> Message:
     from dpfl.runtime.sealed import open_and_mix
 
     rc = msg.content["sealed"]
-    blobs = [bytes(b) for b in rc["blobs"]]  # type: ignore[union-attr]
-    mixed, rejected = open_and_mix(blobs, _shuffler_key(context), int(rc["round"]), int(rc["num-params"]))
+    blobs = [as_bytes(b) for b in as_list(rc["blobs"])]
+    mixed, rejected = open_and_mix(blobs, _shuffler_key(context), as_int(rc["round"]), as_int(rc["num-params"]))
     content = RecordDict({"result": MetricRecord({"rejected": [int(i) for i in rejected] or [-1],
                                                   "accepted": len(blobs) - len(rejected)})})
     if mixed is not None:
@@ -112,7 +113,7 @@ def train(msg: Message, context: Context) -> Message:
     rc["state"] = json.loads(str(rc["state"]))
     if isinstance(rc.get("shuffler-key"), bytes):
         rc["shuffler-key"] = bytes(rc["shuffler-key"]).hex()
-    params = np.array(msg.content["global"]["params"].numpy(), copy=True)  # type: ignore[union-attr]
+    params = np.array(as_array(msg.content["global"]["params"]), copy=True)
     if int(rc["client"]) != cid:
         raise ConfigError(f"the server asked node of client {cid} to act as client {rc['client']}")
     fault = str(context.node_config.get("fault", ""))

@@ -29,11 +29,15 @@ from dpfl.client.context import RoundInfo
 from dpfl.errors import ConfigError
 from dpfl.privacy.accounting.ledger import GaussianRelease, TwoPointRelease
 from dpfl.runtime.flower.codec import decode_upload, encode_train
+from dpfl.runtime.flower.records import as_array, as_bytes, as_int, as_list, error_reason
 from dpfl.runtime.sealed import sealed_length
 from dpfl.runtime.validate import RejectedUpload, check_upload, upload_norm_limit
 from dpfl.server.shuffle import IdMultisets
 
 POLL_SECONDS = 0.2
+
+_Row = tuple[torch.Tensor, int, float, dict[str, float]]
+"""An accepted upload: (vector [P], number of samples, training loss, declared values)."""
 
 
 def _push_pull(grid: Grid, messages: list[Message], timeout: float) -> tuple[list[str], list[Message], set[str]]:
@@ -111,11 +115,11 @@ def discover_nodes(grid: Grid, num_clients: int, timeout: float, log: Callable[[
                 node = int(rep.metadata.src_node_id)
                 if "shuffler" in rep.content:
                     if shuffler is not None and not shuffler:
-                        shuffler.append(Shuffler(node, bytes(rep.content["shuffler"]["public"])))  # type: ignore[arg-type]
+                        shuffler.append(Shuffler(node, as_bytes(rep.content["shuffler"]["public"])))
                         log(f"shuffler: node {node}")
                     asked.add(node)
                     continue
-                cid = int(rep.content["meta"]["client"])
+                cid = as_int(rep.content["meta"]["client"])
                 if cid in mapping and mapping[cid] != node:
                     raise ConfigError(f"two SuperNodes ({mapping[cid]} and {node}) hold client {cid}")
                 if not 0 <= cid < num_clients:
@@ -199,15 +203,14 @@ class FlowerCohort:
             self._warned_no_shuffler = True
         shuffled = shuffled and self.shuffler is not None
         self._drain(emit)
+        shuffler_key = self.shuffler.public_key if shuffled and self.shuffler is not None else None
         msgs = []
-        for c in cohort:
-            content = encode_train(params, round_idx=t, client=c, cohort_size=len(cohort), num_clients=info.num_clients,
-                                   config_json=self.config_json, state=algo.client_state(c),
-                                   reproducible=self.reproducible)
-            if shuffled:
-                assert self.shuffler is not None
-                content["round"]["shuffler-key"] = self.shuffler.public_key
-            msgs.append(Message(content, self.nodes[c], "train", group_id=str(t)))
+        for member in cohort:
+            content = encode_train(params, round_idx=t, client=member, cohort_size=len(cohort),
+                                   num_clients=info.num_clients, config_json=self.config_json,
+                                   state=algo.client_state(member), reproducible=self.reproducible,
+                                   shuffler_key=shuffler_key)
+            msgs.append(Message(content, self.nodes[member], "train", group_id=str(t)))
         limits = {} if shuffled else _norm_limits(algo, info, self.client_sizes, self.num_params)
         # a private algorithm's loss stays on the client (no certificate covers it): whatever a
         # client sends in its place is discarded here, not stored
@@ -219,7 +222,8 @@ class FlowerCohort:
             self._pending[mid] = (t, message_client[mid])
             emit("dropout", f"round {t + 1}: client {message_client[mid]} (node {self.nodes[message_client[mid]]}) "
                  f"did not reply within the round timeout of {self.round_timeout:g} s", t)
-        rows: dict[int, tuple[torch.Tensor, int, float, dict[str, float]]] = {}
+        rows: dict[int, _Row] = {}
+        reports: dict[int, bytes] = {}  # shuffled: the sealed report of each accepted client
         for rep in replies:
             # a reply is matched to the message it answers: the SuperLink's own error replies
             # (e.g. "node unavailable" for a killed SuperNode) come from the SuperLink's node id
@@ -228,14 +232,15 @@ class FlowerCohort:
                 continue  # cannot happen: only replies to this round's messages were pulled
             node = self.nodes[c]
             if rep.has_error():
-                emit("dropout", f"round {t + 1}: client {c} (node {node}) failed: {rep.error.reason[:300]}", t)
+                emit("dropout", f"round {t + 1}: client {c} (node {node}) failed: {error_reason(rep.error)}", t)
                 continue
             try:
-                if shuffled:
-                    cid, _, n, loss, declared = decode_upload(_without_upload(rep.content))
-                    vector = bytes(rep.content["sealed"]["report"])  # type: ignore[assignment]
+                if shuffled:  # the vector is an empty placeholder; the report is sealed
+                    cid, vector, n, loss, declared = decode_upload(_without_upload(rep.content))
+                    report = as_bytes(rep.content["sealed"]["report"])
                 else:
                     cid, vector, n, loss, declared = decode_upload(rep.content)
+                    report = b""
             except Exception as err:  # malformed records
                 emit("rejected-upload", f"round {t + 1}: rejected the upload of client {c}: malformed message ({err})", t)
                 self._unused.append((t, c))
@@ -247,8 +252,8 @@ class FlowerCohort:
                     self._unused.append((t, c))
                 continue
             if shuffled:  # sealed: the server checks length and declarations; the shuffler the values
-                ok = len(vector) == sealed_length(self.num_params)  # type: ignore[arg-type]
-                bad = None if ok else RejectedUpload(c, f"sealed report of {len(vector)} bytes, expected "  # type: ignore[arg-type]
+                ok = len(report) == sealed_length(self.num_params)
+                bad = None if ok else RejectedUpload(c, f"sealed report of {len(report)} bytes, expected "
                                                         f"{sealed_length(self.num_params)}")
                 bad = bad or check_upload(c, torch.zeros(self.num_params), n, declared, num_params=self.num_params,
                                           expected_samples=int(self.client_sizes[c]), plan=algo.declared_plan(info, c))
@@ -265,6 +270,8 @@ class FlowerCohort:
                     discarded.append(c)
                 loss = math.nan
             rows[c] = (vector, n, loss, declared)
+            if shuffled:
+                reports[c] = report
         if discarded:
             emit("discarded-loss", f"round {t + 1}: clients {discarded} sent a training loss that {algo.name} keeps on "
                  "the client (an unnoised function of their data); discarded, not stored", t)
@@ -274,7 +281,7 @@ class FlowerCohort:
                  f"{missing} (timeout {self.round_timeout:g} s, errors or rejections logged above)", t)
         ids = sorted(rows)
         if shuffled and ids:
-            return self._mix(info, rows, ids, params, emit)
+            return self._mix(info, rows, reports, ids, params, emit)
         if not ids:
             return _empty(self.num_params)
         dtype = params.dtype
@@ -287,23 +294,23 @@ class FlowerCohort:
             {k: torch.tensor([rows[c][3].get(k, float("nan")) for c in ids], dtype=torch.float64) for k in keys},
         )
 
-    def _mix(self, info: RoundInfo, rows: dict[int, Any], ids: list[int], params: torch.Tensor,
-             emit: Callable[[str, str, Any], None]) -> Uploads:
+    def _mix(self, info: RoundInfo, rows: dict[int, _Row], reports: dict[int, bytes], ids: list[int],
+             params: torch.Tensor, emit: Callable[[str, str, Any], None]) -> Uploads:
         """Relay the sealed reports to the shuffler; the server gets back per-id multisets only
         (and which relayed reports the shuffler rejected, so those clients can be named)."""
         assert self.shuffler is not None
         t = info.round_idx
-        content = RecordDict({"sealed": ConfigRecord({"blobs": [rows[c][0] for c in ids], "round": t,
+        content = RecordDict({"sealed": ConfigRecord({"blobs": [reports[c] for c in ids], "round": t,
                                                       "num-params": self.num_params})})
         replies = _exchange(self.grid, [Message(content, self.shuffler.node, "query.shuffle", group_id=str(t))],
                             self.round_timeout)
         if not replies or replies[0].has_error():
-            why = replies[0].error.reason[:300] if replies else f"no reply within {self.round_timeout:g} s"
+            why = error_reason(replies[0].error) if replies else f"no reply within {self.round_timeout:g} s"
             emit("dropout", f"round {t + 1}: the shuffler failed ({why}); the round aggregates nothing", t)
             self._unused.extend((t, c) for c in ids)  # relayed: charged as if the server read them
             return _empty(self.num_params)
         rep = replies[0].content
-        rejected = {int(i) for i in rep["result"]["rejected"] if int(i) >= 0}  # type: ignore[union-attr]
+        rejected = {as_int(i) for i in as_list(rep["result"]["rejected"]) if as_int(i) >= 0}
         for i in sorted(rejected):
             emit("rejected-upload", f"round {t + 1}: the shuffler rejected the sealed report of client {ids[i]} "
                  "(unreadable, wrong length or non-finite values)", t)
@@ -311,8 +318,8 @@ class FlowerCohort:
         kept = [c for i, c in enumerate(ids) if i not in rejected]
         if not kept:
             return _empty(self.num_params)
-        mixed = IdMultisets(torch.from_numpy(rep["mixed"]["support"].numpy().copy()).to(params.dtype),
-                            torch.from_numpy(rep["mixed"]["counts"].numpy().copy()).to(torch.int64))
+        mixed = IdMultisets(torch.from_numpy(as_array(rep["mixed"]["support"]).copy()).to(params.dtype),
+                            torch.from_numpy(as_array(rep["mixed"]["counts"]).copy()).to(torch.int64))
         keys = set().union(*(rows[c][3].keys() for c in kept))
         return Uploads(
             torch.tensor(kept, dtype=torch.long),
