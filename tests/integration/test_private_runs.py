@@ -136,6 +136,16 @@ def test_crd_headline_is_the_budget_fixed_before_the_run(mnist_fixture: Path, tm
     assert server["method"] == "rdp"
     assert priv["spent"]["observers"]["server"]["epsilon_rdp"] < server["epsilon"]
     assert "Renyi filter" in priv["certified_basis"]
+    # the per-round figure is what was spent, under that name, never under the guarantee's
+    rows = RunStore(tmp_path / "s.sqlite").rounds(res.run_id)
+    assert all("epsilon_spent_rdp" in r and "epsilon_certified_rdp" not in r for r in rows)
+    # `dpfl run` / `dpfl report` print budget and spent, each labelled
+    from dpfl.commands.run import _privacy_summary
+
+    text = _privacy_summary(priv)
+    assert "Renyi filter" in text and "spent epsilon" in text
+    spent_line = next(line for line in text.splitlines() if "observer server" in line and "spent" in line)
+    assert f"{priv['spent']['observers']['server']['epsilon']:.4g}" in spent_line
 
 
 def test_crd_train_loss_rise_variant_runs_and_certifies_infinity(mnist_fixture: Path, tmp_path: Path) -> None:

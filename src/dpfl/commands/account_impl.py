@@ -185,12 +185,18 @@ def _print_privacy(console: Any, priv: Any, per_round: Any, what_if: str | None 
     if priv.certified is not None and head is not None:
         title = f"certified epsilon at delta = {priv.delta:g}" + (f"  [what-if: {what_if}]" if what_if else "")
         table = Table(title=title)
-        for col in ("observer", "epsilon", "method", "rdp", "pld", "unit", "relation"):
+        for col in ("observer", "epsilon", "method", "rdp", "pld", "unit", "relation", "basis"):
             table.add_column(col)
         for name, c in priv.certified.items():
             table.add_row(name + (" (headline)" if name == head.observer else ""), _fmt(c.epsilon), c.method,
-                          _fmt(c.epsilon_rdp), _fmt(c.epsilon_pld), c.privacy_unit, c.relation)
+                          _fmt(c.epsilon_rdp), _fmt(c.epsilon_pld), c.privacy_unit, c.relation,
+                          c.basis or "—")
         console.print(table)
+        for basis, text in sorted({(c.basis, c.basis_text) for c in priv.certified.values() if c.basis}):
+            console.print(f"  basis {basis}: {text}")
+        if priv.spent:
+            console.print("  spent (composition of what happened, not a guarantee): "
+                          + ", ".join(f"{o} {_fmt(c.epsilon)}" for o, c in priv.spent.items()))
     if per_round:
         table = Table(title="certified epsilon (RDP) after each round")
         for col in ("round", "server", "public"):

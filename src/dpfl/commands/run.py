@@ -78,10 +78,13 @@ class RoundProgress:
             parts.append(f"loss {metrics['train_loss']:.4f}")
         if "test_accuracy" in metrics:
             parts.append(f"acc {metrics['test_accuracy']:.4f}")
-        per_observer = metrics.get("epsilon_certified_rdp") or {}
-        for obs in ("server", "public"):  # RDP per round (the final record gives the tightest)
-            if per_observer.get(obs) is not None:
-                parts.append(f"ε {obs} {_eps(per_observer[obs])}")
+        # RDP per round (the final record gives the tightest); under a Rényi filter (CRD) the
+        # per-round figure is what was spent, labelled so: the guarantee is the filter's budget
+        for kind, label in (("certified", "ε"), ("spent", "spent ε")):
+            per_observer = metrics.get(f"epsilon_{kind}_rdp") or {}
+            for obs in ("server", "public"):
+                if per_observer.get(obs) is not None:
+                    parts.append(f"{label} {obs} {_eps(per_observer[obs])}")
         if metrics.get("epsilon_claimed") is not None:
             parts.append(f"claimed ε {_eps(metrics['epsilon_claimed'])}")
         info = "  ".join(parts)
@@ -157,7 +160,13 @@ def _privacy_summary(privacy: dict[str, Any]) -> str:
             f"{head.observer}, unit: {head.privacy_unit}, {head.relation})"
         )
         for obs, c in summary.certified.items():
-            lines.append(f"  observer {obs:<7} epsilon {_eps(c.epsilon)} ({c.method})")
+            lines.append(f"  observer {obs:<7} epsilon {_eps(c.epsilon)} ({c.method}; {c.basis_text})")
+        if summary.certified_basis:
+            lines.append(f"  the certified epsilon is the {summary.certified_basis}")
+    if summary.spent:
+        lines.append("spent epsilon (the composition of the releases that happened; not a guarantee):")
+        for obs, c in summary.spent.items():
+            lines.append(f"  observer {obs:<7} spent {_eps(c.epsilon)} ({c.method}; {c.basis_text})")
     for item in summary.not_covered:
         lines.append(f"not covered by the certified epsilon: {item}")
     return "\n".join(lines)

@@ -165,10 +165,15 @@ class PrivacyGate:
 
     def record(self, t: int, releases: list[Release], participants: list[int],
                claimed: float | dict[int, float] | None, *, certify_round: bool = True) -> dict[str, Any]:
-        """Record a round's releases in the ledger; returns the ledger's entry."""
-        return self.ledger.record_round(t, releases, sampling=self.algorithm.sampler.describe(),
-                                        participants=participants, claimed_epsilon=claimed,
-                                        certify_round=certify_round)
+        """Record a round's releases in the ledger; returns the ledger's entry. Under a Rényi
+        filter the entry's ε composes what happened, which is not the guarantee (the filter's
+        budget is): the entry says so (``spent``), and :func:`entry_metrics` labels it so."""
+        entry = self.ledger.record_round(t, releases, sampling=self.algorithm.sampler.describe(),
+                                         participants=participants, claimed_epsilon=claimed,
+                                         certify_round=certify_round)
+        if self.budget is not None:
+            entry["spent"] = True
+        return entry
 
     # ---------------------------------------------------------------- the summary
 
@@ -213,7 +218,9 @@ def entry_metrics(metrics: dict[str, Any], entry: dict[str, Any], claimed: Any) 
     """The per-round privacy metrics of a ledger entry."""
     metrics["epsilon_claimed"] = claim_value(claimed)
     rdp = entry["certified_rdp"]
-    metrics["epsilon_certified_rdp"] = {k: float(v) for k, v in rdp.items()}
-    metrics["epsilon_certified"] = max(float(v) for v in rdp.values())
+    # under a Rényi filter the ledger composes what happened: "spent", never the guarantee's name
+    kind = "spent" if entry.get("spent") else "certified"
+    metrics[f"epsilon_{kind}_rdp"] = {k: float(v) for k, v in rdp.items()}
+    metrics[f"epsilon_{kind}"] = max(float(v) for v in rdp.values())
     if "certified" in entry:
         metrics["certified"] = entry["certified"]

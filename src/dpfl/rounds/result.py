@@ -173,7 +173,13 @@ class PrivacySummary:
                 c = self.certified.get(obs)
                 if c is not None:
                     out.append(f"certified epsilon vs {obs}: {c.epsilon:.4g} at delta={c.delta:g} "
-                               f"({c.method}, per {c.privacy_unit}, {c.relation})")
+                               f"({c.method}, per {c.privacy_unit}, {c.relation}; {c.basis_text})")
+        if self.spent:
+            for obs in OBSERVERS:
+                c = self.spent.get(obs)
+                if c is not None:
+                    out.append(f"spent epsilon vs {obs}: {c.epsilon:.4g} at delta={c.delta:g} "
+                               f"(what happened, not a guarantee; {c.basis_text})")
         return out
 
 

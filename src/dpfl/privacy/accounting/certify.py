@@ -60,6 +60,8 @@ from dpfl.privacy.accounting.events import (
 __all__ = [
     "DEFAULT_PLD_DISCRETIZATION",
     "DEFAULT_RDP_ORDERS",
+    "BASIS_TEXT",
+    "Basis",
     "Certificate",
     "GaussianCompositionAccountant",
     "Method",
@@ -73,6 +75,19 @@ __all__ = [
 ]
 
 Method = Literal["rdp", "pld", "pure", "shuffle"]
+
+#: What a certificate is conditional on. "ex-ante": (ε, δ)-DP of the mechanism including its
+#: random client schedule (broadcasts amplified by the secret sample, or no client sampling at
+#: all): comparable with a paper's ex-ante claim. "given-cohorts": the composition of the
+#: releases at the cohorts actually drawn (the server's view under client sampling, and
+#: per-participant public charges): a valid statement about this run, because the draw is
+#: independent of the data, but not a guarantee of the random schedule (another seed draws other
+#: cohorts and prints another figure).
+Basis = Literal["ex-ante", "given-cohorts"]
+BASIS_TEXT: dict[str, str] = {
+    "ex-ante": "ex ante: holds over the random client schedule",
+    "given-cohorts": "given the cohorts drawn in this run (not a guarantee of the random schedule)",
+}
 
 #: Grid step of the privacy-loss discretization. dp_accounting's PLD is *pessimistic*: a coarser
 #: grid only over-estimates ε (by ~0.01–0.03 at 1e-3 for typical runs), it never under-estimates.
@@ -114,6 +129,8 @@ class Certificate:
         epsilon_pld: the PLD bound (None when not computed or not supported).
         epsilon_pure: the pure (δ = 0) bound when every release is pure DP.
         notes: what was assumed, dropped or skipped.
+        basis: what the figure is conditional on (:data:`Basis`); None for records stored before
+            it was recorded.
     """
 
     epsilon: float
@@ -126,6 +143,12 @@ class Certificate:
     epsilon_pld: float | None = None
     epsilon_pure: float | None = None
     notes: tuple[str, ...] = field(default=())
+    basis: Basis | None = None
+
+    @property
+    def basis_text(self) -> str:
+        """The basis for humans ("basis not recorded" for old records)."""
+        return BASIS_TEXT.get(self.basis or "", "basis not recorded")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serializable form; an infinite ε is written as the string ``"inf"``."""
@@ -140,6 +163,7 @@ class Certificate:
             "epsilon_pld": _json_number(self.epsilon_pld),
             "epsilon_pure": _json_number(self.epsilon_pure),
             "notes": list(self.notes),
+            "basis": self.basis,
         }
 
     @classmethod
@@ -163,6 +187,7 @@ class Certificate:
             epsilon_pld=num(data.get("epsilon_pld")),
             epsilon_pure=num(data.get("epsilon_pure")),
             notes=tuple(data.get("notes", ())),
+            basis=data.get("basis"),
         )
 
 

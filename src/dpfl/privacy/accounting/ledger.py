@@ -64,6 +64,7 @@ from dpfl.errors import ConfigError, PrivacyPreconditionError
 from dpfl.privacy.accounting.certify import (
     DEFAULT_PLD_DISCRETIZATION,
     DEFAULT_RDP_ORDERS,
+    Basis,
     Certificate,
     epsilon_from_rdp,
     pld_epsilon,
@@ -875,8 +876,14 @@ class PrivacyLedger:
             eps, best = 0.0, "rdp"
         who = "every client" if cid is None else f"client {cid}"
         notes.insert(0, f"{who}; {self.rounds_recorded} rounds recorded")
-        if observer == "public" and self.sample_secret and self.sampling["kind"] != "all":
+        sampled = self.sampling["kind"] != "all"
+        if observer == "public" and sampled and st.shared_counts:
             notes.append("broadcast releases amplified by the secret client sample")
+        # What the figure is conditional on: the client's own receipts were charged at the
+        # cohorts drawn (they name the rounds it took part in); the shared ones are sampled events
+        # of the secret schedule. Without client sampling there is no schedule to condition on.
+        own = cid is not None and cid in st.index and bool(st.counts[st.index[cid]])
+        basis: Basis = "given-cohorts" if sampled and own else "ex-ante"
         if observer == "server":
             notes.append("the server knows whom it sampled: no sampling amplification")
         return Certificate(
@@ -890,6 +897,7 @@ class PrivacyLedger:
             epsilon_pld=eps_pld,
             epsilon_pure=eps_pure if counts else None,
             notes=tuple(dict.fromkeys(notes)),
+            basis=basis,
         )
 
     def certify(

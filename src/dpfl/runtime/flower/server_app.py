@@ -53,9 +53,11 @@ def main(grid: Grid, context: Context) -> None:
     def progress(done: int, total: int, metrics: dict, seconds: float) -> None:
         acc = metrics.get("test_accuracy")
         eps = metrics.get("epsilon_certified")
+        spent = metrics.get("epsilon_spent")  # under a Rényi filter: what happened, not the guarantee
         print(f"round {done}/{total}: {metrics.get('arrived', '?')} uploads"
               + (f", test accuracy {acc:.4f}" if acc is not None else "")
               + (f", certified epsilon {eps:.4g}" if eps is not None else "")
+              + (f", spent epsilon {spent:.4g}" if spent is not None else "")
               + f" ({seconds:.1f} s)", flush=True)
 
     if reproducible:

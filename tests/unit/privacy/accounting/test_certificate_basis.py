@@ -1,0 +1,61 @@
+"""What each certificate is conditional on: "ex-ante" (amplified over the secret schedule, or no
+client sampling) or "given-cohorts" (charged at the cohorts drawn), and the amplification note
+only where something was amplified."""
+
+from __future__ import annotations
+
+from dpfl.privacy.accounting.certify import Certificate
+from dpfl.privacy.accounting.ledger import PrivacyLedger, Release, federated_round_releases
+
+AMPLIFIED_NOTE = "broadcast releases amplified by the secret client sample"
+
+
+def _ledger(sampling: dict, n: int = 10) -> PrivacyLedger:
+    return PrivacyLedger(num_clients=n, sampler=sampling, delta=1e-5, relation="add_remove",
+                         privacy_unit="client", pld_every=0)
+
+
+def test_poisson_amplified_broadcast_is_ex_ante_and_the_server_is_given_the_cohorts() -> None:
+    sampling = {"kind": "poisson", "sample_rate": 0.3}
+    led = _ledger(sampling)
+    for t, ids in enumerate([[0, 1, 2], [3], []]):
+        rels = federated_round_releases(ids, 2.0, 1.0, [1 / 3] * len(ids), amplifiable=True) if ids else []
+        rels = [r for r in rels if r.observer == "server"]
+        rels.append(Release.gaussian("public", 2.0 / 3, 1.0 / 3, None, amplifiable=True))
+        led.record_round(t, rels, sampling=sampling, participants=ids)
+    public, server = led.certify("public", method="rdp"), led.certify("server", method="rdp")
+    assert public.basis == "ex-ante" and AMPLIFIED_NOTE in public.notes
+    assert server.basis == "given-cohorts" and AMPLIFIED_NOTE not in server.notes
+    # the JSON form keeps it
+    assert Certificate.from_dict(server.to_dict()).basis == "given-cohorts"
+    assert "given the cohorts drawn" in server.basis_text
+
+
+def test_per_participant_broadcast_under_sampling_is_given_the_cohorts_and_not_amplified() -> None:
+    sampling = {"kind": "fixed_size", "num_sampled": 2}
+    led = _ledger(sampling, n=4)
+    # unequal weights: the public is charged per participant (never amplified)
+    rels = federated_round_releases([0, 1], [1.0, 1.0], 1.0, [0.2, 0.8], per_client_public=True)
+    led.record_round(0, rels, sampling=sampling, participants=[0, 1])
+    public = led.certify("public", method="best")
+    assert public.basis == "given-cohorts"
+    assert AMPLIFIED_NOTE not in public.notes
+    # a client never drawn has nothing charged: its figure (0) holds whatever the schedule
+    assert led.certify("public", client_id=3, method="rdp").basis == "ex-ante"
+
+
+def test_without_client_sampling_every_figure_is_ex_ante() -> None:
+    sampling = {"kind": "all"}
+    led = _ledger(sampling, n=3)
+    rels = federated_round_releases([0, 1, 2], [1.0, 2.0, 1.0], 1.0, [0.2, 0.3, 0.5], per_client_public=True)
+    led.record_round(0, rels, sampling=sampling, participants=[0, 1, 2])
+    for obs in ("server", "public"):
+        cert = led.certify(obs, method="rdp")  # type: ignore[arg-type]
+        assert cert.basis == "ex-ante"
+        assert AMPLIFIED_NOTE not in cert.notes
+
+
+def test_old_records_without_a_basis_say_so() -> None:
+    data = _ledger({"kind": "all"}).certify("public", method="rdp").to_dict()
+    del data["basis"]
+    assert Certificate.from_dict(data).basis_text == "basis not recorded"
