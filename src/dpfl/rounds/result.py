@@ -12,6 +12,7 @@ of stored runs never walk nested dictionaries.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,6 +90,26 @@ class PrivacySummary:
     client_epsilons_rdp: dict[str, dict[int, float]] | None = None
     client_epsilons_rdp_spent: dict[str, dict[int, float]] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, final: Mapping[str, Any] | None) -> PrivacySummary | None:
+        """The summary a stored final record holds (its ``"privacy"`` entry).
+
+        None when there is no final record (a run that has not ended) or no summary in it (a
+        non-private algorithm, a run that failed before its first round).
+        """
+        data = None if final is None else final.get("privacy")
+        return cls.from_dict(data) if data else None
+
+    @property
+    def audit(self) -> dict[str, Any] | None:
+        """The canary audit's entry (:mod:`dpfl.audit.canary`), if the run was audited."""
+        audit = self.extra.get("audit")
+        return audit if audit else None
+
+    def certificate(self, observer: str) -> Certificate | None:
+        """The certificate against ``observer`` (None when nothing was recorded for it)."""
+        return None if not self.certified else self.certified.get(observer)
 
     @property
     def headline(self) -> Certificate | None:
@@ -205,8 +226,7 @@ class RunResult:
     @property
     def privacy(self) -> PrivacySummary | None:
         """The run's privacy summary (None for a non-private algorithm)."""
-        data = self.final.get("privacy")
-        return None if data is None else PrivacySummary.from_dict(data)
+        return PrivacySummary.of(self.final)
 
     @property
     def test_accuracy(self) -> float | None:
