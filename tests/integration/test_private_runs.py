@@ -10,7 +10,7 @@ import pytest
 
 from dpfl.config import parse_config
 from dpfl.errors import ConfigError, PrivacyPreconditionError
-from dpfl.rounds import run_experiment
+from dpfl.rounds import PrivacySummary, run_experiment
 from dpfl.store import RunStore
 
 
@@ -142,7 +142,7 @@ def test_crd_headline_is_the_budget_fixed_before_the_run(mnist_fixture: Path, tm
     # `dpfl run` / `dpfl report` print budget and spent, each labelled
     from dpfl.commands.run import _privacy_summary
 
-    text = _privacy_summary(priv)
+    text = _privacy_summary(PrivacySummary.from_dict(priv))
     assert "Renyi filter" in text and "spent epsilon" in text
     spent_line = next(line for line in text.splitlines() if "observer server" in line and "spent" in line)
     assert f"{priv['spent']['observers']['server']['epsilon']:.4g}" in spent_line

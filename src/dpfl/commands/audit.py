@@ -42,7 +42,19 @@ def audit_summary(audit: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _audit_entry(final: dict[str, Any]) -> dict[str, Any]:
+    """The audit entry of an audited run's final record, read through its privacy summary."""
+    from dpfl.rounds.result import PrivacySummary
+
+    summary = PrivacySummary.of(final)
+    audit = None if summary is None else summary.audit
+    if audit is None:
+        raise RuntimeError("an audited run's final record holds no audit entry")
+    return audit
+
+
 def _one(config: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """Run one audited config; returns its audit entry (empirical, certified and claimed ε, flag)."""
     from dpfl.audit.canary import run_audited
     from dpfl.store import RunStore
 
@@ -63,10 +75,11 @@ def _one(config: Any, args: argparse.Namespace) -> dict[str, Any]:
     final = res.final
     print(f"audited run {res.run_id} ({config.name}, {config.algorithm.name}): {res.status} after "
           f"{res.rounds_done} rounds in {final['seconds']:.1f} s; test accuracy {final['test_accuracy']:.4f}")
-    print(audit_summary(final["privacy"]["audit"]))
+    audit = _audit_entry(final)
+    print(audit_summary(audit))
     if store is not None:
         print(f"stored as {res.run_id} in {store.path}")
-    return final
+    return audit
 
 
 def plot_audits(rows: list[tuple[str, dict[str, Any]]], out: str, title: str) -> None:
@@ -117,8 +130,7 @@ def _audit(args: argparse.Namespace) -> int:
         if value is not None:
             overrides.append(f"{key}={value}")
         config = load_config(args.config, overrides)
-        final = _one(config, args)
-        audit = final["privacy"]["audit"]
+        audit = _one(config, args)
         flagged |= bool(audit["flag"])
         rows.append((f"{key.rsplit('.', 1)[-1]}={value}" if key else config.name, audit))
     if len(rows) > 1:

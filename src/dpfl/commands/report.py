@@ -10,6 +10,7 @@ from dpfl.store import DEFAULT_STORE, RunStore
 
 def _report(args: argparse.Namespace) -> int:
     from dpfl.commands.run import _privacy_summary
+    from dpfl.rounds.result import PrivacySummary
 
     store = RunStore(args.store)
     rec = store.get(args.run_id)
@@ -28,12 +29,13 @@ def _report(args: argparse.Namespace) -> int:
         print(result["stop_reason"])
     if result.get("error"):
         print(f"failed: {result['error']}")
-    if result.get("privacy"):
-        print(_privacy_summary(result["privacy"]))
-        if result["privacy"].get("audit"):
+    privacy = PrivacySummary.of(result)
+    if privacy is not None:
+        print(_privacy_summary(privacy))
+        if privacy.audit is not None:
             from dpfl.commands.audit import audit_summary
 
-            print(audit_summary(result["privacy"]["audit"]))
+            print(audit_summary(privacy.audit))
     for n in notices:
         where = f"round {n['round'] + 1}" if n["round"] is not None else "setup"
         print(f"notice ({n['kind']}, {where}): {n['message']}")

@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dpfl.store import DEFAULT_STORE, RunStore
+
+if TYPE_CHECKING:
+    from dpfl.rounds.result import PrivacySummary
 
 LONG_RUN_SECONDS = 3600.0
 """A run projected (after its first round) to take longer than this says so once, up front."""
@@ -125,8 +128,8 @@ def _run(args: argparse.Namespace) -> int:
         print(f"final test accuracy {acc:.4f}, test loss {final.get('test_loss', float('nan')):.4f}")
     if final.get("stop_reason"):
         print(final["stop_reason"])
-    privacy = final.get("privacy")
-    if privacy:
+    privacy = result.privacy
+    if privacy is not None:
         print(_privacy_summary(privacy))
     print(f"stored in {store.path}; plot: {plot}")
     return 0
@@ -142,11 +145,8 @@ def _eps(value: Any) -> str:
         return str(value)
 
 
-def _privacy_summary(privacy: dict[str, Any]) -> str:
-    """A stored privacy summary for humans: the claim, the headline and each observer."""
-    from dpfl.rounds.result import PrivacySummary
-
-    summary = PrivacySummary.from_dict(privacy)
+def _privacy_summary(summary: PrivacySummary) -> str:
+    """A privacy summary for humans: the claim, the headline and each observer."""
     claimed = summary.claimed_epsilon
     if isinstance(claimed, dict):
         claimed_txt = f"max over clients {_eps(max(claimed.values()))}" if claimed else "n/a"
@@ -180,8 +180,8 @@ def _run_audited(config: Any, args: argparse.Namespace) -> int:
 
     audit_args = argparse.Namespace(canaries=args.audit, unseen=1000, bootstrap=1000, confidence=0.95,
                                     store=args.store, restart=args.restart, verbose=sys.stderr.isatty())
-    final = _one(config, audit_args)
-    return 1 if final["privacy"]["audit"]["flag"] else 0
+    audit = _one(config, audit_args)
+    return 1 if audit["flag"] else 0
 
 
 def _runs(args: argparse.Namespace) -> int:

@@ -86,10 +86,12 @@ def test_run_id_ignores_the_folder_of_verified_data_only() -> None:
 
 def test_privacy_summary_prints_infinite_epsilon() -> None:
     from dpfl.commands.run import _privacy_summary
+    from dpfl.rounds.result import PrivacySummary
 
     cert = {"epsilon": "inf", "delta": 1e-5, "method": "rdp", "observer": "server",
             "privacy_unit": "client", "relation": "replace_one"}
-    text = _privacy_summary({"claimed_epsilon": 5.0, "certified": {"headline": cert, "observers": {"server": cert}}})
+    stored = {"claimed_epsilon": 5.0, "certified": {"headline": cert, "observers": {"server": cert}}}
+    text = _privacy_summary(PrivacySummary.from_dict(stored))
     assert "certified epsilon: inf" in text and "claimed epsilon: 5" in text
 
 
