@@ -8,7 +8,7 @@ import pytest
 
 from dpfl.config import parse_config
 from dpfl.experiments.recipes import get_recipe
-from dpfl.experiments.recipes.base import reproduce
+from dpfl.experiments.recipes.base import GIVEN_COHORTS_MARK, GIVEN_COHORTS_NOTE, reproduce
 from dpfl.rounds import run_experiment
 from dpfl.store import RunStore
 
@@ -29,6 +29,12 @@ def test_fig8_smoke_reproduces_with_both_epsilons(tmp_path: Path, shared_data: P
     assert "| (not a paper claim) CRD as printed (Alg. 2) against the CRD, loss-rise variant |" in text
     row = next(line for line in text.splitlines() if line.startswith("| CRD, loss-rise variant (β = 0.9; certified ∞)"))
     assert "| inf / inf | inf |" in row, row  # certified server (best / RDP) and public
+    # fixed-size sampling: UDP's certificates compose the cohorts drawn (marked, footnoted); CRD's is
+    # the ex-ante budget of its Rényi filter (unmarked)
+    udp = next(line for line in text.splitlines() if line.startswith("| original UDP (T = "))
+    assert udp.count(GIVEN_COHORTS_MARK) == 3, udp  # server best / RDP, public
+    assert GIVEN_COHORTS_MARK not in row
+    assert GIVEN_COHORTS_NOTE in text
 
 
 def test_crd_discounts_T_and_the_run_ends_early(tmp_path: Path, shared_data: Path) -> None:

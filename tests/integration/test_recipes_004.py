@@ -18,7 +18,7 @@ from dpfl.data.checksums import ChecksumRegistry
 from dpfl.data.cifar import TEST_BATCH, TRAIN_BATCHES, encode_cifar_batch
 from dpfl.data.leaf import encode_leaf_json
 from dpfl.experiments.recipes import get_recipe
-from dpfl.experiments.recipes.base import reproduce
+from dpfl.experiments.recipes.base import GIVEN_COHORTS_MARK, GIVEN_COHORTS_NOTE, reproduce
 from dpfl.rounds import build_experiment, run_experiment
 from dpfl.store import RunStore
 
@@ -48,6 +48,15 @@ def test_fig2_smoke_reproduction_writes_report(shared_data: Path, tmp_path: Path
                      run_one=lambda cfg: run_experiment(cfg, store))
     text = path.read_text()
     assert "| DP-FedAvg |" in text and "| DP-FedAvg+BLUR+LUS |" in text and "Verdict:" in text
+    # Poisson sampling: the public's ε is amplified by the secret sample (ex ante, unmarked); the
+    # server knows whom it sampled, so its ε is composed at the cohorts drawn (marked, footnoted)
+    lines = text.splitlines()
+    table = lines[next(i for i, line in enumerate(lines) if line.startswith("| run | claimed ε")):]
+    for label in ("DP-FedAvg", "DP-FedAvg+BLUR+LUS"):
+        row = next(line for line in table if line.startswith(f"| {label} | "))
+        claimed, public, server = row.strip("| ").split(" | ")[1:4]
+        assert server.endswith(GIVEN_COHORTS_MARK) and GIVEN_COHORTS_MARK not in claimed + public, row
+    assert GIVEN_COHORTS_NOTE in text
     assert (path.parent / "fig2.png").stat().st_size > 1000
     for run in get_recipe("004/fig2").build("smoke"):
         rec = store.find(run_id_of(run.config, shared_data))

@@ -13,6 +13,8 @@ from dpfl.config import run_id
 from dpfl.experiments.recipes import get_recipe
 from dpfl.experiments.recipes.base import ReportContext
 from dpfl.experiments.recipes.p001 import EARLIER_FULL, SMALL_CNN
+from dpfl.privacy.accounting.certify import Certificate
+from dpfl.rounds.result import PrivacySummary
 
 #: the run ids of the 8 cells of the earlier full-scale report (its "Runs" table): the configs must
 #: not drift, or a re-run would not be the determinism check it is meant to be
@@ -44,8 +46,16 @@ def test_full_runs_new_cells_then_the_small_cnn_then_the_earlier_cells() -> None
     assert len(runs) == 146 and {r.config.sampling.kind for r in runs} == {"all"}  # 7 cells × 2 × 10 + 6
 
 
+def _stored(epsilon: float) -> dict[str, Any]:
+    """A stored privacy summary whose headline certificate is ``epsilon`` (sampling "all": ex ante)."""
+    cert = Certificate(epsilon=epsilon, delta=1e-5, method="rdp", observer="server", privacy_unit="client",
+                       relation="replace_one", basis="ex-ante")
+    return PrivacySummary(certified={"server": cert}, claimed_epsilon=None, claim_notion="", claim_comparable=True,
+                          delta=1e-5).to_dict()
+
+
 def _rec(run: Any, acc: float, ledger: float | None = None) -> SimpleNamespace:
-    privacy = None if ledger is None else {"certified": {"headline": {"epsilon": ledger}}}
+    privacy = None if ledger is None else _stored(ledger)
     return SimpleNamespace(run_id=run_id(run.config), name=run.config.name, status="finished",
                            result={"test_accuracy": acc, "privacy": privacy})
 

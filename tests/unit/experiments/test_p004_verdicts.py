@@ -7,7 +7,21 @@ from types import SimpleNamespace
 from typing import Any
 
 from dpfl.experiments.recipes import get_recipe
-from dpfl.experiments.recipes.base import ReportContext
+from dpfl.experiments.recipes.base import GIVEN_COHORTS_MARK, ReportContext
+from dpfl.privacy.accounting.certify import Basis, Certificate
+from dpfl.rounds.result import PrivacySummary
+
+
+def _stored() -> dict[str, Any]:
+    """A stored DP-FedAvg summary under Poisson sampling: the public's certificate amplified by the
+    secret sample (ex ante), the server's composed at the cohorts drawn (given-cohorts)."""
+    def cert(observer: str, epsilon: float, basis: Basis) -> Certificate:
+        return Certificate(epsilon=epsilon, delta=1e-5, method="rdp", observer=observer, privacy_unit="client",
+                           relation="add_remove", basis=basis)
+
+    return PrivacySummary(certified={"public": cert("public", 7.5, "ex-ante"),
+                                     "server": cert("server", 912.0, "given-cohorts")},
+                          claimed_epsilon=6.0, claim_notion="", claim_comparable=True, delta=1e-5).to_dict()
 
 
 def _ctx(key: str, tmp_path: Path, cells: dict[tuple[Any, ...], list[float]], coords: tuple[str, ...]) -> ReportContext:
@@ -16,8 +30,7 @@ def _ctx(key: str, tmp_path: Path, cells: dict[tuple[Any, ...], list[float]], co
         for seed, acc in enumerate(accs):
             c = dict(zip(coords, values, strict=True)) | {"seed": seed}
             rec = SimpleNamespace(config={"algorithm": {"options": {"clip_norm": 0.3}}},
-                                  result={"privacy": {"claimed_epsilon": 6.0, "certified": {"observers": {
-                                      "public": {"epsilon": 7.5}, "server": {"epsilon": 912.0}}}}})
+                                  result={"privacy": _stored()})
             rows = [{"round": 0, "test_accuracy": acc, "seconds": 0.1}]
             runs.append((SimpleNamespace(label=f"{values} seed={seed}", coords=c), rec, rows))
     return ReportContext(get_recipe(key), "reduced", None, runs, tmp_path)  # type: ignore[arg-type]
@@ -30,7 +43,8 @@ def test_table3_gain_inside_the_margin_is_inconclusive_and_epsilons_are_shown(tm
     text = get_recipe("004/table3").report(_ctx("004/table3", tmp_path, cells, ("method", "sparsity")))
     assert "LUS alone beats DP-FedAvg beyond the margin at 0 of 1 sparsities, below it at 0, inside it at 1" in text
     assert "→ **inconclusive**; adding BLUR beats LUS alone at 1 of 1" in text
-    assert "| 6 | 7.5 | 912 |" in text and "certified ε server" in text
+    # the server's figure holds given the cohorts drawn: marked; the public's holds ex ante
+    assert f"| 6 | 7.5 | 912{GIVEN_COHORTS_MARK} |" in text and "certified ε server" in text
 
 
 def test_fig3_sweep_counts_only_differences_beyond_the_margin(tmp_path: Path) -> None:

@@ -11,6 +11,8 @@ from typing import Any
 
 from dpfl.config import RunConfig, run_id
 from dpfl.errors import ConfigError
+from dpfl.privacy.accounting.certify import Certificate
+from dpfl.rounds.result import PrivacySummary
 from dpfl.store import RunRecord, RunStore
 
 SCALES = ("smoke", "reduced", "full")
@@ -25,6 +27,51 @@ _RECIPE_MODULES = (
     "dpfl.experiments.recipes.p003",
     "dpfl.experiments.recipes.p004",
 )
+
+
+# --------------------------------------------------------------------------- certified ε in reports
+
+#: Written after a certified ε whose certificate holds given the cohorts drawn in its run
+#: (``Certificate.basis == "given-cohorts"``); :func:`basis_footnote` explains it under the report.
+GIVEN_COHORTS_MARK = "†"
+GIVEN_COHORTS_NOTE = (f"{GIVEN_COHORTS_MARK} given the cohorts drawn in this run: a valid statement about this run "
+                      "(the draw is independent of the data), not (ε, δ)-DP of the random schedule; unmarked "
+                      "figures hold ex ante")
+UNRECORDED_BASIS_NOTE = ("certified figures of runs from stores written before certificates recorded their basis "
+                         "carry no basis and no mark (whether they hold ex ante or given the cohorts drawn is not "
+                         "recorded)")
+
+
+def stored_privacy(rec: RunRecord | None) -> PrivacySummary | None:
+    """A stored run's privacy summary (None: not ended, or not private)."""
+    return None if rec is None else PrivacySummary.of(rec.result)
+
+
+def basis_mark(*certs: Certificate | None) -> str:
+    """:data:`GIVEN_COHORTS_MARK` if a figure rests on a given-cohorts certificate, else "".
+
+    A figure taken over several runs (the largest over seeds) is marked if any of its
+    certificates is; a certificate without a basis (older stores) is not marked.
+    """
+    return GIVEN_COHORTS_MARK if any(c is not None and c.basis == "given-cohorts" for c in certs) else ""
+
+
+def basis_footnote(body: str, records: list[RunRecord]) -> list[str]:
+    """The footnote line under a report: what a marked figure is conditional on, and that figures
+    of runs stored before certificates recorded their basis carry none. Empty when neither applies."""
+    marked = GIVEN_COHORTS_MARK in body
+    unrecorded = False
+    for rec in records:
+        summary = stored_privacy(rec)
+        certs = [*(summary.certified or {}).values(), *(summary.spent or {}).values()] if summary else []
+        unrecorded |= any(c.basis is None for c in certs)
+    if marked and unrecorded:
+        return [f"{GIVEN_COHORTS_NOTE}, except that {UNRECORDED_BASIS_NOTE}.", ""]
+    if marked:
+        return [f"{GIVEN_COHORTS_NOTE}.", ""]
+    if unrecorded:
+        return [f"Certified ε: {UNRECORDED_BASIS_NOTE}.", ""]
+    return []
 
 
 @dataclass(frozen=True)
@@ -179,7 +226,9 @@ def reproduce(
         ]
     if recipe.notes:
         lines += ["## Notes", "", recipe.notes, ""]
-    lines += ["## The paper says", "", recipe.paper_claim, "", "## Ours", "", body, "", "## Runs", ""]
+    lines += ["## The paper says", "", recipe.paper_claim, "", "## Ours", "", body, ""]
+    lines += basis_footnote(body, [rec for _, rec, _ in records])
+    lines += ["## Runs", ""]
     lines += ["| label | run id | status |", "|---|---|---|"]
     lines += [f"| {r.label} | {rec.run_id} | {rec.status} |" for r, rec, _ in records]
     lines += [f"| {r.label} | {rec.run_id} | {rec.status} (cut short: not in the numbers above) |"

@@ -34,7 +34,13 @@ import torch
 from torch.func import functional_call, grad, vmap
 
 from dpfl.config import RunConfig, parse_config
-from dpfl.experiments.recipes.base import Recipe, RecipeRun, ReportContext
+from dpfl.experiments.recipes.base import (
+    Recipe,
+    RecipeRun,
+    ReportContext,
+    basis_mark,
+    stored_privacy,
+)
 from dpfl.experiments.recipes.verdicts import (
     INCONCLUSIVE,
     NOT_REPRODUCED,
@@ -254,28 +260,23 @@ def _seed_tag(seed: int) -> str:
 # --------------------------------------------------------------------------- reading runs
 
 
-def _max_claim(claimed: Any) -> float | None:
-    if isinstance(claimed, dict):
-        vals = [float(v) for v in claimed.values()]
-        return max(vals) if vals else None
-    return None if claimed is None else float(claimed)
-
-
 def _summary(rec: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
     res = rec.result or {}
-    priv = res.get("privacy") or {}
-    cert = priv.get("certified") or {}
-    obs = cert.get("observers") or {}
-    head = cert.get("headline") or {}
+    priv = stored_privacy(rec)
+    server = None if priv is None else priv.certificate("server")
+    public = None if priv is None else priv.certificate("public")
+    head = None if priv is None else priv.headline
     return {
         "rounds": int(res.get("rounds", len(rows))),
         "test_loss": res.get("test_loss"),
         "test_accuracy": res.get("test_accuracy"),
-        "claimed": _max_claim(priv.get("claimed_epsilon")),
-        "server": (obs.get("server") or {}).get("epsilon"),
-        "server_rdp": (obs.get("server") or {}).get("epsilon_rdp"),
-        "public": (obs.get("public") or {}).get("epsilon"),
-        "headline": head.get("epsilon"),
+        "claimed": None if priv is None else priv.claimed_max,
+        "server": None if server is None else server.epsilon,
+        "server_rdp": None if server is None else server.epsilon_rdp,
+        "public": None if public is None else public.epsilon,
+        "headline": None if head is None else head.epsilon,
+        "server_mark": basis_mark(server),
+        "public_mark": basis_mark(public),
         "crd_T": [r.get("crd_T") for r in rows if "crd_T" in r],
         "losses": [r.get("test_loss") for r in rows],
         "accs": [r.get("test_accuracy") for r in rows],
@@ -293,6 +294,12 @@ def _f(x: Any, nd: int = 4) -> str:
     return str(x)
 
 
+def _eps(s: dict[str, Any], key: str) -> str:
+    """A certified ε of a run summary ("server", "server_rdp", "public"), marked when it holds given
+    the cohorts drawn (:data:`~dpfl.experiments.recipes.base.GIVEN_COHORTS_MARK`)."""
+    return _f(s[key]) + s[key.removesuffix("_rdp") + "_mark"]
+
+
 def _privacy_table(items: list[tuple[str, dict[str, Any]]]) -> list[str]:
     lines = ["| run | rounds | test loss | test acc. | claimed ε (000, max over clients) | "
              "certified ε server (best / RDP) | certified ε public | time (s) |",
@@ -300,7 +307,7 @@ def _privacy_table(items: list[tuple[str, dict[str, Any]]]) -> list[str]:
     for label, s in items:
         lines.append(
             f"| {label} | {s['rounds']} | {_f(s['test_loss'])} | {_f(s['test_accuracy'])} | {_f(s['claimed'])} | "
-            f"{_f(s['server'])} / {_f(s['server_rdp'])} | {_f(s['public'])} | {s['seconds']:.0f} |"
+            f"{_eps(s, 'server')} / {_eps(s, 'server_rdp')} | {_eps(s, 'public')} | {s['seconds']:.0f} |"
         )
     return lines
 
@@ -716,7 +723,7 @@ def _trajectory_report(ctx: ReportContext) -> str:
                 if not s.get("seed"):
                     ax.plot(range(1, len(traj) + 1), traj, label=f"ε = {eps:g}")
                 lines.append(f"| {eps:g} | {t0} | {s.get('seed', 0)} | {traj[:1]} … {traj[-1:]} | {s['rounds']} | "
-                             f"{_f(s['claimed'])} | {_f(s['server'])} / {_f(s['public'])} |")
+                             f"{_f(s['claimed'])} | {_eps(s, 'server')} / {_eps(s, 'public')} |")
             ends.append((eps, Estimate.of([float(s["rounds"]) for s in items])))
         for (t0, _beta), items in sorted(groups[eps]["crd_rise"].items()):
             for s in items:
@@ -724,7 +731,7 @@ def _trajectory_report(ctx: ReportContext) -> str:
                 if not s.get("seed"):
                     ax.plot(range(1, len(traj) + 1), traj, linestyle="--", label=f"ε = {eps:g}, variant")
                 lines.append(f"| {eps:g} ({VARIANT_LABEL}) | {t0} | {s.get('seed', 0)} | {traj[:1]} … {traj[-1:]} | "
-                             f"{s['rounds']} | {_f(s['claimed'])} | {_f(s['server'])} / {_f(s['public'])} |")
+                             f"{s['rounds']} | {_f(s['claimed'])} | {_eps(s, 'server')} / {_eps(s, 'public')} |")
             rise_ends.append((eps, Estimate.of([float(s["rounds"]) for s in items])))
     ax.set_xlabel("round")
     ax.set_ylabel("current T")
@@ -790,8 +797,8 @@ def _beta_report(which: str) -> Callable[[ReportContext], str]:
             for (_t0, b), runs in items:
                 for s in runs:
                     lines.append(f"| {eps:g} | {b:g} | {s.get('seed', 0)} | {s['rounds']} | {_f(s['test_loss'])} | "
-                                 f"{_f(s['test_accuracy'])} | {_f(s['claimed'])} | {_f(s['server'])} / "
-                                 f"{_f(s['public'])} |")
+                                 f"{_f(s['test_accuracy'])} | {_f(s['claimed'])} | {_eps(s, 'server')} / "
+                                 f"{_eps(s, 'public')} |")
                 vals = [float(s["test_loss"] if which == "loss" else s["rounds"]) for s in runs
                         if (s["test_loss"] if which == "loss" else s["rounds"]) is not None]
                 if vals:
@@ -877,11 +884,11 @@ def _init_report(ctx: ReportContext) -> str:
                 final_t = s["crd_T"][-1] if s["crd_T"] else None
                 lines.append(f"| {eps:g} | {t0} | {s.get('seed', 0)} | {d} | {s['rounds']} | {_f(final_t)} | "
                              f"{_f(s['test_loss'])} | {_f(s['test_accuracy'])} | {_f(s['claimed'])} | "
-                             f"{_f(s['server'])} / {_f(s['public'])} |")
+                             f"{_eps(s, 'server')} / {_eps(s, 'public')} |")
         for s in g["udp"][opt_t]:
             lines.append(f"| {eps:g} | original UDP at the optimal fixed T* = {opt_t} | {s.get('seed', 0)} | | {opt_t} | | "
                          f"{_f(s['test_loss'])} | {_f(s['test_accuracy'])} | {_f(s['claimed'])} | "
-                         f"{_f(s['server'])} / {_f(s['public'])} |")
+                         f"{_eps(s, 'server')} / {_eps(s, 'public')} |")
         near = min(range(len(pts)), key=lambda i: (dist[i], pts[i][1].mean))
         best = min(range(len(pts)), key=lambda i: pts[i][1].mean)
         if best == near:

@@ -32,7 +32,13 @@ from typing import Any
 
 from dpfl.algorithms.ldp_fl import ldp_fl_privacy
 from dpfl.config import RunConfig
-from dpfl.experiments.recipes.base import Recipe, RecipeRun, ReportContext
+from dpfl.experiments.recipes.base import (
+    Recipe,
+    RecipeRun,
+    ReportContext,
+    basis_mark,
+    stored_privacy,
+)
 from dpfl.experiments.recipes.verdicts import (
     INCONCLUSIVE,
     NOT_REPRODUCED,
@@ -282,11 +288,12 @@ def _mean_std(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
 
 
-def _ledger_eps(rec: Any) -> float | None:
-    try:
-        return float(rec.result["privacy"]["certified"]["headline"]["epsilon"])
-    except (KeyError, TypeError, ValueError):
-        return None
+def _ledger_cell(rec: Any) -> str:
+    """The run ledger's headline ε (the worst observer's worst client), marked when it holds given
+    the cohorts drawn."""
+    priv = stored_privacy(rec)
+    head = None if priv is None else priv.headline
+    return _fmt_eps(None if head is None else head.epsilon) + basis_mark(head)
 
 
 def _grouped(ctx: ReportContext, key: tuple[str, ...]) -> dict[tuple[Any, ...], list[tuple[RecipeRun, Any, list[dict[str, Any]]]]]:
@@ -374,9 +381,8 @@ def _accuracy_table(ctx: ReportContext, dataset: str, model: str, extra_key: str
         cfg = items[0][0].config
         n = cfg.sampling.clients_per_round or cfg.partition.num_clients
         cells = _privacy_cells(model, dataset, float(eps), int(cfg.rounds), int(n), _range_z(cfg))
-        ledger = _ledger_eps(items[0][1])
         lines.append(f"| {cells[0]} | {mode} | {acc_s} | {len(accs)} | {paper_s} | {cells[1]} | {cells[2]} | "
-                     f"{_fmt_eps(ledger)} | {cells[3]} | {cells[4]} |")
+                     f"{_ledger_cell(items[0][1])} | {cells[3]} | {cells[4]} |")
     return lines, means
 
 
@@ -689,7 +695,7 @@ def _small_cnn_section(ctx: ReportContext, small: list[Any],
                 paper_s = "—" if paper is None else f"{paper:.2f}"
                 e_big = _privacy_cells("cnn2", dataset, float(eps), rounds, k)[2]
                 e_small = _privacy_cells(SMALL_CNN, dataset, float(eps), rounds, k)[2]
-                ledger = _fmt_eps(_ledger_eps(items[0][1])) if accs else "—"
+                ledger = _ledger_cell(items[0][1]) if accs else "—"
             out.append(f"| {dataset} | {cell} | {b_s} | {acc_s} | {paper_s} | {e_big} | {e_small} | {ledger} |")
         # what the range and the randomizer cost, per net; the range's fit
         head = _small_cnn_eps(ctx.scale, dataset)
@@ -890,30 +896,20 @@ def _fig3_build(scale: str) -> list[RecipeRun]:
     return runs
 
 
-def _observer_eps(rec: Any) -> tuple[float | None, float | None, float | None]:
-    """(claimed ε, certified ε vs the server, vs the public) of a run, from its stored ledger."""
-    priv = (rec.result or {}).get("privacy") or {}
-    claimed = priv.get("claimed_epsilon")
-    if isinstance(claimed, dict):
-        claimed = max((float(v) for v in claimed.values()), default=None)
-    obs = (priv.get("certified") or {}).get("observers") or {}
-
-    def eps(name: str) -> float | None:
-        v = (obs.get(name) or {}).get("epsilon")
-        return None if v is None else float(v)
-
-    return (None if claimed is None else float(claimed)), eps("server"), eps("public")
-
-
 def _worst(values: list[float | None]) -> float | None:
     vals = [v for v in values if v is not None]
     return max(vals) if vals else None
 
 
 def _eps_cells(recs: list[Any]) -> str:
-    """``claimed | certified server | certified public`` over a setting's seeds (the largest of each)."""
-    trip = [_observer_eps(r) for r in recs]
-    return " | ".join(_fmt_eps(_worst([t[i] for t in trip])) for i in range(3))
+    """``claimed | certified server | certified public`` over a setting's seeds (the largest of each),
+    from the runs' stored ledgers; a certified figure is marked when it holds given the cohorts drawn."""
+    privs = [p for p in (stored_privacy(r) for r in recs) if p is not None]
+    cells = [_fmt_eps(_worst([p.claimed_max for p in privs]))]
+    for obs in ("server", "public"):
+        certs = [p.certificate(obs) for p in privs]
+        cells.append(_fmt_eps(_worst([None if c is None else c.epsilon for c in certs])) + basis_mark(*certs))
+    return " | ".join(cells)
 
 
 _EPS_HEAD = ("claimed ε (001, per weight) | certified ε vs server (run, worst client) | "

@@ -21,7 +21,13 @@ import numpy as np
 
 from dpfl.algorithms.midp import round_releases
 from dpfl.config import parse_config
-from dpfl.experiments.recipes.base import Recipe, RecipeRun, ReportContext
+from dpfl.experiments.recipes.base import (
+    Recipe,
+    RecipeRun,
+    ReportContext,
+    basis_mark,
+    stored_privacy,
+)
 from dpfl.experiments.recipes.verdicts import (
     INCONCLUSIVE,
     NOT_REPRODUCED,
@@ -185,18 +191,18 @@ def _final(rec: Any, rows: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def _epsilons(rec: Any) -> dict[str, Any]:
-    """Claimed (nats, per round) and certified (ε at δ, per observer) of a stored run."""
-    priv = (rec.result or {}).get("privacy")
-    if not priv:
-        return {"claimed": None, "server": None, "public": None, "delta": None}
-    claimed = priv.get("claimed_epsilon")
-    if isinstance(claimed, dict):
-        claimed = max(float(v) for v in claimed.values()) if claimed else None
-    obs = ((priv.get("certified") or {}).get("observers")) or {}
-    return {"claimed": claimed,
-            "server": (obs.get("server") or {}).get("epsilon"),
-            "public": (obs.get("public") or {}).get("epsilon"),
-            "delta": priv.get("delta")}
+    """Claimed (nats, per round) and certified (ε at δ, per observer) of a stored run; ``*_mark``:
+    the mark of a certified figure that holds given the cohorts drawn."""
+    priv = stored_privacy(rec)
+    if priv is None:
+        return {"claimed": None, "server": None, "public": None, "delta": None, "server_mark": "",
+                "public_mark": ""}
+    server, public = priv.certificate("server"), priv.certificate("public")
+    return {"claimed": priv.claimed_max,
+            "server": None if server is None else server.epsilon,
+            "public": None if public is None else public.epsilon,
+            "delta": priv.delta,
+            "server_mark": basis_mark(server), "public_mark": basis_mark(public)}
 
 
 def _fmt(x: Any, digits: int = 4) -> str:
@@ -212,7 +218,8 @@ def _fmt(x: Any, digits: int = 4) -> str:
 
 def _eps_cells(rec: Any) -> str:
     e = _epsilons(rec)
-    return f"{_fmt(e['claimed'])} | {_fmt(e['server'])} | {_fmt(e['public'])}"
+    return (f"{_fmt(e['claimed'])} | {_fmt(e['server'])}{e['server_mark']} | "
+            f"{_fmt(e['public'])}{e['public_mark']}")
 
 
 EPS_HEADER = "claimed ε-MI-DP (nats/round) | certified ε server | certified ε public"
@@ -277,8 +284,9 @@ def _plt() -> Any:
 def stored_client_epsilons(rec: Any, observer: str) -> dict[int, float]:
     """Per-client certified ε (RDP) against ``observer`` from the run's own ledger, as stored with
     its result (``inf`` where a release was exact, e.g. adaptive thresholds)."""
-    table = ((rec.result or {}).get("privacy") or {}).get("client_epsilons_rdp") or {}
-    return {int(c): float(v) for c, v in (table.get(observer) or {}).items()}
+    priv = stored_privacy(rec)
+    table = None if priv is None else priv.client_epsilons_rdp
+    return dict((table or {}).get(observer) or {})
 
 
 def replay_client_ledger(rows: list[dict[str, Any]], num_clients: int, delta: float) -> PrivacyLedger:
@@ -522,22 +530,26 @@ def _report_fig7_10(ctx: ReportContext) -> str:
         if run.coords["algo"].startswith("pmidp") and rows:
             n = int(rec.config["partition"]["num_clients"])
             # the run's own ledger, per client (adaptive thresholds make it infinite: see not_covered)
+            priv = stored_privacy(rec)
+            srv_mark = "" if priv is None else basis_mark(priv.certificate("server"))
+            pub_mark = "" if priv is None else basis_mark(priv.certificate("public"))
             srv = stored_client_epsilons(rec, "server")
             eps_srv = np.array(list(srv.values()) or [np.nan])
-            cells = f"{eps_srv.min():.4g} / {np.median(eps_srv):.4g} / {eps_srv.max():.4g}"
+            cells = f"{eps_srv.min():.4g} / {np.median(eps_srv):.4g} / {eps_srv.max():.4g}{srv_mark}"
             if run.coords["algo"] == "pmidp-fl" and run.coords["sd"] == 15.0:
                 pub = stored_client_epsilons(rec, "public")
-                claimed = (rec.result or {}).get("privacy", {}).get("claimed_epsilon") or {}
-                order = sorted(range(n), key=lambda i: float(claimed.get(str(i), claimed.get(i, 0.0))))
+                claim = None if priv is None else priv.claimed_epsilon
+                claimed: dict[int, float] = claim if isinstance(claim, dict) else {}
+                order = sorted(range(n), key=lambda i: claimed.get(i, 0.0))
                 pick = [order[0], order[len(order) // 2], order[-1]]
                 per_client_note = [
                     f"Per-client ledger of `{run.label}` (claimed ε_k-MI-DP in nats next to the certified "
                     f"(ε, δ = {DELTA:g}) per observer, {f['rounds']} rounds):", "",
                     "| client | claimed ε_k (nats/round) | certified ε server | certified ε public |", "|---|---|---|---|"]
                 for i in pick:
-                    per_client_note.append(f"| {i} | {_fmt(claimed.get(str(i), claimed.get(i)))} | "
-                                           f"{_fmt(srv.get(i))} | {_fmt(pub.get(i))} |")
-                eps_k = np.array([float(claimed.get(str(i), claimed.get(i, np.nan))) for i in range(n)])
+                    per_client_note.append(f"| {i} | {_fmt(claimed.get(i))} | "
+                                           f"{_fmt(srv.get(i))}{srv_mark} | {_fmt(pub.get(i))}{pub_mark} |")
+                eps_k = np.array([claimed.get(i, np.nan) for i in range(n)])
                 w_last = np.array(rows[-1]["weights"])
                 floor = eps_k <= 1.0 + 1e-9
                 per_client_note += ["", f"{int(floor.sum())} of {n} clients sit at the floor ε_k = 1; together they get "

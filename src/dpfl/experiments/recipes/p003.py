@@ -15,6 +15,7 @@ samples among the clients, finer grids).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -23,7 +24,13 @@ import dp_accounting as dpa
 
 from dpfl.config import RunConfig, parse_config
 from dpfl.errors import PrivacyPreconditionError
-from dpfl.experiments.recipes.base import Recipe, RecipeRun, ReportContext
+from dpfl.experiments.recipes.base import (
+    Recipe,
+    RecipeRun,
+    ReportContext,
+    basis_mark,
+    stored_privacy,
+)
 from dpfl.experiments.recipes.verdicts import (
     INCONCLUSIVE,
     NOT_REPRODUCED,
@@ -36,7 +43,7 @@ from dpfl.experiments.recipes.verdicts import (
     near_best,
     order_of_sets,
 )
-from dpfl.privacy.accounting.certify import certify
+from dpfl.privacy.accounting.certify import Basis, Certificate, certify
 from dpfl.privacy.accounting.events import gaussian_event
 from dpfl.privacy.calibration import nbafl_downlink_noise_std_k_random, nbafl_uplink_sensitivity
 from dpfl.privacy.notices import collect_range_warnings
@@ -233,12 +240,6 @@ def _final(rows: list[dict[str, Any]], key: str) -> float:
     return float(vals[-1]) if vals else math.nan
 
 
-def _num(x: Any) -> float:
-    if isinstance(x, str):
-        return float(x)  # "inf"
-    return math.nan if x is None else float(x)
-
-
 def _fmt(x: Any) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "—"
@@ -261,26 +262,41 @@ def _max_participation(rec: Any, rounds: int) -> int:
     return max(counts.values(), default=0)
 
 
-def _paper_sensitivity_server_epsilon(rec: Any, rows: list[dict[str, Any]]) -> float:
-    """Certified ε against the server had the uplink sensitivity been the paper's 2C/m."""
+def _paper_sensitivity_server(rec: Any, rows: list[dict[str, Any]]) -> Certificate | None:
+    """Certificate against the server had the uplink sensitivity been the paper's 2C/m (None: no
+    noise). Under client sampling it composes the busiest client's rounds in the cohorts drawn, so
+    its basis is "given-cohorts"."""
     sigma = _final(rows, "uplink_noise_std")
     m = _final(rows, "min_samples")
     if not sigma > 0 or math.isnan(m):
-        return math.inf
+        return None
     sens = nbafl_uplink_sensitivity(rec.config["algorithm"]["options"]["clip_norm"], int(m))
     event = dpa.SelfComposedDpEvent(gaussian_event(sigma, sens), _max_participation(rec, len(rows)))
     with collect_range_warnings():
-        return certify(event, rec.config["privacy"]["delta"], relation="replace_one", privacy_unit="client",
-                       observer="server").epsilon
+        cert = certify(event, rec.config["privacy"]["delta"], relation="replace_one", privacy_unit="client",
+                       observer="server")
+    basis: Basis = "ex-ante" if rec.config["sampling"]["kind"] == "all" else "given-cohorts"
+    return dataclasses.replace(cert, basis=basis)
 
 
-def _privacy(rec: Any) -> dict[str, float]:
-    priv = (rec.result or {}).get("privacy") or {}
-    obs = (priv.get("certified") or {}).get("observers") or {}
+def _paper_sensitivity_server_epsilon(rec: Any, rows: list[dict[str, Any]]) -> float:
+    """Certified ε against the server had the uplink sensitivity been the paper's 2C/m."""
+    cert = _paper_sensitivity_server(rec, rows)
+    return math.inf if cert is None else cert.epsilon
+
+
+def _privacy(rec: Any) -> dict[str, Any]:
+    """Claimed and certified ε (NaN when absent) of a stored run, and the certificates behind them."""
+    priv = stored_privacy(rec)
+    server = None if priv is None else priv.certificate("server")
+    public = None if priv is None else priv.certificate("public")
+    claimed = None if priv is None else priv.claimed_max
     return {
-        "claimed": _num(priv.get("claimed_epsilon")),
-        "server": _num((obs.get("server") or {}).get("epsilon")),
-        "public": _num((obs.get("public") or {}).get("epsilon")),
+        "claimed": math.nan if claimed is None else claimed,
+        "server": math.nan if server is None else server.epsilon,
+        "public": math.nan if public is None else public.epsilon,
+        "server_cert": server,
+        "public_cert": public,
     }
 
 
@@ -290,12 +306,14 @@ def _run_table(ctx: ReportContext, coord_cols: Sequence[str]) -> list[str]:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for run, rec, rows in ctx.runs:
         p = _privacy(rec)
+        paper = _paper_sensitivity_server(rec, rows)
         cells = [run.label, *[_fmt(run.coords.get(c)) if isinstance(run.coords.get(c), (int, float))
                               else ("—" if run.coords.get(c) is None else str(run.coords[c])) for c in coord_cols],
                  _fmt(_final(rows, "test_loss")), _fmt(_final(rows, "test_accuracy")),
                  _fmt(_final(rows, "uplink_noise_std")), _fmt(_final(rows, "downlink_noise_std")),
-                 _fmt(p["claimed"]), _fmt(p["server"]), _fmt(p["public"]),
-                 _fmt(_paper_sensitivity_server_epsilon(rec, rows)),
+                 _fmt(p["claimed"]), _fmt(p["server"]) + basis_mark(p["server_cert"]),
+                 _fmt(p["public"]) + basis_mark(p["public_cert"]),
+                 _fmt(math.inf if paper is None else paper.epsilon) + basis_mark(paper),
                  f"{sum(r.get('seconds', 0.0) for r in rows):.0f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return lines

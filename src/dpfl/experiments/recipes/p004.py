@@ -29,7 +29,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from dpfl.config import RunConfig, parse_config
-from dpfl.experiments.recipes.base import Recipe, RecipeRun, ReportContext
+from dpfl.experiments.recipes.base import (
+    Recipe,
+    RecipeRun,
+    ReportContext,
+    basis_mark,
+    stored_privacy,
+)
 from dpfl.experiments.recipes.verdicts import Estimate, compare
 
 PAPER = "004_32e0c8f847edac12.txt"
@@ -179,17 +185,15 @@ def _final(rows: Sequence[dict[str, Any]], key: str = "test_accuracy") -> float:
     return math.nan
 
 
-def _privacy(rec: Any) -> dict[str, float]:
-    priv = (rec.result or {}).get("privacy") or {}
-    cert = (priv.get("certified") or {}).get("observers") or {}
-
-    def eps(obs: str) -> float:
-        v = (cert.get(obs) or {}).get("epsilon")
-        return float(v) if isinstance(v, (int, float)) else math.inf
-
-    claimed = priv.get("claimed_epsilon")
-    return {"claimed": float(claimed) if isinstance(claimed, (int, float)) else math.nan,
-            "public": eps("public"), "server": eps("server")}
+def _privacy(rec: Any) -> dict[str, Any]:
+    """Claimed ε (NaN when absent) and certified ε per observer (inf when absent) of a stored run,
+    with the certificates behind them (``public_cert``, ``server_cert``)."""
+    priv = stored_privacy(rec)
+    certs = {obs: None if priv is None else priv.certificate(obs) for obs in ("public", "server")}
+    claimed = None if priv is None else priv.claimed_max
+    return {"claimed": math.nan if claimed is None else claimed,
+            **{obs: math.inf if c is None else c.epsilon for obs, c in certs.items()},
+            **{f"{obs}_cert": c for obs, c in certs.items()}}
 
 
 def _mean_sd(xs: Sequence[float]) -> tuple[float, float]:
@@ -231,7 +235,9 @@ def _privacy_table(ctx: ReportContext) -> list[str]:
              "|---|---|---|---|"]
     for run, rec, _ in ctx.runs:
         p = _privacy(rec)
-        lines.append(f"| {run.label} | {_fmt_eps(p['claimed'])} | {_fmt_eps(p['public'])} | {_fmt_eps(p['server'])} |")
+        lines.append(f"| {run.label} | {_fmt_eps(p['claimed'])} | "
+                     f"{_fmt_eps(p['public'])}{basis_mark(p['public_cert'])} | "
+                     f"{_fmt_eps(p['server'])}{basis_mark(p['server_cert'])} |")
     return lines + ["", _EPS_NOTE]
 
 
@@ -314,8 +320,9 @@ def _report_table1(ctx: ReportContext) -> str:
         lines.append(
             f"| {eps:g} | {_pct(bm)} ± {_pct(bs)} | {_pct(om)} ± {_pct(osd)} | "
             f"{100 * gm:+.2f}" + (f" ± {100 * se:.2f} (SE)" if not math.isnan(se) else "") + f" | {paper_gain} | "
-            f"{_fmt_eps(max(p['claimed'] for p in privs))} | {_fmt_eps(max(p['public'] for p in privs))} | "
-            f"{_fmt_eps(max(p['server'] for p in privs))} | {len(diffs)} |"
+            f"{_fmt_eps(max(p['claimed'] for p in privs))} | {_fmt_eps(max(p['public'] for p in privs))}"
+            f"{basis_mark(*(p['public_cert'] for p in privs))} | {_fmt_eps(max(p['server'] for p in privs))}"
+            f"{basis_mark(*(p['server_cert'] for p in privs))} | {len(diffs)} |"
         )
         xs.append(eps)
         base_y.append(100 * bm)
