@@ -5,8 +5,10 @@ A run's privacy statement is one frozen :class:`PrivacySummary`: per observer th
 claimed ε in the paper's notion, what the certificate does not cover, and — for algorithms under
 a Rényi filter — what was spent next to the guarantee. The store keeps it as JSON through
 :meth:`PrivacySummary.to_dict` / :meth:`PrivacySummary.from_dict` (an infinite ε is the string
-``"inf"``, written and read only by :func:`json_epsilon` / :func:`epsilon_from_json`), so readers
-of stored runs never walk nested dictionaries.
+``"inf"``: the summary's own numbers are written and read by :func:`json_epsilon` /
+:func:`epsilon_from_json`, each certificate's by ``Certificate.to_dict`` / ``from_dict`` in
+``privacy/accounting/certify.py``, a layer that cannot import this one), so readers of stored runs
+never walk nested dictionaries: :meth:`PrivacySummary.of` reads a final record.
 """
 
 from __future__ import annotations
