@@ -194,15 +194,25 @@ class LocalFederation:
         return [proc.pid, *_descendants(proc.pid)]
 
     def stop(self) -> None:
-        """Stop every process of the federation: SIGTERM, then SIGKILL for what is left."""
+        """Stop every process of the federation: SIGTERM, then SIGKILL for what is left after 10 s.
+
+        The SuperNodes are stopped together (each takes about a second to exit), then the
+        SuperLink they report to."""
         procs = [p for p in [*self.nodes, self.superlink] if p is not None]
         helpers = [(pid, _start_time(pid)) for p in procs if p.poll() is None for pid in _descendants(p.pid)]
-        for proc in procs:
-            if proc.poll() is None:
+        nodes = [p for p in self.nodes if p is not None]
+        for group in (nodes, [self.superlink] if self.superlink is not None else []):
+            running = [p for p in group if p.poll() is None]
+            for proc in running:
                 try:
                     os.killpg(proc.pid, signal.SIGTERM)
-                    proc.wait(10)
-                except (subprocess.TimeoutExpired, ProcessLookupError):
+                except ProcessLookupError:
+                    pass
+            end = time.monotonic() + 10
+            for proc in running:
+                try:
+                    proc.wait(max(0.0, end - time.monotonic()))
+                except subprocess.TimeoutExpired:
                     _kill_tree(proc, signal.SIGKILL)
         _signal_same(helpers, signal.SIGKILL)  # helpers that left the group or outlived their parent
         if self._tmp is not None:
