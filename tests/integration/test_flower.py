@@ -2,7 +2,7 @@
 127.0.0.1 (started with Flower's own commands by :class:`dpfl.runtime.flower.LocalFederation`).
 
 What is checked:
-* NbAFL and DP-FedAvg, 3 rounds on 3 SuperNodes with ``reproducible = true``, end with
+* NbAFL and DP-FedAvg, 2 rounds on 3 SuperNodes with ``reproducible = true``, end with
   *bit-identical* global parameters and the same certified ε as the simulator for the same seed.
   Randomness is drawn in the same
   places: every noise draw comes from the stream (round, client, purpose) — on the SuperNode for
@@ -15,18 +15,29 @@ What is checked:
   assumption): the round goes on without it, logged as a dropout (never as a rejected upload),
   and none of its processes outlives it; DP-FedAvg tops the noise up so the public guarantee is
   the planned one, and the ledger charges the server-observer release only to clients whose
-  upload reached the server.
+  upload reached the server. Slow (opt-in, ``-m slow``): the SuperLink declares a killed node
+  unavailable only when it misses two of its heartbeats, 40-60 s after the kill (Flower 1.42's
+  interval of 30 s is fixed). The same dropout, as the SuperLink reports it, is checked against a
+  stand-in Grid in tests/unit/runtime/test_flower_cohort.py.
 * Bad uploads (NaN, wrong shape, a declared noise std off the plan, a vector ×10⁶) are rejected
   and logged with the client's id; the round goes on with the valid ones, and the rejected
   uploads, which the server did see, are charged to the server observer.
 * Rounds in which every upload is late: skipped, the late uploads charged to the server, and
   the run reported ``failed`` rather than ``finished`` (NbAFL's ServerApp crashed on them).
+* LDP-FL's reports sealed for a shuffler SuperNode give the simulator's model.
+
+Time goes to Flower's processes and polls, not to training: a SuperNode with nothing to do asks
+the SuperLink for work every 3 s, and every message starts a ClientApp process. So the tests that
+need plain SuperNodes share one federation (``federation``: clients 0-2 and a shuffler), runs use
+as few rounds as the property needs, and Flower's SuperExec looks for processes to start every
+0.1 s instead of every second.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -63,6 +74,26 @@ NBAFL = {"name": "nbafl", "options": {"epsilon": 60.0, "clip_norm": 10.0, "prox_
 DPFEDAVG = {"name": "dp-fedavg", "options": {"noise_multiplier": 1.0, "clip_norm": 0.5}}
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _prompt_superexec() -> Iterator[None]:
+    """Every federation of this module: Flower's SuperExec (it starts the ServerApp and ClientApp
+    processes) polls for work every 0.1 s instead of every second (``LocalFederation`` passes the
+    environment on)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FLWR_SUPEREXEC_TASK_POLL_INTERVAL", "0.1")
+        yield
+
+
+@pytest.fixture(scope="module")
+def federation(_prompt_superexec: None, tmp_path_factory: pytest.TempPathFactory,
+               mnist_fixture: Path) -> Iterator[LocalFederation]:
+    """SuperNodes holding clients 0, 1 and 2 and a shuffler SuperNode, shared by the tests that
+    need nothing else: their runs go one after another, each with its own store. (Starting a
+    federation and warming its nodes' workers costs about as much as a run.)"""
+    with LocalFederation(3, data_dir=mnist_fixture, workdir=tmp_path_factory.mktemp("fed"), shuffler=True) as fed:
+        yield fed
+
+
 def _simulate(path: Path, store: Path) -> dict:
     return run_experiment(load_config(path), RunStore(store)).final
 
@@ -76,16 +107,18 @@ def _notices(store: Path, kind: str) -> list[str]:
         return [m for (m,) in con.execute("SELECT message FROM notices WHERE kind = ?", (kind,))]
 
 
-def test_nbafl_and_dp_fedavg_on_flower_equal_the_simulator(tmp_path: Path, mnist_fixture: Path) -> None:
-    nb = _config(tmp_path, mnist_fixture, "nbafl", NBAFL)
-    dp = _config(tmp_path, mnist_fixture, "dpfedavg", DPFEDAVG)
+def test_nbafl_and_dp_fedavg_on_flower_equal_the_simulator(tmp_path: Path, mnist_fixture: Path,
+                                                           federation: LocalFederation) -> None:
+    """Two rounds: the second starts from the aggregate of the first, on both sides."""
+    nb = _config(tmp_path, mnist_fixture, "nbafl", NBAFL, rounds=2)
+    dp = _config(tmp_path, mnist_fixture, "dpfedavg", DPFEDAVG, rounds=2)
     flower_store = tmp_path / "flower.sqlite"
-    with LocalFederation(3, data_dir=mnist_fixture, workdir=tmp_path / "fed") as fed:
-        got_nb = fed.run(nb, store=flower_store, round_timeout=300, connect_timeout=120, timeout=900, reproducible=True)
-        got_dp = fed.run(dp, store=flower_store, round_timeout=300, connect_timeout=120, timeout=900, reproducible=True)
+    fed = federation
+    got_nb = fed.run(nb, store=flower_store, round_timeout=300, connect_timeout=120, timeout=900, reproducible=True)
+    got_dp = fed.run(dp, store=flower_store, round_timeout=300, connect_timeout=120, timeout=900, reproducible=True)
     for path, got in ((nb, got_nb), (dp, got_dp)):
         want = _simulate(path, tmp_path / "sim.sqlite")
-        assert got["status"] == "finished" and got["rounds"] == 3
+        assert got["status"] == "finished" and got["rounds"] == 2
         assert got["params_sha256"] == want["params_sha256"], path.name
         final = RunStore(flower_store).get(got["run_id"]).result
         for observer in ("server", "public"):
@@ -102,6 +135,7 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+@pytest.mark.slow  # 40-60 s until Flower's SuperLink declares the killed node unavailable (module docstring)
 def test_client_killed_mid_round_is_dropped_and_the_ledger_stays_true(tmp_path: Path, mnist_fixture: Path) -> None:
     dp = _config(tmp_path, mnist_fixture, "dpfedavg-drop", DPFEDAVG)
     store = tmp_path / "flower.sqlite"
@@ -190,7 +224,8 @@ def test_rounds_where_every_upload_is_late_fail_the_run_and_are_charged(tmp_path
     assert sorted(eps) == ["0", "1", "2"] and all(e > 0 for e in eps.values())
 
 
-def test_ldp_fl_reports_go_sealed_through_a_shuffler_node(tmp_path: Path, mnist_fixture: Path) -> None:
+def test_ldp_fl_reports_go_sealed_through_a_shuffler_node(tmp_path: Path, mnist_fixture: Path,
+                                                          federation: LocalFederation) -> None:
     """Split & shuffle across processes: 3 clients seal their two-point reports for a shuffler
     SuperNode; the ServerApp relays ciphertext and aggregates the per-id multisets it gets back.
     Same model as the simulator (whose trusted shuffler runs in process) up to the summation order
@@ -202,8 +237,7 @@ def test_ldp_fl_reports_go_sealed_through_a_shuffler_node(tmp_path: Path, mnist_
     ldp = {"name": "ldp-fl", "options": {"epsilon": 5.0, "range": "fixed", "center": 0.0, "radius": 0.075}}
     cfg = _config(tmp_path, mnist_fixture, "ldpfl", ldp, rounds=2)
     store = tmp_path / "flower.sqlite"
-    with LocalFederation(3, data_dir=mnist_fixture, workdir=tmp_path / "fed", shuffler=True) as fed:
-        got = fed.run(cfg, store=store, round_timeout=300, connect_timeout=120, timeout=900, reproducible=True)
+    got = federation.run(cfg, store=store, round_timeout=300, connect_timeout=120, timeout=900, reproducible=True)
     assert got["status"] == "finished" and got["rounds"] == 2
     assert "shuffler: node" in got["log"]
     assert not _notices(store, "no-shuffler") and not _notices(store, "rejected-upload")
