@@ -6,6 +6,7 @@ declares to the ledger (``releases``) and to the claim; nothing else changes.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Any
@@ -41,28 +42,26 @@ DPFEDAVG = {"name": "dp-fedavg", "options": {"noise_multiplier": 1.0, "clip_norm
 
 
 def _dpfedavg_noise_10x_too_small(algo: Any) -> None:
+    """A bug the ledger cannot see: the noise drawn is a tenth of the round plan's, while the
+    releases (from the loop's plan) still state the planned noise."""
     inner_step = algo.server_step
 
     def step(g: Any, local: Any, info: Any) -> Any:
-        algo.update_multiplier *= 0.1
-        try:
-            return inner_step(g, local, info)
-        finally:
-            algo.update_multiplier *= 10
+        plan = algo.round_plan(info)
+        broken = dataclasses.replace(plan, sum_std=plan.sum_std * 0.1, client_std=plan.client_std * 0.1)
+        return inner_step(g, local, info.with_plan(broken))
 
     algo.server_step = step
 
 
 def _udp_noise_10x_too_small(algo: Any) -> None:
+    """The same bug in UDP: a tenth of the planned σ_i drawn, the planned σ_i declared."""
     inner_step = algo.server_step
 
     def step(g: Any, local: Any, info: Any) -> Any:
-        row = algo.history[info.round_idx]
-        algo.history[info.round_idx] = [s * 0.1 for s in row]
-        try:
-            return inner_step(g, local, info)
-        finally:
-            algo.history[info.round_idx] = row
+        plan = algo.round_plan(info)
+        broken = dataclasses.replace(plan, noise_stds=tuple(s * 0.1 for s in plan.noise_stds))
+        return inner_step(g, local, info.with_plan(broken))
 
     algo.server_step = step
 

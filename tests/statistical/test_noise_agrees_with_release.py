@@ -118,7 +118,7 @@ def test_udp_adds_the_noise_it_declares(name: str) -> None:
     if name == "udp-crd":  # CRD's test-loss rule needs a model; the noise does not
         algo._after_round = lambda old, new, info, uploads: {}  # type: ignore[attr-defined]
     releases, _ = _check_round(algo, _sample_weighted)
-    plan = algo.plan(0)  # type: ignore[attr-defined]
+    plan = algo.plan(RoundInfo(0, 6, algo.sample(0, 6, SeedSequence(11)), SeedSequence(11)))  # type: ignore[attr-defined]
     assert all(_server_std(releases, c) == plan.noise_stds[c] for c in algo.sample(0, 6, SeedSequence(11)).tolist())
     assert math.isfinite(_public_std(releases))
 

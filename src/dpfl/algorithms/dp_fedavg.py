@@ -53,7 +53,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dpfl.algorithms.base import RoundOutput, Uploads
-from dpfl.algorithms.private import PrivateAlgorithm
+from dpfl.algorithms.private import PrivateAlgorithm, RoundPlan
 from dpfl.client.blur import BlurTerm
 from dpfl.client.context import LocalProblem, LocalResult, RoundInfo
 from dpfl.client.lus import sparsify_updates
@@ -118,8 +118,8 @@ def _expected_cohort(sampler: Any, num_clients: int) -> float:
 
 
 @dataclass(frozen=True)
-class NoisePlan:
-    """Every noise number of one DP-FedAvg round, from one calibration.
+class NoisePlan(RoundPlan):
+    """Every noise number of one DP-FedAvg round, from one calibration (its round plan).
 
     The clients add ``client_std`` each (local variant) and the server adds ``server_std`` to the
     sum (central variant) or tops the sum up to ``sum_std`` when fewer than ``cohort`` uploads
@@ -127,16 +127,18 @@ class NoisePlan:
     numbers to the ledger, so what is added and what is certified cannot drift apart.
 
     Attributes:
-        clip_norm: S_t. cohort: |P_t|. denominator: m = qN (the fixed denominator).
+        round_idx: the round. clip_norm: S_t. cohort: |P_t|. denominator: m = qN (the fixed denominator).
         central: the server adds all the noise. sum_std: S_t·z_Δ, the noise the sum carries.
         client_std: S_t·z_Δ/sqrt(|P_t|) per client (local variant), else 0.
-        count_std: σ_b of the count query (0 without adaptive clipping).
+        count_std: σ_b of the count query (0 without adaptive clipping or without noise).
         count_client_std: σ_b/sqrt(|P_t|) per client (local variant), else 0.
         amplified: the cohort is a secret sample of interchangeable clients (the broadcast may be
             amplified by it: every client adds the same share, and the fixed denominator makes
             the numbers every cohort's).
+        count_query: adaptive clipping: the clients also send their (noised) clipped bit.
     """
 
+    round_idx: int
     clip_norm: float
     cohort: int
     denominator: float
@@ -146,6 +148,7 @@ class NoisePlan:
     count_std: float
     count_client_std: float
     amplified: bool
+    count_query: bool = False
 
     @property
     def server_std(self) -> float:
@@ -187,9 +190,12 @@ class NoisePlan:
         return Release.gaussian("public", z if math.isfinite(z) else 0.0, 1.0 if math.isfinite(z) else 0.0, None,
                                 amplifiable=self.amplified)
 
-    def releases(self, ids: list[int], secure_aggregation: bool) -> list[Release]:
+    def releases(self, ids: list[int], num_samples: torch.Tensor | None = None,
+                 secure_aggregation: bool = False) -> list[Release]:
         """The releases of this round's rows ``ids``: each upload (server; none in an empty
-        round), and :meth:`public_release`, which does not depend on ``ids``."""
+        round), and :meth:`public_release`, which does not depend on ``ids`` (nor on the sample
+        counts: the fixed denominator weighs every client 1/m)."""
+        del num_samples
         k, m = len(ids), self.denominator
         out: list[Release] = []
         if k:
@@ -206,8 +212,16 @@ class NoisePlan:
         # The server sees the per-client releases (no amplification: they compose exactly).
         return [r for r in out if r.observer == "server"] + [self.public_release()]
 
+    def declared(self, client: int) -> dict[str, float]:
+        """Each client's noise shares (the same for every client of the cohort)."""
+        del client
+        declared = {"noise_std": self.client_std}
+        if self.count_query:
+            declared["count_noise_std"] = self.count_client_std
+        return declared
 
-class DpFedAvg(PrivateAlgorithm):
+
+class DpFedAvg(PrivateAlgorithm[NoisePlan]):
     """See the module docstring."""
 
     name = "dp-fedavg"
@@ -239,9 +253,6 @@ class DpFedAvg(PrivateAlgorithm):
         self.clip_norm = float(options.clip_norm)  # S_t: changes only with adaptive clipping
         # m: the fixed denominator of the cohort sum (expected cohort size, public)
         self.denominator = _expected_cohort(sampler, num_clients)
-        # the latest round's noise plan, keyed by (round, cohort size): fixed before aggregate()
-        # moves S_t on, so releases, declarations, top-ups and the ledger all use the same numbers
-        self._plan_of_round: tuple[tuple[int, int], NoisePlan] | None = None
         self._layer_sizes: list[int] | None = None
         self._rule: QuantileClipRule | None = None
         self.count_noise_std = 0.0
@@ -277,49 +288,36 @@ class DpFedAvg(PrivateAlgorithm):
 
     # ------------------------------------------------------------------ noise: one calibration
 
-    def plan(self, cohort: int) -> NoisePlan:
-        """Every noise number of a round with |P_t| = ``cohort``, from S_t and the calibrated
-        multipliers: the only place they are computed (the clients add, the server tops up,
-        and the ledger is told, all from this plan)."""
+    def plan(self, info: RoundInfo) -> NoisePlan:
+        """Every noise number of round ``info.round_idx`` with |P_t| = ``info.cohort``, from S_t
+        at the start of the round and the calibrated multipliers: the only place they are
+        computed (the clients add, the server tops up, and the ledger is told, all from this
+        plan; the loop fixes it before :meth:`aggregate` moves S_t on)."""
+        return self.plan_for_cohort(info.round_idx, info.cohort)
+
+    def plan_for_cohort(self, round_idx: int, cohort: int) -> NoisePlan:
+        """:meth:`plan` of round ``round_idx`` for a cohort of ``cohort`` clients at the current S_t."""
         local = self.options.variant == "local"
         z = self.update_multiplier
         client_std = dpfedavg_client_noise_std(self.clip_norm, z, cohort) if local and z > 0 and cohort else 0.0
         count_client = (self.count_noise_std / math.sqrt(cohort)
                         if local and self._rule is not None and self.count_noise_std > 0 and cohort else 0.0)
         return NoisePlan(
-            clip_norm=self.clip_norm, cohort=int(cohort), denominator=self.denominator, central=not local,
+            round_idx=int(round_idx), clip_norm=self.clip_norm, cohort=int(cohort), denominator=self.denominator, central=not local,
             sum_std=self.clip_norm * z, client_std=client_std,
             count_std=self.count_noise_std if self._rule is not None else 0.0, count_client_std=count_client,
             amplified=broadcast_mode(self.sampler.describe(), self.relation, self.privacy_unit, True) != "shared",
+            count_query=self._rule is not None,
         )
-
-    def _round_plan(self, info: RoundInfo) -> NoisePlan:
-        """The plan of round ``info.round_idx`` for its cohort, fixed the first time it is asked
-        for (before :meth:`aggregate` moves S_t on), so every later question gets the same one."""
-        key = (info.round_idx, info.cohort)
-        if self._plan_of_round is None or self._plan_of_round[0] != key:
-            self._plan_of_round = (key, self.plan(info.cohort))
-        return self._plan_of_round[1]
-
-    def releases(self, info: RoundInfo, num_samples: torch.Tensor, secure_aggregation: bool) -> list[Release]:
-        """The rows ``info.clients`` aggregated, each noised for a cohort of ``info.cohort``; the
-        broadcast is the sum's Gaussian (std S_t·z_Δ against S_t) over the fixed denominator m,
-        the same for every cohort, the empty one included."""
-        del num_samples
-        return self._round_plan(info).releases(info.clients.tolist(), secure_aggregation)
 
     def releases_for_arrivals(self, info: RoundInfo, arrived: torch.Tensor, num_samples: torch.Tensor,
                               secure_aggregation: bool) -> list[Release]:
         """After dropouts: :meth:`aggregate` tops the noise of the broadcast up to the plan, so
         the public release is the planned one; the server saw only the uploads that arrived (or,
         with secure aggregation, their sum *without* the top-up it adds itself)."""
-        del num_samples
-        plan = self._round_plan(info)
-        planned = plan.releases(info.clients.tolist(), secure_aggregation)
-        if int(arrived.numel()) == info.cohort:
-            return planned
-        actual = plan.releases(arrived.tolist(), secure_aggregation)
-        return [r for r in actual if r.observer == "server"] + [r for r in planned if r.observer == "public"]
+        plan = self.round_plan(info)
+        actual = plan.releases(arrived.tolist(), num_samples, secure_aggregation)
+        return [r for r in actual if r.observer == "server"] + [plan.public_release()]
 
     # ------------------------------------------------------------------ the round
 
@@ -331,7 +329,7 @@ class DpFedAvg(PrivateAlgorithm):
         variant plus N(0, S_t²σ²/|P_t| I) from the client's own stream; with adaptive clipping
         also the client's (noised, in the local variant) centered bit b_k − ½."""
         o = self.options
-        plan = self._round_plan(info)
+        plan = self.round_plan(info)
         clip = plan.clip_norm
         updates = local.params.sub_(global_params.to(local.params.device))
         rows = int(info.clients.numel())
@@ -362,14 +360,6 @@ class DpFedAvg(PrivateAlgorithm):
             declared["count_noise_std"] = torch.full((rows,), client_cs, dtype=torch.float64)
         return Uploads(info.clients, clipped, local.num_samples, local.train_loss, declared, diagnostics=diagnostics)
 
-    def declared_plan(self, info: RoundInfo, client: int) -> dict[str, float]:
-        del client
-        plan = self._round_plan(info)
-        declared = {"noise_std": plan.client_std}
-        if self._rule is not None:
-            declared["count_noise_std"] = plan.count_client_std
-        return declared
-
     def aggregate(self, global_params: torch.Tensor, uploads: Uploads, info: RoundInfo) -> RoundOutput:
         """004 Alg. 1 lines 7–9 with a fixed denominator: the sum of the uploads that arrived
         over m = pN, server noise in the central variant, server step; adaptive clipping updates
@@ -381,7 +371,7 @@ class DpFedAvg(PrivateAlgorithm):
         likewise for the count): the recorded guarantee stays true, never silently weaker.
         """
         o = self.options
-        plan = self._round_plan(info)
+        plan = self.round_plan(info)
         k = plan.cohort
         arrived = uploads.num_rows
         clip = plan.clip_norm

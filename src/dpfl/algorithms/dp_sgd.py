@@ -54,13 +54,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dpfl.algorithms.base import RoundOutput, Uploads
-from dpfl.algorithms.private import PrivateAlgorithm
+from dpfl.algorithms.private import PrivateAlgorithm, RoundPlan
 from dpfl.client.context import LocalProblem, LocalResult, RoundInfo
 from dpfl.client.local import (
     DpSgd,
@@ -96,7 +97,35 @@ class DpSgdOptions(BaseModel):
         return v
 
 
-class DpSgdFedAvg(PrivateAlgorithm):
+@dataclass(frozen=True)
+class DpSgdPlan(RoundPlan):
+    """The numbers of one dp-sgd-fedavg round (the same every round): z, and per client its
+    record sample rate q_k, its number of local steps and its step noise std z·C/(q_k|D_k|)."""
+
+    round_idx: int
+    noise_multiplier: float
+    sample_rates: tuple[float, ...]
+    steps: tuple[int, ...]
+    step_noise_stds: tuple[float, ...]
+
+    def releases(self, ids: list[int], num_samples: torch.Tensor | None = None,
+                 secure_aggregation: bool = False) -> list[Release]:
+        """Each participant's DP-SGD steps (``steps_k`` Poisson-sampled Gaussians of multiplier z
+        at rate q_k), against both observers; clients with equal (q_k, steps) share a release."""
+        del num_samples, secure_aggregation
+        groups: dict[tuple[float, int], list[int]] = {}
+        for c in ids:
+            groups.setdefault((self.sample_rates[c], self.steps[c]), []).append(c)
+        return [SampledGaussianRelease(obs, self.noise_multiplier, q, steps, tuple(members))
+                for obs in ("server", "public") for (q, steps), members in groups.items()]
+
+    def declared(self, client: int) -> dict[str, float]:
+        c = int(client)
+        return {"noise_std": self.step_noise_stds[c], "noise_multiplier": self.noise_multiplier,
+                "record_sample_rate": float(self.sample_rates[c]), "local_steps": float(self.steps[c])}
+
+
+class DpSgdFedAvg(PrivateAlgorithm[DpSgdPlan]):
     """See the module docstring."""
 
     name = "dp-sgd-fedavg"
@@ -149,22 +178,18 @@ class DpSgdFedAvg(PrivateAlgorithm):
 
     # ------------------------------------------------------------------ privacy
 
-    def _round_releases(self, ids: list[int]) -> list[Release]:
-        groups: dict[tuple[float, int], list[int]] = {}
-        for c in ids:
-            groups.setdefault((self.sample_rates[c], self.steps[c]), []).append(c)
-        z = float(self.options.noise_multiplier)
-        return [SampledGaussianRelease(obs, z, q, steps, tuple(members))
-                for obs in ("server", "public") for (q, steps), members in groups.items()]
+    def plan(self, info: RoundInfo) -> DpSgdPlan:
+        """The same numbers every round: z, and each client's q_k, steps and step noise std."""
+        return DpSgdPlan(info.round_idx, float(self.options.noise_multiplier), tuple(self.sample_rates),
+                         tuple(self.steps), tuple(float(x) for x in self.step_noise_stds))
 
     def releases(self, info: RoundInfo, num_samples: torch.Tensor, secure_aggregation: bool) -> list[Release]:
         """Each participant's DP-SGD steps, charged to it against both observers (the server sees
         its upload; the public a mean of uploads — post-processing; no client-sampling
         amplification). Secure aggregation would not change this (the sum is post-processing)."""
-        del num_samples, secure_aggregation
         ids = [int(c) for c in info.clients.tolist()]
         self._note_participants(info.round_idx, ids)
-        return self._round_releases(ids)
+        return self.round_plan(info).releases(ids, num_samples, secure_aggregation)
 
     def _note_participants(self, round_idx: int, ids: list[int]) -> None:
         if self._current is not None and self._current[0] != round_idx:
@@ -211,19 +236,10 @@ class DpSgdFedAvg(PrivateAlgorithm):
         declares the step noise std z·C/(q_k|D_k|), z, q_k and the number of steps."""
         updates = local.params.sub_(global_params.to(local.params.device))
         ids = [int(c) for c in info.clients.tolist()]
-        declared = {k: torch.tensor([v[k] for v in (self._declared(c) for c in ids)], dtype=torch.float64)
+        plan = self.round_plan(info)
+        declared = {k: torch.tensor([v[k] for v in (plan.declared(c) for c in ids)], dtype=torch.float64)
                     for k in ("noise_std", "noise_multiplier", "record_sample_rate", "local_steps")}
         return Uploads(info.clients, updates, local.num_samples, local.train_loss, declared)
-
-    def _declared(self, client: int) -> dict[str, float]:
-        return {"noise_std": float(self.step_noise_stds[client]),
-                "noise_multiplier": float(self.options.noise_multiplier),
-                "record_sample_rate": float(self.sample_rates[client]),
-                "local_steps": float(self.steps[client])}
-
-    def declared_plan(self, info: RoundInfo, client: int) -> dict[str, float]:
-        del info
-        return self._declared(int(client))
 
     def aggregate(self, global_params: torch.Tensor, uploads: Uploads, info: RoundInfo) -> RoundOutput:
         """w ← w + Σ_k p_k Δ_k, p_k = |D_k| / Σ_j |D_j| over the uploads that arrived (000 eq. 2);

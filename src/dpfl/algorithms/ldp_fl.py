@@ -96,7 +96,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from dpfl.algorithms.base import RoundOutput, Uploads
-from dpfl.algorithms.private import PrivateAlgorithm
+from dpfl.algorithms.private import PrivateAlgorithm, RoundPlan
 from dpfl.client.context import LocalProblem, LocalResult, RoundInfo
 from dpfl.client.layout import ParamLayout
 from dpfl.errors import ConfigError, PrivacyPreconditionError
@@ -270,7 +270,7 @@ def ldp_fl_privacy(epsilon: float, num_weights: int, rounds: int, num_reports: i
 
 
 @dataclass(frozen=True)
-class LdpFlPlan:
+class LdpFlPlan(RoundPlan):
     """Every privacy number of one LDP-FL round, read by the randomizer, the range agreement and
     the releases alike.
 
@@ -290,10 +290,14 @@ class LdpFlPlan:
     range_noise_std: float | None = None
     range_sensitivity: float | None = None
 
-    def releases(self, ids: list[int]) -> list[Release]:
+    def releases(self, ids: list[int], num_samples: torch.Tensor | None = None,
+                 secure_aggregation: bool = False) -> list[Release]:
         """Per participant, against both observers: d two-point reports; the range agreement's
         release (``client-minmax``: exact, ε = ∞; ``private-minmax``: the Gaussian report σ
-        against Δ); nothing for ``fixed`` and ``global-model`` (see the module docstring)."""
+        against Δ); nothing for ``fixed`` and ``global-model`` (see the module docstring).
+        Local DP: every report is protected on its own, so neither the sample counts nor a
+        secure aggregation change them."""
+        del num_samples, secure_aggregation
         if not ids:
             return []
         # Both observers: d two-point reports per participant. The public sees only per-id means,
@@ -332,7 +336,7 @@ def ldp_fl_plan(options: LdpFlOptions, num_params: int, round_idx: int,
                      float(options.range_noise_multiplier) * range_sensitivity, range_sensitivity)
 
 
-class LdpFl(PrivateAlgorithm):
+class LdpFl(PrivateAlgorithm[LdpFlPlan]):
     """See the module docstring.
 
     Args:
@@ -445,13 +449,16 @@ class LdpFl(PrivateAlgorithm):
 
     def range_noise_std(self) -> float:
         """``private-minmax``: σ = range_noise_multiplier × Δ of each client's log2 range report."""
-        std = self.plan(0).range_noise_std
+        std = self._plan_at(0).range_noise_std
         assert std is not None
         return std
 
-    def plan(self, round_idx: int) -> LdpFlPlan:
-        """Every privacy number of round ``round_idx`` (:func:`ldp_fl_plan`): the randomizer's ε,
-        d, and for ``private-minmax`` the range report's σ and Δ."""
+    def plan(self, info: RoundInfo) -> LdpFlPlan:
+        """Every privacy number of round ``info.round_idx`` (:func:`ldp_fl_plan`): the
+        randomizer's ε, d, and for ``private-minmax`` the range report's σ and Δ."""
+        return self._plan_at(info.round_idx)
+
+    def _plan_at(self, round_idx: int) -> LdpFlPlan:
         sens = self.range_sensitivity() if self.options.range == "private-minmax" else None
         return ldp_fl_plan(self.options, self.num_params, round_idx, sens)
 
@@ -464,7 +471,7 @@ class LdpFl(PrivateAlgorithm):
             "num_coordinates": self.num_params, "range": self.options.range,
         }
         if self.options.range == "private-minmax" and self.layout is not None:
-            plan = self.plan(0)
+            plan = self._plan_at(0)
             out.update(range_noise_multiplier=self.options.range_noise_multiplier,
                        range_sensitivity=plan.range_sensitivity, range_noise_std=plan.range_noise_std)
         return out
@@ -480,7 +487,7 @@ class LdpFl(PrivateAlgorithm):
         """
         sizes = self._sizes()
         gens = [info.seeds.generator(info.round_idx, int(c), "range") for c in info.clients.tolist()]
-        std = self.plan(info.round_idx).range_noise_std
+        std = self.round_plan(info).range_noise_std
         assert std is not None
         reports = log_range_reports(local_params, sizes, self.min_radius, self.max_radius, std, gens)
         radii_t = agree_log_ranges(reports, self.options.range_scale, self.min_radius, self.max_radius)
@@ -544,7 +551,7 @@ class LdpFl(PrivateAlgorithm):
         How many weights fell outside the range or were non-finite is a simulation-only
         diagnostic (it depends on the data, so a client never sends it)."""
         center, radius, _ = self._round_ranges(global_params, info, local.params)
-        eps = self.plan(info.round_idx).epsilon
+        eps = self.round_plan(info).epsilon
         device = local.params.device
         center, radius = center.to(device), radius.to(device)
         gens = [info.seeds.generator(info.round_idx, int(c), "randomizer") for c in info.clients.tolist()]
@@ -572,7 +579,7 @@ class LdpFl(PrivateAlgorithm):
         trusted in-process shuffler first. Either way the server side (:meth:`aggregate_by_id`)
         sees only per-id multisets — no client ids, no order. The shuffled-ε metrics use the
         number of reports actually mixed per id (the arrivals)."""
-        plan = self.plan(info.round_idx)
+        plan = self.round_plan(info)
         eps = plan.epsilon
         known = self.options.range not in CROSS_CLIENT_MODES or (
             self._agreed is not None and self._agreed[0] == info.round_idx)
@@ -639,10 +646,6 @@ class LdpFl(PrivateAlgorithm):
         return self._privacy_cache[key]
 
     # ------------------------------------------------------------------ privacy interface
-
-    def releases(self, info: RoundInfo, num_samples: torch.Tensor, secure_aggregation: bool) -> list[Release]:
-        del num_samples, secure_aggregation  # local DP: every report is protected on its own
-        return self.plan(info.round_idx).releases([int(c) for c in info.clients.tolist()])
 
     def claimed_epsilon(self, rounds_done: int) -> float | None:
         if rounds_done == 0:

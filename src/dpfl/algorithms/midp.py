@@ -63,7 +63,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dpfl.algorithms.base import RoundOutput, Uploads
-from dpfl.algorithms.private import PrivateAlgorithm
+from dpfl.algorithms.private import PrivateAlgorithm, RoundPlan
 from dpfl.client.context import LocalResult, RoundInfo
 from dpfl.errors import ConfigError
 from dpfl.privacy.accounting.claimed import midp_claimed_epsilon, pmidp_claimed_epsilon
@@ -205,7 +205,7 @@ def _floats(values: Any) -> list[float]:
 
 
 @dataclass(frozen=True)
-class MidpPlan:
+class MidpPlan(RoundPlan):
     """Every noise number of one round of a basic scheme, fixed by the server for its cohort.
 
     ``client_step`` adds ``client_std`` (``midp-client``), ``aggregate`` adds ``server_std``
@@ -231,6 +231,7 @@ class MidpPlan:
     client_std: float
     server_std: float
     public_mode: str
+    weighting: str = "samples"
 
     def for_arrivals(self, weights: list[float]) -> tuple[float, float]:
         """(client noise std the arrivals added, noise std the server adds) when the rows whose
@@ -249,7 +250,22 @@ class MidpPlan:
         have_sq = float((torch.tensor(weights, dtype=torch.float64) ** 2).sum()) * self.client_std**2
         return self.client_std, math.sqrt(max(0.0, target**2 - have_sq))
 
-    def releases(self, ids: list[int], weights: list[float], secure_aggregation: bool) -> list[Release]:
+    def releases(self, ids: list[int], num_samples: torch.Tensor | None = None,
+                 secure_aggregation: bool = False) -> list[Release]:
+        """The releases of the rows ``ids`` (sample counts ``num_samples``, weighed as the plan's
+        weighting; None: the cohort's planned weights) with the noise of :meth:`for_arrivals`."""
+        if not ids:
+            return []
+        weights = (list(self.weights) if num_samples is None
+                   else _weights(self.weighting, num_samples).weights.double().tolist())
+        return self.releases_weighted(ids, weights, secure_aggregation)
+
+    def declared(self, client: int) -> dict[str, float]:
+        """σ_c (``midp-client``) or 0 (``midp-server``)."""
+        del client
+        return {"noise_std": self.client_std if self.side == "client" else 0.0}
+
+    def releases_weighted(self, ids: list[int], weights: list[float], secure_aggregation: bool) -> list[Release]:
         """The releases of the rows ``ids`` (weights ``weights``) with the noise of :meth:`for_arrivals`."""
         client_std, server_std = self.for_arrivals(weights)
         return round_releases(ids, client_std, self.clip_norm, weights, server_noise_std=server_std,
@@ -282,10 +298,10 @@ def midp_plan(side: str, budgets: np.ndarray, clip_norm: float, dim: int, weight
     elif clients:
         client_std = midp_client_noise_std(eps, clip_norm, agg.weights.double().numpy(), dim)
     return MidpPlan(round_idx, tuple(clients), tuple(agg.weights.double().tolist()), eps, float(clip_norm), int(dim),
-                    side, client_std, server_std, public_mode)
+                    side, client_std, server_std, public_mode, weighting)
 
 
-class MidpScheme(PrivateAlgorithm):
+class MidpScheme(PrivateAlgorithm[MidpPlan]):
     """The two basic schemes of 002 §IV: noise on the server (Thm 1) or on the clients (Cor. 1)."""
 
     claim_comparable: ClassVar[bool] = False  # ε-MI-DP in nats (002 Def. 2-3) is not (ε, δ)-DP
@@ -353,7 +369,7 @@ class MidpScheme(PrivateAlgorithm):
             return []
         plan = self.plan(info, num_samples)
         self._claimed = plan.claimed_epsilon
-        return plan.releases(info.clients.tolist(), list(plan.weights), secure_aggregation)
+        return plan.releases_weighted(info.clients.tolist(), list(plan.weights), secure_aggregation)
 
     def releases_for_arrivals(self, info: RoundInfo, arrived: torch.Tensor, num_samples: torch.Tensor,
                               secure_aggregation: bool) -> list[Release]:
@@ -364,7 +380,7 @@ class MidpScheme(PrivateAlgorithm):
         full = int(arrived.numel()) == info.cohort
         plan = self.plan(info, num_samples if full else None)
         weights = _weights(self.options.weighting, num_samples).weights.double().tolist()
-        return plan.releases(arrived.tolist(), weights, secure_aggregation)
+        return plan.releases_weighted(arrived.tolist(), weights, secure_aggregation)
 
     # ------------------------------------------------------------------ the round, split at the wire
 
@@ -481,7 +497,7 @@ class MidpScheme(PrivateAlgorithm):
 
 
 @dataclass(frozen=True)
-class PmidpPlan:
+class PmidpPlan(RoundPlan):
     """Every noise number of one PMIDP-FL round for its rows: C_{k,t} and σ_{k,t} (eq. 5.32).
 
     ``client_step`` clips row k to ``clip_norms[k]`` and adds ``noise_stds[k]``, ``declared_plan``
@@ -515,7 +531,13 @@ class PmidpPlan:
         claimed = pmidp_claimed_epsilon(clips, stds, self.dim)
         return {int(c): float(e) for c, e in zip(clients, claimed, strict=True)}
 
-    def releases(self, clients: list[int], secure_aggregation: bool) -> list[Release]:
+    def declared(self, client: int) -> dict[str, float]:
+        """Client k's σ_{k,t}."""
+        _, stds = self.rows([int(client)])
+        return {"noise_std": float(stds[0])}
+
+    def releases(self, clients: list[int], num_samples: torch.Tensor | None = None,
+                 secure_aggregation: bool = False) -> list[Release]:
         """The uploads of ``clients`` and their broadcast, weighted by eq. 5.33 over them, per client
         (p_k·2C_k against the total noise).
 
@@ -525,7 +547,9 @@ class PmidpPlan:
         public sees it through the next rounds' noise scale σ_{k,t+1} ∝ C_{k,t+1} and weights
         p_{k,t+1} ∝ 1/σ_{k,t+1} (eq. 5.32–5.33), a data-dependent noise that no accountant here
         covers. Both observers: an exact release (ε = ∞), as LDP-FL's client-minmax ranges.
+        The weights depend on the declared noise only, not on ``num_samples``.
         """
+        del num_samples
         if not clients:
             return []
         clips, stds = self.rows(clients)
@@ -552,7 +576,7 @@ def pmidp_plan(budgets: np.ndarray, clip_norms: np.ndarray, dim: int, round_idx:
                      tuple(float(s) for s in stds), int(dim), bool(adaptive))
 
 
-class PmidpFl(PrivateAlgorithm):
+class PmidpFl(PrivateAlgorithm[PmidpPlan]):
     """PMIDP-FL (002 Algorithm 2): personalized budgets, adaptive clipping, inverse-noise weights."""
 
     claim_comparable: ClassVar[bool] = False  # ε-MI-DP in nats (002 Def. 2-3) is not (ε, δ)-DP
@@ -602,7 +626,7 @@ class PmidpFl(PrivateAlgorithm):
             return []
         plan = self.plan(info)
         self._claimed.update(plan.claimed_epsilon(ids))
-        return plan.releases(ids, secure_aggregation)
+        return plan.releases(ids, None, secure_aggregation)
 
     def releases_for_arrivals(self, info: RoundInfo, arrived: torch.Tensor, num_samples: torch.Tensor,
                               secure_aggregation: bool) -> list[Release]:
@@ -611,7 +635,7 @@ class PmidpFl(PrivateAlgorithm):
         as :meth:`aggregate` weighs them. No top-up: the recorded public release is per client,
         p'_k·2C_k against the arrivals' total noise, whatever it became."""
         del num_samples
-        return self.plan(info).releases([int(c) for c in arrived.tolist()], secure_aggregation)
+        return self.plan(info).releases([int(c) for c in arrived.tolist()], None, secure_aggregation)
 
     @staticmethod
     def weighted_by_declared_noise(noisy_uploads: torch.Tensor,

@@ -52,7 +52,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from dpfl.algorithms.base import RoundOutput, Uploads
-from dpfl.algorithms.private import PrivateAlgorithm
+from dpfl.algorithms.private import PrivateAlgorithm, RoundPlan
 from dpfl.client.context import LocalProblem, LocalResult, RoundInfo
 from dpfl.client.local import LocalTraining
 from dpfl.errors import ConfigError, PrivacyPreconditionError
@@ -174,8 +174,8 @@ def nbafl_calibration(options: NbAflOptions, *, client_sizes: list[int], cohort:
 
 
 @dataclass(frozen=True)
-class NbAflPlan:
-    """Every noise number of one NbAFL round, from the calibration.
+class NbAflPlan(RoundPlan):
+    """Every noise number of one NbAFL round, from the calibration (its round plan).
 
     ``client_step`` adds ``uplink_noise_std`` to each clipped upload, ``aggregate`` adds
     ``downlink_noise_std`` to the weighted mean, and :meth:`releases` states exactly these
@@ -219,9 +219,14 @@ class NbAflPlan:
             amplifiable=self.public_mode == "amplified",
         )
 
+    def declared(self, client: int) -> dict[str, float]:
+        """Each client's uplink noise σ_U."""
+        del client
+        return {"noise_std": self.uplink_noise_std}
 
 
-class NbAfl(PrivateAlgorithm):
+
+class NbAfl(PrivateAlgorithm[NbAflPlan]):
     """See the module docstring.
 
     Args:
@@ -288,9 +293,9 @@ class NbAfl(PrivateAlgorithm):
         """Whether fewer than all clients are scheduled per round (Lemma 4 applies)."""
         return self._calibration.k_random
 
-    def plan(self, round_idx: int) -> NbAflPlan:
-        """Every noise number of round ``round_idx`` (the same calibrated levels every round)."""
-        return NbAflPlan(round_idx, self.uplink_noise_std, self.downlink_noise_std, float(self.options.clip_norm),
+    def plan(self, info: RoundInfo) -> NbAflPlan:
+        """Every noise number of round ``info.round_idx`` (the same calibrated levels every round)."""
+        return NbAflPlan(info.round_idx, self.uplink_noise_std, self.downlink_noise_std, float(self.options.clip_norm),
                          self._calibration.sensitivity, self.options.weights == "uniform", self._public_mode())
 
     # ------------------------------------------------------------------ the round
@@ -319,14 +324,11 @@ class NbAfl(PrivateAlgorithm):
         same = self.options.weights == "uniform" or interchangeable(self.client_sizes)
         return broadcast_mode(self.sampler.describe(), self.relation, self.privacy_unit, same)
 
-    def releases(self, info: RoundInfo, num_samples: torch.Tensor, secure_aggregation: bool) -> list[Release]:
-        return self.plan(info.round_idx).releases(info.clients.tolist(), num_samples, secure_aggregation)
-
     splits_rounds = True
 
     def client_step(self, global_params: torch.Tensor, local: LocalResult, info: RoundInfo) -> Uploads:
         """Alg. 1 lines 6–9 on each client: clip the local parameters to C, add N(0, σ_U² I)."""
-        plan = self.plan(info.round_idx)
+        plan = self.round_plan(info)
         clipped, norms = clip_by_l2_norm(local.params, plan.clip_norm)
         if plan.uplink_noise_std > 0:
             gens = [info.seeds.generator(info.round_idx, int(c), "noise") for c in info.clients.tolist()]
@@ -336,13 +338,9 @@ class NbAfl(PrivateAlgorithm):
                        {"noise_std": torch.full((k,), plan.uplink_noise_std, dtype=torch.float64)},
                        diagnostics={"param_norm": norms.detach().to(torch.float64).cpu()})
 
-    def declared_plan(self, info: RoundInfo, client: int) -> dict[str, float]:
-        del client
-        return {"noise_std": self.plan(info.round_idx).uplink_noise_std}
-
     def aggregate(self, global_params: torch.Tensor, uploads: Uploads, info: RoundInfo) -> RoundOutput:
         """Alg. 1 lines 14–15: Σ p_i w̃_i over the uploads that arrived, plus N(0, σ_D² I)."""
-        plan = self.plan(info.round_idx)
+        plan = self.round_plan(info)
         aggregate = plan.aggregator(uploads.num_samples)(uploads.params)
         if plan.downlink_noise_std > 0:
             gen = info.seeds.generator(info.round_idx, SERVER, "server_noise")

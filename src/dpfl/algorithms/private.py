@@ -11,7 +11,7 @@ come from :mod:`dpfl.privacy`.
 from __future__ import annotations
 
 import abc
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar, cast
 
 import torch
 
@@ -20,7 +20,35 @@ from dpfl.client.context import RoundInfo
 from dpfl.privacy.accounting.ledger import Observer, Release
 
 
-class PrivateAlgorithm(Algorithm):
+class RoundPlan(abc.ABC):
+    """Every noise number of one round and the releases they imply: a frozen object.
+
+    An algorithm's :meth:`PrivateAlgorithm.plan` builds one per round from its calibration and
+    the round's public facts (round index, cohort size, S_t, …); the round loop fixes it once
+    (``RoundInfo.plan``) and every part of the round reads that one object: the client step adds
+    its noise, the aggregate its server noise and top-ups, the client declares it, the gate and
+    the ledger are told its releases. A round therefore cannot declare a cheaper event than the
+    noise it draws, and no answer depends on call order or on state cached on the algorithm.
+    Subclasses are frozen dataclasses with a ``round_idx`` field (the round they plan).
+    """
+
+    round_idx: int
+
+    @abc.abstractmethod
+    def releases(self, ids: list[int], num_samples: torch.Tensor, secure_aggregation: bool) -> list[Release]:
+        """The releases of this round when the rows ``ids`` (with sample counts ``num_samples``)
+        are aggregated: each observer's view, for every cohort, the empty one included."""
+
+    def declared(self, client: int) -> dict[str, float]:
+        """What ``client`` must declare in its upload (its noise numbers), checked by the server."""
+        del client
+        return {}
+
+
+PlanT = TypeVar("PlanT", bound=RoundPlan)
+
+
+class PrivateAlgorithm(Algorithm, Generic[PlanT]):
     """An algorithm whose rounds are recorded in a privacy ledger.
 
     Class attributes:
@@ -40,8 +68,24 @@ class PrivateAlgorithm(Algorithm):
     claim_observer: ClassVar[Observer | None] = None
 
     @abc.abstractmethod
+    def plan(self, info: RoundInfo) -> PlanT:
+        """The plan of round ``info.round_idx`` for a cohort of ``info.cohort``: a pure function
+        of the calibration and the algorithm's public state at the start of the round."""
+
+    def round_plan(self, info: RoundInfo) -> PlanT:
+        """The round's plan as fixed by the loop (``info.plan``), or computed from the same
+        public facts where nobody fixed it (a real client, a unit test)."""
+        return cast(PlanT, info.plan) if info.plan is not None else self.plan(info)
+
     def releases(self, info: RoundInfo, num_samples: torch.Tensor, secure_aggregation: bool) -> list[Release]:
-        """The releases round ``info.round_idx`` will make for this cohort (before training)."""
+        """The releases round ``info.round_idx`` will make for this cohort (before training):
+        its plan's, for the rows ``info.clients``."""
+        return self.round_plan(info).releases([int(c) for c in info.clients.tolist()], num_samples,
+                                              secure_aggregation)
+
+    def declared_plan(self, info: RoundInfo, client: int) -> dict[str, float]:
+        """What ``client`` must declare this round: its plan's numbers."""
+        return self.round_plan(info).declared(client)
 
     def releases_for_arrivals(self, info: RoundInfo, arrived: torch.Tensor, num_samples: torch.Tensor,
                               secure_aggregation: bool) -> list[Release]:

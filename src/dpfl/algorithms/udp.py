@@ -82,7 +82,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from torch.func import functional_call
 
 from dpfl.algorithms.base import RoundOutput, Uploads
-from dpfl.algorithms.private import PrivateAlgorithm
+from dpfl.algorithms.private import PrivateAlgorithm, RoundPlan
 from dpfl.client.context import LocalProblem, LocalResult, RoundInfo
 from dpfl.errors import ConfigError
 from dpfl.models import per_sample_loss
@@ -243,7 +243,7 @@ def udp_calibration(options: UdpOptions, *, sizes: list[int], lr: float, epochs:
 
 
 @dataclass(frozen=True)
-class UdpPlan:
+class UdpPlan(RoundPlan):
     """Every noise number of one UDP round: σ_i^t and Δℓ_i of every client.
 
     ``client_step`` adds ``noise_stds[i]`` to client i's parameters, ``declared_plan`` states
@@ -263,9 +263,11 @@ class UdpPlan:
         total = float(sum(n))
         return [x / total for x in n]
 
-    def releases(self, ids: list[int], secure_aggregation: bool) -> list[Release]:
+    def releases(self, ids: list[int], num_samples: torch.Tensor | None = None,
+                 secure_aggregation: bool = False) -> list[Release]:
         """The releases of a round whose rows are ``ids``: each upload (σ_k against Δℓ_k) and the
-        weighted mean (000 eq. 2)."""
+        weighted mean (000 eq. 2; the weights come from the public sizes the plan holds)."""
+        del num_samples
         return federated_round_releases(
             ids,
             [self.noise_stds[c] for c in ids],
@@ -275,11 +277,15 @@ class UdpPlan:
             per_client_public=self.per_client_public,
         )
 
+    def declared(self, client: int) -> dict[str, float]:
+        """Client k's σ_k^t."""
+        return {"noise_std": float(self.noise_stds[int(client)])}
+
 
 # --------------------------------------------------------------------------- UDP
 
 
-class Udp(PrivateAlgorithm):
+class Udp(PrivateAlgorithm[UdpPlan]):
     """000 Algorithm 1 (see the module docstring); the base of CRD and Lei's baseline."""
 
     name = "udp"
@@ -362,12 +368,13 @@ class Udp(PrivateAlgorithm):
         self.history.append(list(stds))
         return self.history[round_idx]
 
-    def plan(self, round_idx: int) -> UdpPlan:
-        """Every noise number of round ``round_idx``: the schedule's σ_i^t (Thm 1; CRD's eq. 25
+    def plan(self, info: RoundInfo) -> UdpPlan:
+        """Every noise number of round ``info.round_idx``: the schedule's σ_i^t (Thm 1; CRD's eq. 25
         after T changed; Lei's linear decay), committed to the history the first time the round
         is asked for (the history row is the round's one computation of σ_i^t; the plan is a
         frozen view of it), so the clients, the declarations and the ledger all get the same
         numbers."""
+        round_idx = info.round_idx
         stds = self._commit(round_idx)
         # a record-level unit: sampling clients never amplifies the public's view (cohorts.py)
         mode = broadcast_mode(self.sampler.describe(), self.relation, self.privacy_unit, False)
@@ -381,10 +388,6 @@ class Udp(PrivateAlgorithm):
             return f"{self.name}: T = {self.total_rounds} rounds done"
         return None
 
-    def releases(self, info: RoundInfo, num_samples: torch.Tensor, secure_aggregation: bool) -> list[Release]:
-        del num_samples  # the weights come from the public sizes the plan holds
-        return self.plan(info.round_idx).releases([int(c) for c in info.clients.tolist()], secure_aggregation)
-
     # ------------------------------------------------------------------ the round, split at the wire
 
     splits_rounds = True
@@ -397,15 +400,12 @@ class Udp(PrivateAlgorithm):
         ``udp-lei``, and for ``udp-crd`` recomputed by eq. 25 after T changed — server state that
         a real client receives with :meth:`client_state` (the committed stds and CRD's T).
         """
-        plan = self.plan(info.round_idx)
+        plan = self.round_plan(info)
         ids = [int(c) for c in info.clients.tolist()]
         stds = torch.tensor([plan.noise_stds[c] for c in ids], dtype=torch.float64)
         gens = [info.seeds.generator(info.round_idx, c, "noise") for c in ids]
         noisy = add_gaussian_noise_per_client(local.params, stds.to(local.params.dtype), gens)
         return Uploads(info.clients, noisy, local.num_samples, local.train_loss, {"noise_std": stds})
-
-    def declared_plan(self, info: RoundInfo, client: int) -> dict[str, float]:
-        return {"noise_std": float(self.plan(info.round_idx).noise_stds[int(client)])}
 
     def aggregate(self, global_params: torch.Tensor, uploads: Uploads, info: RoundInfo) -> RoundOutput:
         """000 eq. 2 over the uploads that arrived: w = Σ_k p_k w̃_k, p_k = |D_k| / Σ_j |D_j| (the
@@ -601,7 +601,7 @@ class UdpCrd(Udp):
         releases: list[Release] = [Release.gaussian("server", stds[c], self.sensitivities[c], [c]) for c in ids]
         if broadcast_mode(desc, self.relation, self.privacy_unit, False) == "shared":
             full = UdpPlan(-1, tuple(stds), self._calibration.sensitivities, self._calibration.sizes, False)
-            releases += [r for r in full.releases(ids, False) if r.observer == "public"]
+            releases += [r for r in full.releases(ids, None, False) if r.observer == "public"]
         else:
             smallest = int(desc["num_sampled"]) if desc["kind"] == "fixed_size" else 1
             z = worst_cohort_multipliers(cohort_size=smallest, noise_stds=stds, sensitivities=self.sensitivities,

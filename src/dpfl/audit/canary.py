@@ -58,7 +58,7 @@ import contextlib
 import dataclasses
 import math
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -67,7 +67,7 @@ import numpy as np
 import torch
 
 from dpfl.algorithms.base import RoundOutput
-from dpfl.algorithms.dp_fedavg import DpFedAvg
+from dpfl.algorithms.dp_fedavg import DpFedAvg, NoisePlan
 from dpfl.algorithms.nbafl import NbAfl
 from dpfl.algorithms.private import PrivateAlgorithm
 from dpfl.algorithms.udp import Udp, UdpPlan
@@ -90,25 +90,19 @@ SUPPORTED = ("dp-fedavg", "dp-fedavg-blur-lus", "nbafl", "udp")
 
 @dataclass(frozen=True)
 class _Adapter:
-    """How canaries enter one algorithm: their rows, sample counts, and the calibration guard."""
+    """How canaries enter one algorithm: their rows, sample counts, and the round plan that
+    covers them (the real round's plan, extended: nothing on the algorithm is patched)."""
 
     rows: Callable[[Any, torch.Tensor, torch.Tensor], torch.Tensor]  # (algo, global [P], dirs [c,P]) -> [c,P]
     num_samples: Callable[[Any, torch.Tensor], int]  # (algo, real cohort sizes) -> canary sample count
-    guard: Callable[[Any, int, int], contextlib.AbstractContextManager[None]]  # (algo, real K, all canaries)
+    # (algo, the real round's plan, real K, canaries joining, all canaries) -> the plan of the rows
+    extend: Callable[[Any, Any, int, int, int], Any]
 
 
-@contextlib.contextmanager
-def _dpfedavg_guard(algo: DpFedAvg, real_k: int, num_canaries: int) -> Iterator[None]:
-    del num_canaries
-    original = algo.plan
+def _dpfedavg_extend(algo: DpFedAvg, plan: NoisePlan, real_k: int, joined: int, num_canaries: int) -> NoisePlan:
+    del algo, num_canaries
     # the real clients' noise stays calibrated to the real cohort; the rows are real + canaries
-    algo.plan = lambda cohort: dataclasses.replace(original(real_k), cohort=cohort)  # type: ignore[method-assign]
-    algo._plan_of_round = None
-    try:
-        yield
-    finally:
-        del algo.plan  # back to the class method
-        algo._plan_of_round = None
+    return dataclasses.replace(plan, cohort=real_k + joined)
 
 
 def _check_dpfedavg(algo: DpFedAvg) -> None:
@@ -117,10 +111,9 @@ def _check_dpfedavg(algo: DpFedAvg) -> None:
                           "would move the clip norm; LUS needs gradients canaries do not have). Turn them off.")
 
 
-@contextlib.contextmanager
-def _no_guard(algo: Any, real_k: int, num_canaries: int) -> Iterator[None]:
-    del algo, real_k, num_canaries
-    yield
+def _same_plan(algo: Any, plan: Any, real_k: int, joined: int, num_canaries: int) -> Any:
+    del algo, real_k, joined, num_canaries
+    return plan
 
 
 def _udp_template(algo: Udp) -> int:
@@ -128,25 +121,14 @@ def _udp_template(algo: Udp) -> int:
     return int(order[len(order) // 2])
 
 
-@contextlib.contextmanager
-def _udp_guard(algo: Udp, real_k: int, num_canaries: int) -> Iterator[None]:
-    del real_k
-    original = algo.plan
+def _udp_extend(algo: Udp, plan: UdpPlan, real_k: int, joined: int, num_canaries: int) -> UdpPlan:
+    del real_k, joined
     tpl = _udp_template(algo)
-
-    def plan(round_idx: int) -> UdpPlan:
-        # the round's plan, with every canary noised, weighed and bounded as the template client
-        p = original(round_idx)
-        return dataclasses.replace(
-            p, noise_stds=(*p.noise_stds, *([p.noise_stds[tpl]] * num_canaries)),
-            sensitivities=(*p.sensitivities, *([p.sensitivities[tpl]] * num_canaries)),
-            sizes=(*p.sizes, *([p.sizes[tpl]] * num_canaries)))
-
-    algo.plan = plan  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        del algo.plan  # back to the class method
+    # the round's plan, with every canary noised, weighed and bounded as the template client
+    return dataclasses.replace(
+        plan, noise_stds=(*plan.noise_stds, *([plan.noise_stds[tpl]] * num_canaries)),
+        sensitivities=(*plan.sensitivities, *([plan.sensitivities[tpl]] * num_canaries)),
+        sizes=(*plan.sizes, *([plan.sizes[tpl]] * num_canaries)))
 
 
 def _median_size(sizes: torch.Tensor) -> int:
@@ -157,17 +139,17 @@ _ADAPTERS: dict[type, _Adapter] = {
     DpFedAvg: _Adapter(
         rows=lambda a, g, d: g.unsqueeze(0) + a.clip_norm * d,
         num_samples=lambda a, sizes: _median_size(sizes),
-        guard=_dpfedavg_guard,
+        extend=_dpfedavg_extend,
     ),
     NbAfl: _Adapter(
         rows=lambda a, g, d: float(a.options.clip_norm) * d,
         num_samples=lambda a, sizes: _median_size(sizes),
-        guard=_no_guard,
+        extend=_same_plan,
     ),
     Udp: _Adapter(
         rows=lambda a, g, d: g.unsqueeze(0) + a.sensitivities[_udp_template(a)] * d,
         num_samples=lambda a, sizes: int(a.sizes[_udp_template(a)]),
-        guard=_udp_guard,
+        extend=_udp_extend,
     ),
 }
 
@@ -273,10 +255,10 @@ class CanaryAlgorithm:
             final_grads=None,
         )
         ids = torch.tensor([self.first_canary_id + j for j in joined], dtype=info.clients.dtype)
+        plan = self.adapter.extend(self.inner, self.inner.round_plan(info), real_k, c, self.num_canaries)
         ext_info = RoundInfo(info.round_idx, self.num_clients + self.num_canaries,
-                             torch.cat([info.clients, ids]), info.seeds)
-        with self.adapter.guard(self.inner, real_k, self.num_canaries):
-            out = self.inner.server_step(global_params, ext, ext_info)
+                             torch.cat([info.clients, ids]), info.seeds, plan=plan)
+        out = self.inner.server_step(global_params, ext, ext_info)
         self.participations[joined] += 1
         metrics = {k: v for k, v in out.metrics.items() if not isinstance(v, list)}  # per-row lists mix canaries
         metrics["canaries"] = c

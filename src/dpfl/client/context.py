@@ -3,8 +3,10 @@ what it may know about the round. Shared by the simulation engines and the Flowe
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -116,6 +118,11 @@ class RoundInfo:
     clients: torch.Tensor  # ids of the rows, sorted
     seeds: SeedSequence
     cohort_size: int | None = None  # None: the rows are the whole cohort
+    # The round's frozen plan (``dpfl.algorithms.private.RoundPlan``: every noise number and the
+    # releases they imply), fixed once by the round loop before anything runs and read by the
+    # client step, the aggregate, the gate and the cohort. None where nobody fixed it (a real
+    # client, a unit test): the algorithm then computes it from the same public facts.
+    plan: Any = None
 
     @property
     def cohort(self) -> int:
@@ -124,4 +131,8 @@ class RoundInfo:
 
     def for_clients(self, clients: torch.Tensor) -> RoundInfo:
         """The same round seen for a subset of its rows (the cohort size is kept)."""
-        return RoundInfo(self.round_idx, self.num_clients, clients, self.seeds, self.cohort)
+        return RoundInfo(self.round_idx, self.num_clients, clients, self.seeds, self.cohort, self.plan)
+
+    def with_plan(self, plan: Any) -> RoundInfo:
+        """The same round with its plan fixed."""
+        return dataclasses.replace(self, plan=plan)

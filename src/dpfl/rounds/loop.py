@@ -5,6 +5,7 @@
     for t in rounds:
       algorithm.should_stop(t)                       e.g. CRD lowered T
       clients = algorithm.sample(t, N, seeds)        stream (t, SERVER, "sample")
+      info.plan = algorithm.plan(info)               private: the round's frozen plan, read by all
       gate.before_round(info)                        releases + claim; stop before exceeding
                                                      the target ε / the filter's budget; strict mode
       collected = cohort.collect(params, info)       train (or not: a dry run)
@@ -137,6 +138,9 @@ def run_rounds(
             break
         clients = algorithm.sample(t, num_clients, seeds)
         info = RoundInfo(t, num_clients, clients, seeds)
+        planner = getattr(algorithm, "plan", None)
+        if planner is not None:  # a private algorithm: its round plan, fixed once for every part
+            info = info.with_plan(planner(info))
         metrics: dict[str, Any] = {"clients": int(clients.numel())}
         releases: list[Release] | None = None
         claimed_after = None
