@@ -17,7 +17,6 @@ from dpfl.privacy.mechanisms import (
     add_gaussian_noise_per_client,
     clip_by_l2_norm,
     clipped_sensitivity,
-    gaussian_event,
     two_point_event,
     two_point_flip_probability,
     two_point_randomize,
@@ -142,13 +141,6 @@ def test_gaussian_per_client_generators_equal_sequential_draws() -> None:
         assert torch.equal(vectorized[client : client + 1], alone)
     with pytest.raises(ConfigError, match="one generator per client row"):
         add_gaussian_noise_per_client(x, 1.0, [_gen(0)])
-
-
-def test_gaussian_event() -> None:
-    assert gaussian_event(2.0, 0.5) == dp_accounting.GaussianDpEvent(noise_multiplier=4.0)
-    assert gaussian_event(0.0, 0.5) == dp_accounting.NonPrivateDpEvent()
-    with pytest.raises(ConfigError, match=r"`sensitivity` must be > 0\. Found 0\.0"):
-        gaussian_event(1.0, 0.0)
 
 
 # ---------------------------------------------------------------------------------------------

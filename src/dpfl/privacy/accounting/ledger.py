@@ -50,7 +50,6 @@ from __future__ import annotations
 import abc
 import dataclasses
 import math
-import warnings
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -87,7 +86,6 @@ from dpfl.privacy.accounting.events import (
 
 __all__ = [
     "OBSERVERS",
-    "ClaimExceededWarning",
     "ExactRelease",
     "GaussianRelease",
     "Observer",
@@ -101,10 +99,6 @@ __all__ = [
 Observer = Literal["server", "public"]
 OBSERVERS: tuple[Observer, ...] = ("server", "public")
 _KINDS = ("gaussian", "two_point", "exact", "sampled_gaussian")
-
-
-class ClaimExceededWarning(UserWarning):
-    """The certified ε exceeds the paper's claimed ε for the same run (non-strict mode)."""
 
 
 # --------------------------------------------------------------------------- releases
@@ -1064,35 +1058,6 @@ class PrivacyLedger:
             if np.any(spent > allowed * (1 + 1e-9) + 1e-12):
                 return False
         return True
-
-    # ------------------------------------------------------------------ claimed vs certified
-
-    def compare_with_claimed(self, *, strict: bool = False) -> dict[str, Any]:
-        """Compare the headline certified ε with the latest claimed ε.
-
-        Args:
-            strict: raise instead of warning when the certified ε exceeds the claimed ε.
-
-        Returns:
-            ``{"claimed": ..., "certified": ..., "exceeds": bool}``.
-
-        Raises:
-            PrivacyPreconditionError: ``strict`` and the certified ε exceeds the claim.
-        """
-        claimed = self.claimed_epsilon
-        cert = self.certify()
-        claim_value = max(claimed.values()) if isinstance(claimed, dict) and claimed else claimed
-        exceeds = claim_value is not None and cert.epsilon > float(claim_value)  # type: ignore[arg-type]
-        if exceeds:
-            msg = (
-                f"certified epsilon {cert.epsilon:.4g} ({cert.method}, observer {cert.observer}, "
-                f"delta {cert.delta:g}, {cert.privacy_unit}, {cert.relation}) exceeds the claimed "
-                f"epsilon {float(claim_value):.4g}."  # type: ignore[arg-type]
-            )
-            if strict:
-                raise PrivacyPreconditionError(msg + " Refusing to continue (strict mode).")
-            warnings.warn(ClaimExceededWarning(msg), stacklevel=2)
-        return {"claimed": claim_value, "certified": cert.to_dict(), "exceeds": exceeds}
 
     # ------------------------------------------------------------------ persistence
 

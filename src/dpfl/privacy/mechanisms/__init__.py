@@ -2,8 +2,9 @@
 
 Bound sensitivity, then randomize — two steps, so one mechanism serves local DP, central DP and
 clip-on-client / noise-on-server: :mod:`.clipping` bounds (whole-vector L2 clip, the sensitivity
-it enforces); :mod:`.gaussian` and :mod:`.two_point` randomize and state the DP event they cause
-(``gaussian_event``, ``two_point_event``); :mod:`.log_range` is a DP agreement on per-layer
+it enforces); :mod:`.gaussian` and :mod:`.two_point` randomize (the two-point randomizer states
+its event, ``two_point_event``; a Gaussian release's event is
+:func:`dpfl.privacy.accounting.events.gaussian_event`, the one definition); :mod:`.log_range` is a DP agreement on per-layer
 ranges (noisy log2 max|w| reports, ``log_range_event``). Nothing here reads a global RNG;
 secure seeding is ``dpfl.rng.SeedSequence.secure_mode()``.
 
@@ -18,7 +19,6 @@ from dpfl.privacy.mechanisms.clipping import (
 from dpfl.privacy.mechanisms.gaussian import (
     add_gaussian_noise,
     add_gaussian_noise_per_client,
-    gaussian_event,
 )
 from dpfl.privacy.mechanisms.log_range import (
     agree_log_ranges,
@@ -44,7 +44,6 @@ __all__ = [
     "agree_log_ranges",
     "clip_by_l2_norm",
     "clipped_sensitivity",
-    "gaussian_event",
     "layer_log_max_abs",
     "log_range_event",
     "log_range_reports",

@@ -23,13 +23,12 @@ import math
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-import dp_accounting
 import torch
 from torch import Tensor
 
 from dpfl.errors import ConfigError
 
-__all__ = ["add_gaussian_noise", "add_gaussian_noise_per_client", "gaussian_event"]
+__all__ = ["add_gaussian_noise", "add_gaussian_noise_per_client"]
 
 
 def _std_view(noise_std: float | Tensor, x: Tensor) -> float | Tensor:
@@ -182,36 +181,3 @@ def _draw_rows(noise: Tensor, generators: Sequence[torch.Generator]) -> None:
             torch.randn(noise.shape[1:], generator=generators[i], out=noise[i])
 
     list(_POOL.map(lambda ab: block(*ab), zip(bounds[:-1], bounds[1:], strict=True)))
-
-
-def gaussian_event(noise_std: float, sensitivity: float) -> dp_accounting.DpEvent:
-    """The DP event of one Gaussian release: ``GaussianDpEvent(noise_std / sensitivity)``.
-
-    ``sensitivity`` must be the L2 sensitivity the code actually enforces (see
-    :func:`dpfl.privacy.mechanisms.clipping.clipped_sensitivity`), under the neighbouring
-    relation the accountant uses. Zero noise is a ``NonPrivateDpEvent``.
-
-    Args:
-        noise_std: σ >= 0 of the noise actually added.
-        sensitivity: Δ > 0.
-
-    Returns:
-        the event.
-
-    References:
-        dp_accounting ``dp_event.GaussianDpEvent`` (noise multiplier = std / sensitivity).
-    """
-    for name, value in (("noise_std", noise_std), ("sensitivity", sensitivity)):
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not math.isfinite(value)
-        ):
-            raise ConfigError(f"`{name}` must be a finite number. Found {value!r}.")
-    if sensitivity <= 0:
-        raise ConfigError(f"`sensitivity` must be > 0. Found {sensitivity!r}.")
-    if noise_std < 0:
-        raise ConfigError(f"`noise_std` must be >= 0. Found {noise_std!r}.")
-    if noise_std == 0:
-        return dp_accounting.NonPrivateDpEvent()
-    return dp_accounting.GaussianDpEvent(noise_multiplier=float(noise_std) / float(sensitivity))

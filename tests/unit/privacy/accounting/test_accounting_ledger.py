@@ -14,7 +14,6 @@ from dp_accounting.rdp import rdp_privacy_accountant as rdp
 from dpfl.errors import ConfigError, PrivacyPreconditionError
 from dpfl.privacy.accounting.certify import DEFAULT_RDP_ORDERS, certify
 from dpfl.privacy.accounting.ledger import (
-    ClaimExceededWarning,
     PrivacyLedger,
     Release,
     federated_round_releases,
@@ -241,20 +240,6 @@ def test_would_exceed_per_observer_compares_that_observer_only() -> None:
     assert ledger.would_exceed(rel, public_eps * 0.99, participants=[0], observer="public") is True
     with pytest.raises(ConfigError):
         ledger.would_exceed(rel, target, participants=[0], observer="eavesdropper")  # type: ignore[arg-type]
-
-
-# ---------------------------------------------------------------- claimed vs certified
-
-
-def test_compare_with_claimed_warns_or_refuses() -> None:
-    ledger = _ledger(AllClients(), n=2)
-    ledger.record_round(0, federated_round_releases([0, 1], 0.5, 1.0, [0.5, 0.5]),
-                        sampling={"kind": "all"}, participants=[0, 1], claimed_epsilon=1.0)
-    with pytest.warns(ClaimExceededWarning, match="exceeds the claimed"):
-        out = ledger.compare_with_claimed()
-    assert out["exceeds"] is True and out["claimed"] == 1.0
-    with pytest.raises(PrivacyPreconditionError, match="strict"):
-        ledger.compare_with_claimed(strict=True)
 
 
 # ---------------------------------------------------------------- persistence and cost
