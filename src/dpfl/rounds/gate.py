@@ -222,5 +222,5 @@ def entry_metrics(metrics: dict[str, Any], entry: dict[str, Any], claimed: Any) 
     kind = "spent" if entry.get("spent") else "certified"
     metrics[f"epsilon_{kind}_rdp"] = {k: float(v) for k, v in rdp.items()}
     metrics[f"epsilon_{kind}"] = max(float(v) for v in rdp.values())
-    if "certified" in entry:
-        metrics["certified"] = entry["certified"]
+    if "certified" in entry:  # the ledger's periodic tightest certificates: spent ones under a filter
+        metrics["certified" if kind == "certified" else "spent_certificates"] = entry["certified"]

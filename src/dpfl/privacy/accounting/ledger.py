@@ -72,6 +72,7 @@ from dpfl.privacy.accounting.certify import (
 from dpfl.privacy.accounting.events import (
     SamplerLike,
     aggregate_noise_std,
+    amplification_support,
     compose,
     gaussian_event,
     noise_multiplier,
@@ -565,6 +566,15 @@ def _quantize_for_pld(counts: Counter[dpe.DpEvent]) -> tuple[Counter[dpe.DpEvent
     ]
 
 
+def _amplified(event: dpe.DpEvent, relation: str) -> bool:
+    """Whether a shared receipt is a client-sampled event the accountant amplifies (a sampled
+    event whose sampling it cannot price under ``relation`` is certified without it)."""
+    if not isinstance(event, (dpa.PoissonSampledDpEvent, dpa.SampledWithoutReplacementDpEvent)):
+        return False
+    support = amplification_support(event, relation)
+    return support["rdp"] or support["pld"]
+
+
 def _events_from_counts(counts: Counter[dpe.DpEvent]) -> dpe.DpEvent:
     return compose(e if c == 1 else dpa.SelfComposedDpEvent(e, c) for e, c in counts.items())
 
@@ -632,6 +642,8 @@ class PrivacyLedger:
         self._state: dict[str, _ObserverState] = {obs: _ObserverState(len(self.rdp_orders)) for obs in OBSERVERS}
         self._rounds: list[dict[str, Any]] = []
         self._history: list[dict[str, Any]] = []
+        # a round under "all" sampling with fewer participants than clients (dropouts)
+        self._partial_rounds = False
         self._pld_cache: dict[frozenset[tuple[dpe.DpEvent, int]], float | None] = {}
         self._pld_notes: dict[frozenset[tuple[dpe.DpEvent, int]], list[str]] = {}
 
@@ -730,6 +742,12 @@ class PrivacyLedger:
                 for r in rows:
                     st.counts[r][event] += 1
 
+    def _note_participation(self, parts: tuple[int, ...]) -> None:
+        """Without client sampling, a round with fewer participants than clients (dropouts)
+        makes per-participant figures conditional on who arrived."""
+        if len(parts) < self.num_clients and self.sampling["kind"] == "all":
+            self._partial_rounds = True
+
     def record_round(
         self,
         round_idx: int,
@@ -766,6 +784,7 @@ class PrivacyLedger:
         else:
             claimed = float(claimed_epsilon)
         self._apply(releases, parts)
+        self._note_participation(parts)
         self._rounds.append(
             {
                 "round": int(round_idx),
@@ -871,13 +890,16 @@ class PrivacyLedger:
         who = "every client" if cid is None else f"client {cid}"
         notes.insert(0, f"{who}; {self.rounds_recorded} rounds recorded")
         sampled = self.sampling["kind"] != "all"
-        if observer == "public" and sampled and st.shared_counts:
+        if observer == "public" and any(_amplified(e, self.relation) for e in st.shared_counts):
             notes.append("broadcast releases amplified by the secret client sample")
-        # What the figure is conditional on: the client's own receipts were charged at the
-        # cohorts drawn (they name the rounds it took part in); the shared ones are sampled events
-        # of the secret schedule. Without client sampling there is no schedule to condition on.
-        own = cid is not None and cid in st.index and bool(st.counts[st.index[cid]])
-        basis: Basis = "given-cohorts" if sampled and own else "ex-ante"
+        # What the figure is conditional on. Receipts charged per participant name the rounds a
+        # client took part in: under client sampling (or when some rounds had fewer participants
+        # than clients — arrivals after dropouts) every figure of that observer, a client's who
+        # was never drawn included (its 0 holds only for these cohorts), is conditional on the
+        # cohorts drawn. Shared receipts alone are events of the secret schedule (amplified, or
+        # charged to every client whatever the sample): ex ante.
+        per_participant = bool(st.ids)
+        basis: Basis = "given-cohorts" if per_participant and (sampled or self._partial_rounds) else "ex-ante"
         if observer == "server":
             notes.append("the server knows whom it sampled: no sampling amplification")
         return Certificate(
@@ -1111,6 +1133,7 @@ class PrivacyLedger:
             releases = [Release.from_dict(x) for x in r["releases"]]
             parts = ledger._check_round(releases, ledger.sampling, r["participants"])
             ledger._apply(releases, parts)
+            ledger._note_participation(parts)
             claimed = r["claimed_epsilon"]
             if isinstance(claimed, dict):
                 claimed = {int(k): float(v) for k, v in claimed.items()}

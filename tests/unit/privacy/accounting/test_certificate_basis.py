@@ -40,8 +40,10 @@ def test_per_participant_broadcast_under_sampling_is_given_the_cohorts_and_not_a
     public = led.certify("public", method="best")
     assert public.basis == "given-cohorts"
     assert AMPLIFIED_NOTE not in public.notes
-    # a client never drawn has nothing charged: its figure (0) holds whatever the schedule
-    assert led.certify("public", client_id=3, method="rdp").basis == "ex-ante"
+    # a client never drawn has nothing charged: its 0 holds only for the cohorts drawn (another
+    # draw would have charged it), so it is conditional too
+    never = led.certify("public", client_id=3, method="rdp")
+    assert never.epsilon == 0.0 and never.basis == "given-cohorts"
 
 
 def test_without_client_sampling_every_figure_is_ex_ante() -> None:
@@ -59,3 +61,38 @@ def test_old_records_without_a_basis_say_so() -> None:
     data = _ledger({"kind": "all"}).certify("public", method="rdp").to_dict()
     del data["basis"]
     assert Certificate.from_dict(data).basis_text == "basis not recorded"
+
+
+def test_fixed_size_sample_under_add_remove_is_not_amplified_and_says_nothing_of_it() -> None:
+    # dp-accounting cannot price sampling without replacement under add/remove: the broadcast is
+    # certified without the amplification, so the note must not claim it (the figure is ex ante:
+    # every client is charged the broadcast every round, whatever the sample)
+    sampling = {"kind": "fixed_size", "num_sampled": 2}
+    led = _ledger(sampling, n=4)
+    for t in range(3):
+        led.record_round(t, [Release.gaussian("public", 1.0, 1.0, None, amplifiable=True)],
+                         sampling=sampling, participants=[0, 1])
+    public = led.certify("public", method="rdp")
+    assert AMPLIFIED_NOTE not in public.notes
+    assert public.basis == "ex-ante"
+
+
+def test_all_clients_with_dropouts_is_given_the_arrivals() -> None:
+    sampling = {"kind": "all"}
+    led = _ledger(sampling, n=3)
+    rels = federated_round_releases([0, 2], 1.0, 1.0, [0.5, 0.5], per_client_public=True)
+    led.record_round(0, rels, sampling=sampling, participants=[0, 2])  # client 1's upload never arrived
+    assert led.certify("server", method="rdp").basis == "given-cohorts"
+    # and a replayed ledger says the same
+    assert PrivacyLedger.from_dict(led.to_dict()).certify("server", method="rdp").basis == "given-cohorts"
+
+
+def test_periodic_certificates_under_a_filter_are_spent_not_certified() -> None:
+    from dpfl.rounds.gate import entry_metrics
+
+    entry = {"certified_rdp": {"server": 1.0, "public": 0.5}, "certified": {"server": {"epsilon": 1.0}},
+             "spent": True}
+    metrics: dict = {}
+    entry_metrics(metrics, entry, None)
+    assert "certified" not in metrics and "epsilon_certified_rdp" not in metrics
+    assert metrics["spent_certificates"] == entry["certified"] and metrics["epsilon_spent"] == 1.0
