@@ -141,8 +141,9 @@ class PrivacyGate:
     # ---------------------------------------------------------------- after the round
 
     def arrivals(self, info: RoundInfo, arrived: Any, num_samples: Any) -> list[Release]:
-        """What a round released when only ``arrived`` of the cohort reached the server."""
-        if arrived.numel() == 0:
+        """What a round released when only ``arrived`` of the cohort reached the server (nothing
+        when nobody arrived, unless the algorithm releases its noise in empty rounds)."""
+        if arrived.numel() == 0 and not self.algorithm.releases_empty_rounds:
             return []
         return self.algorithm.releases_for_arrivals(info, arrived, num_samples, self.privacy.secure_aggregation)
 

@@ -197,12 +197,22 @@ def run_rounds(
                 step = cohort.aggregate(state.params, collected, info)
                 state.params = step.global_params
                 metrics.update(step.metrics)
-            else:  # nothing to aggregate: nothing is released, the model stays as it was
+            else:
                 state.empty_rounds += 1
                 state.consecutive_empty += 1
                 metrics["empty"] = True
-                emit("round-empty", f"round {t + 1}: no upload of the {int(clients.numel())} scheduled clients "
-                     "arrived; the round is skipped (global model unchanged, nothing released)", t)
+                if algorithm.releases_empty_rounds:
+                    # the round's planned noise, drawn by the server: skipping it would tell the
+                    # public that the (secret) cohort was not empty — a cheaper-looking event that
+                    # depends on who was sampled; released, it is the same event as every round
+                    step = cohort.empty_round(state.params, info)
+                    state.params = step.global_params
+                    metrics.update(step.metrics)
+                    emit("round-empty", f"round {t + 1}: no upload of the {int(clients.numel())} scheduled clients "
+                         "arrived; the server released the round's planned noise (as for an empty cohort)", t)
+                else:  # nothing to aggregate: nothing is released, the model stays as it was
+                    emit("round-empty", f"round {t + 1}: no upload of the {int(clients.numel())} scheduled "
+                         "clients arrived; the round is skipped (global model unchanged, nothing released)", t)
         elif algorithm.releases_empty_rounds:  # an empty cohort: the round's noise is still released
             step = cohort.empty_round(state.params, info)
             state.params = step.global_params

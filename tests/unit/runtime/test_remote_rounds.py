@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import dp_accounting as dpa
 import pytest
 import torch
 
@@ -84,8 +85,28 @@ def _server_eps(final: dict, client: str) -> float:
     return float(final["privacy"]["client_epsilons_rdp"]["server"][client])
 
 
+def test_a_round_with_no_upload_releases_dp_fedavg_noise_and_skips_nbafl(shared_data: Path, tmp_path: Path) -> None:
+    """DP-FedAvg: nobody arrived, so the server releases the round's planned noise (what an empty
+    cohort releases) — the public is charged 3 rounds, the server only the 2 rounds it saw; a
+    skip would reveal that the secret cohort was not empty."""
+    cfg = _cfg(shared_data, DPFEDAVG, rounds=3, sampling={"kind": "poisson", "sample_rate": 0.5})
+    store = RunStore(tmp_path / "s.sqlite")
+    res = run_experiment(cfg, store, remote=FakeCohort(cfg, arrive=lambda t, c: [] if t == 1 else c))
+    assert res.status == "finished" and res.rounds_done == 3
+    rows = store.rounds(res.run_id)
+    assert rows[1]["empty"] is True and rows[1]["arrived"] == 0
+    assert any(n["kind"] == "round-empty" and "planned noise" in n["message"] for n in store.notices(res.run_id))
+    # public: 3 rounds of PoissonSampled(q, Gaussian(1)) — dp-accounting directly
+    acc = dpa.rdp.RdpAccountant()
+    acc.compose(dpa.PoissonSampledDpEvent(0.5, dpa.GaussianDpEvent(1.0)), 3)
+    public = res.final["privacy"]["certified"]["observers"]["public"]["epsilon_rdp"]
+    assert public == pytest.approx(acc.get_epsilon(cfg.privacy.delta), rel=1e-6)
+
+
 def test_a_round_with_no_upload_is_skipped_and_releases_nothing(shared_data: Path, tmp_path: Path) -> None:
-    cfg = _cfg(shared_data, DPFEDAVG, rounds=3)  # its noise does not depend on the number of rounds
+    # uplink noise only, calibrated for L = 2 exposures: the same noise in a 3- and a 2-round run
+    nbafl = {"name": "nbafl", "options": {**NBAFL["options"], "exposures": 2, "downlink_noise": "none"}}
+    cfg = _cfg(shared_data, nbafl, rounds=3)
     store = RunStore(tmp_path / "s.sqlite")
     res = run_experiment(cfg, store, remote=FakeCohort(cfg, arrive=lambda t, c: [] if t == 1 else c))
     assert res.status == "finished" and res.rounds_done == 3
@@ -93,7 +114,7 @@ def test_a_round_with_no_upload_is_skipped_and_releases_nothing(shared_data: Pat
     assert [r["arrived"] for r in rounds] == [4, 0, 4] and rounds[1]["empty"] is True
     assert any(n["kind"] == "round-empty" and "round 2" in n["message"] for n in store.notices(res.run_id))
     # the ledger holds two rounds of releases: the same as a 2-round run with every upload
-    two = _cfg(shared_data, DPFEDAVG, rounds=2)
+    two = _cfg(shared_data, nbafl, rounds=2)
     ref = run_experiment(two, RunStore(tmp_path / "r.sqlite"), remote=FakeCohort(two))
     for c in "0123":
         assert _server_eps(res.final, c) == pytest.approx(_server_eps(ref.final, c), rel=1e-12)
