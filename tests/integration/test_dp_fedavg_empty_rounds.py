@@ -71,3 +71,20 @@ def test_the_run_ledger_agrees_and_had_empty_rounds(mnist_fixture: Path, tmp_pat
     assert empty > 0, "the case must exercise empty rounds"
     eps_rdp, _ = _reference(0.1, 1.0, 50, 1e-5)
     assert result.privacy.certified["public"].epsilon_rdp == pytest.approx(eps_rdp, rel=1e-6)  # type: ignore[index]
+
+
+@pytest.mark.parametrize("adaptive", [False, True])
+def test_no_noise_under_poisson_sampling_certifies_infinity(mnist_fixture: Path, adaptive: bool) -> None:
+    """z = 0: the broadcast is the un-noised sum; a secret sample does not make it private. Both
+    observers certify ∞ (the RDP accountant refuses a sampled non-private event, which used to
+    fail the run instead)."""
+    import math
+
+    cfg = _config(mnist_fixture, n=6, q=0.5, sigma_b=1.0, rounds=3, seed=0)
+    options = {"noise_multiplier": 0.0, "clip_norm": 1.0}
+    if adaptive:
+        options["adaptive_clip"] = {"count_noise_std": 1.0}  # type: ignore[assignment]
+    cfg = cfg.model_copy(update={"algorithm": cfg.algorithm.model_copy(update={"options": options})})
+    certified = dry_run(cfg).privacy.certified
+    assert certified is not None
+    assert all(math.isinf(c.epsilon) for c in certified.values())

@@ -341,6 +341,14 @@ _RDP_CACHE: dict[tuple[dpe.DpEvent, str, tuple[float, ...]], np.ndarray] = {}
 _RDP_CACHE_MAX = 4096
 
 
+def _non_private(leaf: dpe.DpEvent) -> bool:
+    """A release without noise, possibly inside a sampling wrapper."""
+    while isinstance(leaf, (dpa.PoissonSampledDpEvent, dpa.SampledWithoutReplacementDpEvent,
+                            dpa.SampledWithReplacementDpEvent)):
+        leaf = leaf.event
+    return isinstance(leaf, dpa.NonPrivateDpEvent)
+
+
 def rdp_vector(event: dpe.DpEvent, relation: str, orders: Sequence[float] = DEFAULT_RDP_ORDERS) -> np.ndarray:
     """RDP curve of ``event`` (after dropping unsupported amplification) at ``orders``; cached.
 
@@ -356,6 +364,11 @@ def rdp_vector(event: dpe.DpEvent, relation: str, orders: Sequence[float] = DEFA
         cached, key = None, None  # type: ignore[assignment]
     if cached is not None:
         return cached.copy()
+    if any(_non_private(leaf) for leaf, _ in leaves(view)):
+        # a release without noise, sampled or not (a sample does not make it private: the
+        # sampled unit is exposed with the sampling probability): ε = ∞ at every order. The RDP
+        # accountant refuses a *sampled* non-private event, which would fail a z = 0 run.
+        return np.full(len(tuple(orders)), np.inf)
     acc = rdp_acc.RdpAccountant(list(orders), neighboring_relation(relation))
     if not acc.supports(view):
         raise PrivacyPreconditionError(
