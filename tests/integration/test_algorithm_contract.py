@@ -26,7 +26,7 @@ from dpfl.algorithms.private import PrivateAlgorithm, RoundPlan
 from dpfl.algorithms.registry import algorithms
 from dpfl.client.context import RoundInfo
 from dpfl.rng import SeedSequence
-from dpfl.rounds.build import build_experiment, build_plan, plan_of
+from dpfl.rounds.build import build_experiment, plan_of
 
 logging.getLogger("absl").setLevel(logging.ERROR)
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -96,14 +96,13 @@ def test_the_broadcast_event_does_not_depend_on_the_drawn_cohort(case: str, mnis
         assert all(r.client_ids is not None for r in rels if r.observer == "public")
 
 
-@pytest.mark.parametrize("case", ["dp-fedavg", "dp-fedavg-adaptive", "nbafl", "udp", "udp-crd", "ldp-fl",
-                                  "dp-sgd-fedavg"])
+@pytest.mark.parametrize("case", list(CASES))
 def test_the_loop_fixes_one_plan_per_round_and_the_ledger_records_its_releases(
         case: str, mnist_fixture: Path) -> None:
     from dpfl.rounds import dry_run
 
     cfg = _config(*CASES[case], mnist_fixture)
-    built = build_plan(cfg, SIZES, NUM_PARAMS)
+    built = plan_of(build_experiment(cfg, train=False))
     algo = built.algorithm
     assert isinstance(algo, PrivateAlgorithm)
     seen: list[RoundPlan] = []
@@ -115,7 +114,8 @@ def test_the_loop_fixes_one_plan_per_round_and_the_ledger_records_its_releases(
         return p
 
     algo.plan = recording_plan  # type: ignore[method-assign]
-    dry_run(cfg, experiment=built)
+    done = dry_run(cfg, experiment=built).rounds
+    assert done >= 1
     # once per round: the gate, the cohort and the ledger used the loop's plan, never a fresh one
-    assert len(seen) == cfg.rounds
-    assert [p.round_idx for p in seen] == list(range(cfg.rounds))  # type: ignore[attr-defined]
+    # (a run that stops early — Lei's budget spent — plans the round it stops before, no more)
+    assert [p.round_idx for p in seen][:done] == list(range(done)) and len(seen) <= done + 1

@@ -146,10 +146,11 @@ class Algorithm(abc.ABC):
         del info, client
         return {}
 
-    def client_state(self, client: int | None = None) -> dict[str, Any]:
-        """Server-held state ``client`` needs to run :meth:`client_step` (default: all of it;
-        override to send a client only its own part). ``None``: what every client needs."""
-        del client
+    def client_state(self, client: int | None = None, info: RoundInfo | None = None) -> dict[str, Any]:
+        """Server-held state ``client`` needs to run :meth:`client_step` of round ``info`` (default:
+        all of it; override to send a client only its own part). ``None``: what every client
+        needs. ``info`` is the server's view of the round (its plan fixed), when there is one."""
+        del client, info
         return self.state_dict()
 
     def should_stop(self, round_idx: int) -> str | None:

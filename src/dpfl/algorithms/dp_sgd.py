@@ -257,8 +257,8 @@ class DpSgdFedAvg(PrivateAlgorithm[DpSgdPlan]):
 
     # ------------------------------------------------------------------ state
 
-    def client_state(self, client: int | None = None) -> dict[str, Any]:
-        del client
+    def client_state(self, client: int | None = None, info: RoundInfo | None = None) -> dict[str, Any]:
+        del client, info
         return {}  # a client needs nothing from the server: its plan follows from the config
 
     def state_dict(self) -> dict[str, Any]:

@@ -324,7 +324,6 @@ class MidpScheme(PrivateAlgorithm[MidpPlan]):
         # weights before anything arrives (declared_plan); None: only from what is passed in
         self.client_sizes = None if client_sizes is None else torch.as_tensor(client_sizes, dtype=torch.long)
         self._claimed: float | None = None
-        self._plan: MidpPlan | None = None  # the latest round's plan (server side)
         self._received: tuple[int, float] | None = None  # (round, σ_c) sent by the server (client side)
 
     def calibration(self) -> dict[str, Any]:
@@ -334,8 +333,8 @@ class MidpScheme(PrivateAlgorithm[MidpPlan]):
                 "weighting": self.options.weighting, "side": self.side}
 
     def plan(self, info: RoundInfo, num_samples: torch.Tensor | None = None) -> MidpPlan:
-        """The plan of round ``info.round_idx`` for its whole cohort ``info.clients`` (server side),
-        computed once (:func:`midp_plan`) and then the same for every question about the round.
+        """The plan of round ``info.round_idx`` for its whole cohort ``info.clients`` (server side):
+        a pure function (:func:`midp_plan`), fixed once per round by the loop.
 
         σ_c (eq. 4.9) and σ_s (eq. 4.7) depend on the whole cohort — its weights p_k and its
         smallest ε_k — which a real client does not know: the server sends σ_c with
@@ -343,17 +342,17 @@ class MidpScheme(PrivateAlgorithm[MidpPlan]):
         algorithm was built with).
         """
         ids = [int(c) for c in info.clients.tolist()]
-        cached = self._plan
-        if cached is not None and cached.round_idx == info.round_idx and cached.clients == tuple(ids):
-            return cached
         if num_samples is None:
             if self.client_sizes is None:
                 raise ConfigError(f"{self.name}: the clients' sample counts are needed to plan round "
                                   f"{info.round_idx + 1} (build the algorithm through the registry)")
             num_samples = self.client_sizes[ids]
-        self._plan = midp_plan(self.side, self.budgets, self.options.clip_norm, self.dim, self.options.weighting,
-                               info.round_idx, ids, num_samples, self._public_mode())
-        return self._plan
+        return midp_plan(self.side, self.budgets, self.options.clip_norm, self.dim, self.options.weighting,
+                         info.round_idx, ids, num_samples, self._public_mode())
+
+    def _plan_of(self, info: RoundInfo, num_samples: torch.Tensor | None = None) -> MidpPlan:
+        """The round's fixed plan, or (nobody fixed it) the plan for these rows' sample counts."""
+        return info.plan if info.plan is not None else self.plan(info, num_samples)
 
     def _public_mode(self) -> str:
         """How the public's view is recorded: amplified by a secret sample only when every client
@@ -367,7 +366,7 @@ class MidpScheme(PrivateAlgorithm[MidpPlan]):
     def releases(self, info: RoundInfo, num_samples: torch.Tensor, secure_aggregation: bool) -> list[Release]:
         if info.clients.numel() == 0:
             return []
-        plan = self.plan(info, num_samples)
+        plan = self._plan_of(info, num_samples)
         self._claimed = plan.claimed_epsilon
         return plan.releases_weighted(info.clients.tolist(), list(plan.weights), secure_aggregation)
 
@@ -378,7 +377,7 @@ class MidpScheme(PrivateAlgorithm[MidpPlan]):
         if int(arrived.numel()) == 0:
             return []
         full = int(arrived.numel()) == info.cohort
-        plan = self.plan(info, num_samples if full else None)
+        plan = self._plan_of(info, num_samples if full else None)
         weights = _weights(self.options.weighting, num_samples).weights.double().tolist()
         return plan.releases_weighted(arrived.tolist(), weights, secure_aggregation)
 
@@ -394,8 +393,8 @@ class MidpScheme(PrivateAlgorithm[MidpPlan]):
         del global_params
         std = 0.0
         if self.side == "client" and info.clients.numel():
-            if int(info.clients.numel()) == info.cohort:
-                std = self.plan(info, local.num_samples).client_std
+            if info.plan is not None or int(info.clients.numel()) == info.cohort:
+                std = self._plan_of(info, local.num_samples).client_std
             else:
                 std = self._received_std(info)
         clipped, _ = clip_by_l2_norm(local.params, self.options.clip_norm)
@@ -406,10 +405,6 @@ class MidpScheme(PrivateAlgorithm[MidpPlan]):
                        {"noise_std": torch.full((rows,), std, dtype=torch.float64)})
 
     def _received_std(self, info: RoundInfo) -> float:
-        ids = {int(c) for c in info.clients.tolist()}
-        plan = self._plan
-        if plan is not None and plan.round_idx == info.round_idx and ids <= set(plan.clients):
-            return plan.client_std
         if self._received is not None and self._received[0] == info.round_idx:
             return self._received[1]
         raise ConfigError(
@@ -417,18 +412,12 @@ class MidpScheme(PrivateAlgorithm[MidpPlan]):
             "whole cohort's weights and smallest budget; a client learns it from the server's round state "
             "(client_state), which did not reach this client")
 
-    def declared_plan(self, info: RoundInfo, client: int) -> dict[str, float]:
+    def client_state(self, client: int | None = None, info: RoundInfo | None = None) -> dict[str, Any]:
+        """σ_c of round ``info``'s plan (the only server state a client needs)."""
         del client
-        if self.side == "server":
-            return {"noise_std": 0.0}
-        return {"noise_std": self.plan(info).client_std}
-
-    def client_state(self, client: int | None = None) -> dict[str, Any]:
-        """σ_c of the latest planned round (the only server state a client needs)."""
-        del client
-        plan = self._plan
-        if plan is None:
+        if info is None or info.clients.numel() == 0:
             return {}
+        plan = self._plan_of(info)
         return {"round_plan": {"round": plan.round_idx, "client_noise_std": plan.client_std}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -442,7 +431,7 @@ class MidpScheme(PrivateAlgorithm[MidpPlan]):
         if uploads.num_rows == 0:
             return RoundOutput(global_params.clone(), {"arrived": 0})
         full = uploads.num_rows == info.cohort
-        plan = self.plan(info, uploads.num_samples if full else None)
+        plan = self._plan_of(info, uploads.num_samples if full else None)
         agg = _weights(self.options.weighting, uploads.num_samples)
         client_std, server_std = plan.for_arrivals(agg.weights.double().tolist())
         mean = agg(uploads.params)
@@ -597,7 +586,6 @@ class PmidpFl(PrivateAlgorithm[PmidpPlan]):
         self._claimed: dict[int, float] = {}
         # the latest round's plan for its cohort, fixed before the round: aggregate() moves the
         # thresholds on to C_{k,t+1}, and later questions about round t still get C_{k,t}
-        self._plan: PmidpPlan | None = None
 
     def calibration(self) -> dict[str, Any]:
         """What is fixed before the run: every client's budget ε_k (nats), C_{k,1}, d, η_c; the
@@ -607,24 +595,19 @@ class PmidpFl(PrivateAlgorithm[PmidpPlan]):
 
     def plan(self, info: RoundInfo) -> PmidpPlan:
         """The plan of round ``info.round_idx`` for the rows ``info.clients`` (eq. 5.32 with N =
-        ``info.cohort``): the cohort's plan, computed once (:func:`pmidp_plan`) and kept, or —
-        for rows outside it (a SuperNode's own row before the cohort was planned here) — theirs."""
+        ``info.cohort``), from the thresholds C_{k,t} at the start of the round: a pure function
+        (:func:`pmidp_plan`), fixed once per round by the loop (before :meth:`aggregate` moves the
+        thresholds on); a SuperNode plans its own row from the same numbers."""
         ids = [int(c) for c in info.clients.tolist()]
-        p = self._plan
-        if p is not None and p.round_idx == info.round_idx and p.cohort == info.cohort and set(ids) <= set(p.clients):
-            return p
-        p = pmidp_plan(self.budgets, self.clip_norms, self.dim, info.round_idx, ids, info.cohort,
-                       self.options.clip_lr > 0)
-        if len(ids) == info.cohort:
-            self._plan = p
-        return p
+        return pmidp_plan(self.budgets, self.clip_norms, self.dim, info.round_idx, ids, info.cohort,
+                          self.options.clip_lr > 0)
 
     def releases(self, info: RoundInfo, num_samples: torch.Tensor, secure_aggregation: bool) -> list[Release]:
         del num_samples  # eq. 5.33 weights depend on the declared noise only
         ids = [int(c) for c in info.clients.tolist()]
         if not ids:
             return []
-        plan = self.plan(info)
+        plan = self.round_plan(info)
         self._claimed.update(plan.claimed_epsilon(ids))
         return plan.releases(ids, None, secure_aggregation)
 
@@ -635,7 +618,7 @@ class PmidpFl(PrivateAlgorithm[PmidpPlan]):
         as :meth:`aggregate` weighs them. No top-up: the recorded public release is per client,
         p'_k·2C_k against the arrivals' total noise, whatever it became."""
         del num_samples
-        return self.plan(info).releases([int(c) for c in arrived.tolist()], None, secure_aggregation)
+        return self.round_plan(info).releases([int(c) for c in arrived.tolist()], None, secure_aggregation)
 
     @staticmethod
     def weighted_by_declared_noise(noisy_uploads: torch.Tensor,
@@ -662,7 +645,7 @@ class PmidpFl(PrivateAlgorithm[PmidpPlan]):
         rounds, a node may restart) and sent with :meth:`client_state`; ε_k is fixed by the run.
         """
         del global_params
-        clips, stds = self.plan(info).rows(info.clients.tolist())
+        clips, stds = self.round_plan(info).rows(info.clients.tolist())
         dtype = local.params.dtype
         clipped, norms = clip_by_l2_norm(local.params, torch.as_tensor(clips, dtype=dtype))
         noisy = add_gaussian_noise_per_client(clipped, torch.as_tensor(stds, dtype=dtype), _noise_generators(info))
@@ -673,10 +656,6 @@ class PmidpFl(PrivateAlgorithm[PmidpPlan]):
             "clip_norm": torch.as_tensor(clips, dtype=torch.float64),
             "next_clip_norm": torch.as_tensor(nxt, dtype=torch.float64),
         })
-
-    def declared_plan(self, info: RoundInfo, client: int) -> dict[str, float]:
-        _, stds = self.plan(info).rows([int(client)])
-        return {"noise_std": float(stds[0])}
 
     def aggregate(self, global_params: torch.Tensor, uploads: Uploads, info: RoundInfo) -> RoundOutput:
         """The server (eq. 5.33): p_{k,t} ∝ 1/σ_{k,t} from the *declared* (validated) stds of the
@@ -743,7 +722,7 @@ class PmidpFl(PrivateAlgorithm[PmidpPlan]):
         return {"clip_norms": self.clip_norms.tolist(),
                 "claimed": {str(k): v for k, v in self._claimed.items()}}
 
-    def client_state(self, client: int | None = None) -> dict[str, Any]:
+    def client_state(self, client: int | None = None, info: RoundInfo | None = None) -> dict[str, Any]:
         """A client's own threshold C_{k,t} (all of them only for ``client=None``, in simulation)."""
         if client is None:
             return {"clip_norms": self.clip_norms.tolist()}

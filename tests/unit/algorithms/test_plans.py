@@ -72,6 +72,7 @@ def test_releases_do_not_depend_on_aggregate_having_run(case: str) -> None:
     seeds = SeedSequence(5)
     clients = algo.sample(0, len(SIZES), seeds)
     info = RoundInfo(0, len(SIZES), clients, seeds)
+    info = info.with_plan(algo.plan(info))  # as the round loop does: one plan for the round
     k = int(clients.numel())
     sizes = torch.tensor([SIZES[c] for c in clients.tolist()])
     before = _dicts(algo.releases(info, sizes, False))

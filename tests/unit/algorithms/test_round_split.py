@@ -143,6 +143,7 @@ def _start_round(s: Setup, params: torch.Tensor, t: int) -> tuple[RoundInfo, Loc
     info = RoundInfo(t, s.exp.data.num_clients, clients, s.exp.seeds)
     releases = None
     if isinstance(algo, PrivateAlgorithm):
+        info = info.with_plan(algo.plan(info))  # the round's plan, fixed once (rounds/loop.py)
         releases = algo.releases(info, s.exp.data.sizes(clients.tolist()), False)
     local = s.exp.engine.train(params, clients.tolist(), t)
     return info, local, releases
@@ -153,11 +154,12 @@ def _client_node_uploads(s: Setup, params: torch.Tensor, local: LocalResult, inf
     parts = []
     for i, c in enumerate(info.clients.tolist()):
         node = s.fresh
-        node.load_state_dict(json.loads(json.dumps(s.server.client_state(c))))  # its own part only
+        node.load_state_dict(json.loads(json.dumps(s.server.client_state(c, info))))  # its own part only
         one = LocalResult(local.params[i : i + 1].clone(), local.train_loss[i : i + 1].clone(),
                           local.num_samples[i : i + 1].clone(),
                           None if local.final_grads is None else local.final_grads[i : i + 1].clone())
-        parts.append(node.client_step(params.clone(), one, info.for_clients(torch.tensor([c]))))
+        # a SuperNode is not given the server's plan: it plans its own row from the same facts
+        parts.append(node.client_step(params.clone(), one, info.for_clients(torch.tensor([c])).with_plan(None)))
     return Uploads.cat(parts)
 
 
@@ -277,13 +279,16 @@ def test_server_step_is_aggregate_of_client_step_and_the_pre_split_result(case: 
     params = s.exp.init_params.clone()
     for t in range(2):
         info, local, _ = _start_round(s, params, t)
-        if isinstance(twin, PrivateAlgorithm):
-            twin.releases(info, s.exp.data.sizes(info.clients.tolist()), False)
+        tinfo = info
+        if isinstance(twin, PrivateAlgorithm):  # the twin plans its own round, as a loop would
+            tinfo = info.with_plan(twin.plan(info))
+            assert tinfo.plan == info.plan
+            twin.releases(tinfo, s.exp.data.sizes(info.clients.tolist()), False)
         clips_before = getattr(s.server, "clip_norms", None)
         clips_before = None if clips_before is None else np.array(clips_before, copy=True)
         want = _expected_pre_split(case, s.server, params, local, info)
         out = s.server.server_step(params, _clone(local), info)
-        split = twin.aggregate(params, twin.client_step(params, _clone(local), info), info)
+        split = twin.aggregate(params, twin.client_step(params, _clone(local), tinfo), tinfo)
         assert torch.equal(out.global_params, split.global_params)
         for k, v in split.metrics.items():
             assert out.metrics[k] == v, k

@@ -208,7 +208,7 @@ class FlowerCohort:
         for member in cohort:
             content = encode_train(params, round_idx=t, client=member, cohort_size=len(cohort),
                                    num_clients=info.num_clients, config_json=self.config_json,
-                                   state=algo.client_state(member), reproducible=self.reproducible,
+                                   state=algo.client_state(member, info), reproducible=self.reproducible,
                                    shuffler_key=shuffler_key)
             msgs.append(Message(content, self.nodes[member], "train", group_id=str(t)))
         limits = {} if shuffled else _norm_limits(algo, info, self.client_sizes, self.num_params)
