@@ -420,6 +420,21 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
             metrics["topped_up_clients"] = missing
         return RoundOutput(new_global, metrics)
 
+    def certified_noise_multiplier(self, target_epsilon: float, rounds: int) -> float:
+        """The smallest total multiplier z whose broadcast — this algorithm's own public release
+        (:meth:`NoisePlan.public_release`), under its own sampler, ``rounds`` times — the
+        accountant certifies at ``target_epsilon`` (the public's ex-ante guarantee; δ of the run).
+        ``dpfl account dp-fedavg --epsilon`` then dry-runs the config with that z."""
+        from dpfl.privacy.accounting.certify import calibrate_noise_multiplier
+        from dpfl.privacy.accounting.events import compose
+
+        def event(z: float) -> Any:
+            scaled = dataclasses.replace(self.plan_for_cohort(0, 0), sum_std=self.clip_norm * z, count_std=0.0)
+            one = self.sampler.wrap_event(scaled.public_release().event(), self.num_clients)
+            return compose([one] * int(rounds))
+
+        return calibrate_noise_multiplier(event, target_epsilon, self.delta, relation=self.relation)
+
     # ------------------------------------------------------------------ claims and state
 
     def claimed_epsilon(self, rounds_done: int) -> float | None:

@@ -647,10 +647,15 @@ class LdpFl(PrivateAlgorithm[LdpFlPlan]):
 
     # ------------------------------------------------------------------ privacy interface
 
+    def claim(self, rounds_done: int) -> Any:
+        """001's claim after ``rounds_done`` rounds (Thm 1, §4.2): the whole statement, shuffled
+        and unshuffled (:func:`dpfl.privacy.accounting.claimed.ldp_fl_claimed_epsilon`)."""
+        return ldp_fl_claimed_epsilon(self.options.epsilon, self.num_params, rounds_done)
+
     def claimed_epsilon(self, rounds_done: int) -> float | None:
         if rounds_done == 0:
             return 0.0
-        return ldp_fl_claimed_epsilon(self.options.epsilon, self.num_params, rounds_done).total
+        return float(self.claim(rounds_done).total)
 
     def claim_notion(self) -> str:
         n = CLAIM_NOTIONS["ldp-fl"]

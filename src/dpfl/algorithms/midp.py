@@ -66,7 +66,12 @@ from dpfl.algorithms.base import RoundOutput, Uploads
 from dpfl.algorithms.private import PrivateAlgorithm, RoundPlan
 from dpfl.client.context import LocalResult, RoundInfo
 from dpfl.errors import ConfigError
-from dpfl.privacy.accounting.claimed import midp_claimed_epsilon, pmidp_claimed_epsilon
+from dpfl.privacy.accounting.claimed import (
+    midp_claimed_epsilon,
+    midp_client_claimed_epsilon,
+    midp_server_claimed_epsilon,
+    pmidp_claimed_epsilon,
+)
 from dpfl.privacy.accounting.cohorts import broadcast_mode, interchangeable
 from dpfl.privacy.accounting.ledger import Release, federated_round_releases
 from dpfl.privacy.calibration import (
@@ -742,6 +747,19 @@ class PmidpFl(PrivateAlgorithm[PmidpPlan]):
 
 
 # --------------------------------------------------------------------------- registry
+
+
+def midp_epsilon_for_noise_std(side: str, noise_std: float, clip_norm: float, weights: list[float], dim: int) -> float:
+    """The per-round ε-MI-DP budget (nats) whose eq. 4.7 (``server``) or eq. 4.9 (``client``)
+    noise is ``noise_std``: 002's calibration, inverted (what ``dpfl account midp --noise-std``
+    sets as the ``epsilon`` option, so the dry run then adds exactly ``noise_std``).
+
+    References:
+        002_2503fd7671e29121.txt, eq. 4.7, 4.9 (Theorem 1, Corollary 1).
+    """
+    if side == "server":
+        return float(midp_server_claimed_epsilon(noise_std, clip_norm, max(weights), dim))
+    return float(midp_client_claimed_epsilon(noise_std, clip_norm, weights, dim))
 
 
 def _build_scheme(side: Literal["server", "client"]) -> Any:

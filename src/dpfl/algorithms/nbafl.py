@@ -60,6 +60,7 @@ from dpfl.privacy.accounting.claimed import nbafl_claimed_epsilon
 from dpfl.privacy.accounting.cohorts import broadcast_mode, interchangeable
 from dpfl.privacy.accounting.ledger import Release, federated_round_releases
 from dpfl.privacy.calibration import (
+    classical_gaussian_constant,
     nbafl_downlink_noise_std,
     nbafl_downlink_noise_std_k_random,
     nbafl_uplink_noise_std,
@@ -224,6 +225,19 @@ class NbAflPlan(RoundPlan):
         del client
         return {"noise_std": self.uplink_noise_std}
 
+
+
+def nbafl_epsilon_for_uplink_noise_std(uplink_noise_std: float, delta: float, clip_norm: float,
+                                       min_samples: int, exposures: int) -> float:
+    """The ε whose σ_U = c·L·Δs_U/ε (003 §III-A, eq. 8; Δs_U = 2C/m, eq. 5–6) is
+    ``uplink_noise_std``: the paper's calibration, inverted (what ``dpfl account nbafl
+    --noise-std`` sets as the ``epsilon`` option, so the dry run then adds exactly σ_U).
+
+    References:
+        003, §III-A eq. 5–8.
+    """
+    return (classical_gaussian_constant(delta) * exposures * nbafl_uplink_sensitivity(clip_norm, min_samples)
+            / float(uplink_noise_std))
 
 
 class NbAfl(PrivateAlgorithm[NbAflPlan]):

@@ -698,3 +698,17 @@ ALGORITHMS = {
     "udp-crd": _build(UdpCrd, UdpCrdOptions, "udp-crd"),
     "udp-lei": _build(UdpLei, UdpLeiOptions, "udp-lei"),
 }
+
+
+def udp_epsilon_for_noise_std(noise_std: float, delta: float, lr: float, clip_norm: float, samples: int,
+                              sample_rate: float, rounds: int) -> float:
+    """The ε whose Theorem 1 noise (000 eq. 10) is ``noise_std`` for a client of ``samples``
+    records: 000's own budget identity, inverted (what ``dpfl account udp --noise-std`` sets as
+    the ``epsilon`` option, so the dry run then adds exactly ``noise_std``).
+
+    References:
+        000, eq. 10 and 13 (sensitivity 2ηC/|D_i|).
+    """
+    return udp_claimed_epsilon([float(noise_std)], delta, udp_sensitivity(lr, clip_norm, samples), sample_rate,
+                               repeat=rounds)
+

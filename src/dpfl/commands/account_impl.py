@@ -242,8 +242,7 @@ def _emit(args: argparse.Namespace, result: dict[str, Any], dry: _Dry) -> int:
 
 def _udp(args: argparse.Namespace) -> int:
     """000 UDP: the paper's ε (or the ε whose Thm 1 noise is ``--noise-std``) as ``udp``'s option."""
-    from dpfl.privacy import calibration
-    from dpfl.privacy.accounting import claimed as claims
+    from dpfl.algorithms.udp import udp_epsilon_for_noise_std
     from dpfl.privacy.notices import collect_range_warnings
 
     mode = _one_of(args, "epsilon", "noise-std")
@@ -260,8 +259,7 @@ def _udp(args: argparse.Namespace) -> int:
         noise = _positive("noise-std", args.noise_std)
         with collect_range_warnings():  # the build below notes the formula's range
             # the ε whose Thm 1 noise (000 eq. 10) is `noise`: 000's own budget identity
-            epsilon = claims.udp_claimed_epsilon([noise], delta, calibration.udp_sensitivity(lr, clip, n),
-                                                 k / clients, repeat=rounds)
+            epsilon = udp_epsilon_for_noise_std(noise, delta, lr, clip, n, k / clients, rounds)
     raw = _raw_config("udp", {"epsilon": epsilon, "clip_norm": clip}, rounds=rounds, delta=delta, clients=clients,
                       samples=n, sampling=_sampling(k, clients),
                       local={"lr": lr, "epochs": 1, "batch_size": None, "steps": None})
@@ -306,15 +304,10 @@ def _dpfedavg(args: argparse.Namespace) -> int:
     result = _result("dp-fedavg", "004 (DP-FedAvg), Algorithm 1 / Theorem 1", dry, {
         "noise_multiplier": z, "sample_rate": float(q), "clients": clients})
     if mode == "epsilon":
-        import dp_accounting as dpa
-
-        from dpfl.privacy.accounting.certify import calibrate_noise_multiplier
-
-        # the smallest multiplier the accountant certifies at the target for the public's event
-        # (T Poisson-sampled Gaussian sum queries), then the dry run of that config says what it gives
-        z_cert = calibrate_noise_multiplier(
-            lambda x: dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(float(q), dpa.GaussianDpEvent(x)), rounds),
-            target, delta, relation="add_remove")
+        # the smallest multiplier the accountant certifies at the target for the algorithm's own
+        # broadcast event (its plan's public release under its sampler, T rounds), then the dry
+        # run of that config says what it gives
+        z_cert = dry.plan.algorithm.certified_noise_multiplier(target, rounds)
         check = run({"noise_multiplier": z_cert}).out.privacy
         result["inverse"] = {
             "epsilon_target": target,
@@ -335,7 +328,7 @@ def _dpfedavg(args: argparse.Namespace) -> int:
 
 def _nbafl(args: argparse.Namespace) -> int:
     """003 NbAFL: the paper's ε (or the ε whose uplink noise is ``--noise-std``) as ``nbafl``'s option."""
-    from dpfl.privacy import calibration
+    from dpfl.algorithms.nbafl import nbafl_epsilon_for_uplink_noise_std
 
     mode = _one_of(args, "epsilon", "noise-std")
     delta = _delta(args.delta)
@@ -346,13 +339,12 @@ def _nbafl(args: argparse.Namespace) -> int:
     m = _positive_int("min-samples", args.min_samples)
     exposures = rounds if args.exposures is None else _positive_int("exposures", args.exposures)
     downlink = args.downlink_noise or ("paper" if mode == "epsilon" else "none")
-    paper_sensitivity = calibration.nbafl_uplink_sensitivity(clip, m)
     if mode == "epsilon":
         epsilon = _positive("epsilon", args.epsilon)
     else:
         sigma_u = _positive("noise-std", args.noise_std)
         # the inverse of 003 §III-A, sigma_U = c L Delta s_U / epsilon
-        epsilon = calibration.classical_gaussian_constant(delta) * exposures * paper_sensitivity / sigma_u
+        epsilon = nbafl_epsilon_for_uplink_noise_std(sigma_u, delta, clip, m, exposures)
     options: dict[str, Any] = {"epsilon": epsilon, "clip_norm": clip, "downlink_noise": downlink}
     if args.exposures is not None:
         options["exposures"] = exposures
@@ -360,6 +352,7 @@ def _nbafl(args: argparse.Namespace) -> int:
                       sampling=_sampling(k, clients))
     dry = dry_run_shortcut(raw, [m] * clients, 1, per_round=args.per_round)
     algo = dry.plan.algorithm
+    paper_sensitivity = algo.calibration().paper_sensitivity
     result = _result("nbafl", "003 (NbAFL), Theorem 1 / Lemma 4", dry, {
         "noise_std": algo.uplink_noise_std,
         "downlink_noise_std": algo.downlink_noise_std,
@@ -381,8 +374,10 @@ def _nbafl(args: argparse.Namespace) -> int:
 def _midp(args: argparse.Namespace) -> int:
     """002 MI-DP: the budget in nats (or the one whose eq. 4.7 / 4.9 noise is ``--noise-std``) as
     ``midp-server`` / ``midp-client``'s option; N clients of equal weight 1/N."""
-    from dpfl.privacy import calibration
-    from dpfl.privacy.accounting import claimed as claims
+    import torch
+
+    from dpfl.algorithms.midp import midp_epsilon_for_noise_std
+    from dpfl.client.context import RoundInfo
 
     mode = _one_of(args, "epsilon", "noise-std")
     delta = _delta(args.delta)
@@ -396,14 +391,14 @@ def _midp(args: argparse.Namespace) -> int:
         eps_nats = _positive("epsilon", args.epsilon)
     else:
         noise = _positive("noise-std", args.noise_std)
-        eps_nats = (claims.midp_server_claimed_epsilon(noise, clip, 1.0 / clients, dim) if side == "server"
-                    else claims.midp_client_claimed_epsilon(noise, clip, weights, dim))
+        eps_nats = midp_epsilon_for_noise_std(side, noise, clip, weights, dim)
     raw = _raw_config(f"midp-{side}", {"epsilon": eps_nats, "clip_norm": clip, "weighting": "uniform"},
                       rounds=rounds, delta=delta, clients=clients, samples=1, sampling={"kind": "all"})
     dry = dry_run_shortcut(raw, [1] * clients, dim, per_round=args.per_round)
-    # the noise the algorithm adds: the same calibration, the same arguments (eq. 4.7 / 4.9)
-    noise_std = (calibration.midp_server_noise_std(eps_nats, clip, 1.0 / clients, dim) if side == "server"
-                 else calibration.midp_client_noise_std(eps_nats, clip, weights, dim))
+    # the noise the algorithm adds: its own plan of a round with every client (eq. 4.7 / 4.9)
+    algo = dry.plan.algorithm
+    first = algo.plan(RoundInfo(0, clients, torch.arange(clients), dry.plan.seeds))
+    noise_std = first.server_std if side == "server" else first.client_std
     result = _result("midp", f"002 (MI-DP), {'Theorem 1 eq. 4.7' if side == 'server' else 'Corollary 1 eq. 4.9'}",
                      dry, {"mode": side, "noise_std": noise_std, "sensitivity": 2.0 * clip, "dim": dim,
                            "epsilon_mi_dp_nats": eps_nats})
@@ -464,11 +459,10 @@ def _ldpfl(args: argparse.Namespace) -> int:
     else:
         eps0 = _positive("epsilon", args.epsilon)
     dry = run(eps0, args.per_round)
-    from dpfl.privacy.accounting.claimed import ldp_fl_claimed_epsilon
     from dpfl.privacy.notices import collect_range_warnings
 
     with collect_range_warnings():
-        claim = ldp_fl_claimed_epsilon(eps0, dim, rounds)
+        claim = dry.plan.algorithm.claim(rounds)
     result = _result("ldp-fl", "001 (LDP-FL), eq. 2 / Theorem 1 / §4.2", dry, {
         "epsilon_per_weight": eps0, "dim": dim, "clients": clients, "range": args.range,
         "epsilon_claimed_unshuffled": claim.total_unshuffled})
