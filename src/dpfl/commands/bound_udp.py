@@ -16,7 +16,6 @@ from dataclasses import asdict
 from typing import Any, cast
 
 import dpfl.theory.udp as udp_theory
-from dpfl.algorithms.udp import local_sensitivity
 from dpfl.errors import ConfigError
 from dpfl.theory.udp import UdpConstants, estimate_constants, theorem2_curve
 
@@ -47,6 +46,8 @@ def _bound(args: argparse.Namespace) -> int:
     if args.sensitivity is not None:
         sens = float(args.sensitivity)
     elif args.clip is not None and args.samples_per_client is not None:
+        from dpfl.algorithms.udp import local_sensitivity  # torch: only when asked
+
         sens = local_sensitivity(lr, args.clip, args.samples_per_client)  # 000 eq. 13 (E = 1)
     else:
         sens = float(pick("sensitivity", None))
