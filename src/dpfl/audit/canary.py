@@ -78,6 +78,7 @@ from dpfl.rng import SeedSequence
 
 if TYPE_CHECKING:
     from dpfl.rounds import Experiment, NoticeFn, ProgressFn
+    from dpfl.rounds.result import PrivacySummary
     from dpfl.store import RunStore
 
 __all__ = ["AuditResult", "CanaryAlgorithm", "canary_cosines", "run_audited"]
@@ -287,12 +288,6 @@ class AuditResult:
     estimate: EpsilonEstimate
 
 
-def _certified(certs: dict[str, Any] | None, observer: str) -> float | None:
-    if not certs:
-        return None
-    return float(certs["observers"][observer]["epsilon"])
-
-
 def run_audited(
     config: Any,
     num_canaries: int = 100,
@@ -326,6 +321,7 @@ def run_audited(
         whole interval lies above the certified public ε.
     """
     from dpfl.rounds import run_experiment
+    from dpfl.rounds.result import PrivacySummary
     from dpfl.sim.checkpoint import load_checkpoint
     from dpfl.store import RunStore
 
@@ -359,9 +355,12 @@ def run_audited(
             raise ConfigError(f"audit: the final model {final['model_path']} of run {res.run_id} is missing; "
                               "run the audit again with restart (`--restart`).")
         wrapped.load_state_dict(model.get("algorithm", {}))
-        est, audit = _audit(exp, wrapped, model["global_params"], final["privacy"], num_unseen=num_unseen,
+        summary = PrivacySummary.of(final)
+        if summary is None:
+            raise ConfigError(f"audit: run {res.run_id} has no privacy summary to audit against.")
+        est, audit = _audit(exp, wrapped, model["global_params"], summary, num_unseen=num_unseen,
                             bootstrap=bootstrap, confidence=confidence)
-        final["privacy"] = {**final["privacy"], "audit": audit}
+        final["privacy"] = dataclasses.replace(summary, extra={**summary.extra, "audit": audit}).to_dict()
         final["seconds"] = float(sum(m.get("seconds", 0.0) for m in res.history))
         if store is None:
             del final["model_path"]  # in the temporary store, gone with it
@@ -370,7 +369,7 @@ def run_audited(
     return AuditResult(res.run_id, res.status, res.rounds_done, final, res.history, est)
 
 
-def _audit(exp: Experiment, wrapped: CanaryAlgorithm, final_params: torch.Tensor, privacy: dict[str, Any], *,
+def _audit(exp: Experiment, wrapped: CanaryAlgorithm, final_params: torch.Tensor, privacy: PrivacySummary, *,
            num_unseen: int, bootstrap: int, confidence: float) -> tuple[EpsilonEstimate, dict[str, Any]]:
     """The canary estimate on ``final_params`` next to the run's certified and claimed ε."""
     n, dim = exp.data.num_clients, exp.problem.layout.numel
@@ -378,19 +377,19 @@ def _audit(exp: Experiment, wrapped: CanaryAlgorithm, final_params: torch.Tensor
     cos_in = canary_cosines(wrapped.directions, change)
     unseen = _unit_directions(exp.seeds, n + wrapped.num_canaries, num_unseen, dim)
     cos_out = canary_cosines(unseen, change)
-    delta = float(privacy["delta"])
+    delta = float(privacy.delta)
     est = estimate_epsilon(cos_in, cos_out, delta, confidence=confidence, bootstrap=bootstrap,
                            seed=exp.seeds.seed(0, n, "misc") % (2**32))
-    certs = privacy.get("certified")
-    cert_public = _certified(certs, "public")
+    public, head = privacy.certificate("public"), privacy.headline
+    cert_public = None if public is None else float(public.epsilon)
     algo = wrapped.inner
     audit = {
         "method": "one-shot canary cosines (Andrew et al., arXiv 2302.03098); observer: final model",
         "empirical_epsilon": est.epsilon,
         "empirical_epsilon_interval": [est.epsilon_low, est.epsilon_high],
         "certified_epsilon_public": cert_public,
-        "certified_epsilon_headline": float(certs["headline"]["epsilon"]) if certs else None,
-        "claimed_epsilon": _claim_value(privacy.get("claimed_epsilon")),
+        "certified_epsilon_headline": None if head is None else float(head.epsilon),
+        "claimed_epsilon": _claim_value(privacy.claimed_epsilon),
         "claim_comparable": algo.claim_comparable,
         "flag": bool(cert_public is not None and est.epsilon_low > cert_public),
         "canaries": wrapped.num_canaries,
