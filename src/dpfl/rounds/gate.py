@@ -9,6 +9,8 @@ records what was really released. The same gate serves runs, deployments and dry
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -16,9 +18,9 @@ from typing import Any
 from dpfl.algorithms.private import PrivateAlgorithm
 from dpfl.client.context import RoundInfo
 from dpfl.config import PrivacyConfig
-from dpfl.errors import PrivacyPreconditionError
+from dpfl.errors import ConfigError, PrivacyPreconditionError
 from dpfl.privacy.accounting.certify import Certificate
-from dpfl.privacy.accounting.ledger import PrivacyLedger, Release
+from dpfl.privacy.accounting.ledger import GaussianRelease, PrivacyLedger, Release
 from dpfl.privacy.notices import collect_range_warnings
 from dpfl.rounds.result import PrivacySummary
 
@@ -46,6 +48,18 @@ def server_charges(planned: list[Release], clients: list[int]) -> list[Release]:
         if ids:
             out.append(rel.for_clients(ids))
     return out
+
+
+def with_uplink_sensitivity(releases: list[Release], sensitivity: float) -> list[Release]:
+    """A what-if for dry runs: ``releases`` with every Gaussian release the server observes about
+    named clients (each upload, and any other Gaussian report a client sends) stated at the L2
+    sensitivity ``sensitivity`` instead of the one the code enforces; noise stds, the public's
+    releases and every other release kind unchanged. E.g. 003's uplink at the paper's
+    Δs_U = 2C/m (eq. 5–6) instead of the enforced 2C: what the server would be certified had
+    that sensitivity held. Never used by a run (the enforced sensitivity is the contract)."""
+    return [dataclasses.replace(r, sensitivity=float(sensitivity))
+            if isinstance(r, GaussianRelease) and r.observer == "server" and r.client_ids is not None else r
+            for r in releases]
 
 
 @dataclass(frozen=True)
@@ -92,8 +106,13 @@ class PrivacyGate:
         budget = PrivacyLedger(num_clients=self.num_clients, sampler={"kind": "all"}, delta=self.privacy.delta,
                                relation=algo.relation, privacy_unit=algo.privacy_unit, pld_every=0)
         for i, (planned, parts) in enumerate(plan):
-            budget.record_round(i, planned, sampling={"kind": "all"}, participants=parts, certify_round=False)
+            budget.record_round(i, self.stated(planned), sampling={"kind": "all"}, participants=parts, certify_round=False)
         return budget
+
+    def stated(self, releases: list[Release]) -> list[Release]:
+        """The releases the gate checks and records, from the algorithm's: the same ones (a
+        what-if gate of a dry run, :class:`WhatIfUplinkGate`, restates them)."""
+        return releases
 
     def restore(self, ledger_state: dict[str, Any]) -> None:
         """Continue from a checkpointed ledger."""
@@ -106,7 +125,7 @@ class PrivacyGate:
         algo, t = self.algorithm, info.round_idx
         clients = info.clients.tolist()
         with collect_range_warnings() as range_notices:
-            releases = algo.releases(info, self.client_sizes(clients), self.privacy.secure_aggregation)
+            releases = self.stated(algo.releases(info, self.client_sizes(clients), self.privacy.secure_aggregation))
             claimed_after = algo.claimed_epsilon(t + 1)
         for w in range_notices:
             emit("formula-range", str(w), t)
@@ -145,7 +164,8 @@ class PrivacyGate:
         when nobody arrived, unless the algorithm releases its noise in empty rounds)."""
         if arrived.numel() == 0 and not self.algorithm.releases_empty_rounds:
             return []
-        return self.algorithm.releases_for_arrivals(info, arrived, num_samples, self.privacy.secure_aggregation)
+        return self.stated(self.algorithm.releases_for_arrivals(info, arrived, num_samples,
+                                                                self.privacy.secure_aggregation))
 
     def arrivals_exceed(self, releases: list[Release], arrived: list[int], t: int) -> tuple[str, str] | None:
         """Why the aggregate of a round's arrivals must not be broadcast, and the notice kind
@@ -213,6 +233,29 @@ class PrivacyGate:
             client_epsilons_rdp=per_client,
             client_epsilons_rdp_spent=per_client_spent,
         )
+
+
+class WhatIfUplinkGate(PrivacyGate):
+    """The gate of a dry run that prices a what-if uplink sensitivity
+    (:func:`dpfl.rounds.dry_run`'s ``what_if_uplink_sensitivity``): every release the algorithm
+    states passes through :func:`with_uplink_sensitivity` before it is checked and recorded (the
+    ex-ante budget of a Rényi filter too); sampling, cohorts, noise and the public's releases stay
+    the algorithm's.
+
+    Raises:
+        ConfigError: ``uplink_sensitivity`` is not a finite number > 0.
+    """
+
+    def __init__(self, algorithm: PrivateAlgorithm, num_clients: int, client_sizes: Callable[[list[int]], Any],
+                 privacy: PrivacyConfig, seeds: Any, *, uplink_sensitivity: float) -> None:
+        value = float(uplink_sensitivity)
+        if not (math.isfinite(value) and value > 0):
+            raise ConfigError(f"`what_if_uplink_sensitivity` must be a finite number > 0. Found {uplink_sensitivity!r}.")
+        self.uplink_sensitivity = value  # before the base class builds the budget through stated()
+        super().__init__(algorithm, num_clients, client_sizes, privacy, seeds)
+
+    def stated(self, releases: list[Release]) -> list[Release]:
+        return with_uplink_sensitivity(releases, self.uplink_sensitivity)
 
 
 def entry_metrics(metrics: dict[str, Any], entry: dict[str, Any], claimed: Any) -> None:

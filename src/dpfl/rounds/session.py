@@ -38,7 +38,7 @@ from dpfl.rounds.cohort import (
     Transport,
     UploadCohort,
 )
-from dpfl.rounds.gate import PrivacyGate
+from dpfl.rounds.gate import PrivacyGate, WhatIfUplinkGate
 from dpfl.rounds.loop import LoopState, run_rounds
 from dpfl.rounds.result import DryRunResult, RunResult
 from dpfl.sim.checkpoint import clean_orphans, load_checkpoint, save_checkpoint
@@ -296,7 +296,8 @@ def _registered(exp: Experiment, cohort: Cohort, gate: PrivacyGate | None, store
 
 def dry_run(config: RunConfig, notice: NoticeFn | None = None, *, per_round: bool = False,
             experiment: Experiment | Plan | None = None,
-            what_if_secure_aggregation: bool = False) -> DryRunResult:
+            what_if_secure_aggregation: bool = False,
+            what_if_uplink_sensitivity: float | None = None) -> DryRunResult:
     """The privacy statement of a run without training it: the same algorithm objects, sampling,
     calibration, privacy gate and ledger as :func:`run_experiment`, on a
     :class:`~dpfl.rounds.cohort.DryCohort` (``dpfl account CONFIG``).
@@ -319,9 +320,23 @@ def dry_run(config: RunConfig, notice: NoticeFn | None = None, *, per_round: boo
             --secure-aggregation``: no runtime implements it, so runs (and dry runs of a config
             asking for it) refuse ``privacy.secure_aggregation``. The algorithms' own
             ``releases(..., secure_aggregation=True)`` state what the server then sees.
+        what_if_uplink_sensitivity: price every Gaussian release the server observes about a
+            client (its upload) at this L2 sensitivity instead of the one the code enforces
+            (:func:`~dpfl.rounds.gate.with_uplink_sensitivity`, applied by the dry run's gate
+            before it checks and records): e.g. 003's uplink at the paper's Δs_U = 2C/m instead
+            of the enforced 2C. The cohorts are the config's (drawn from its seed), the noise
+            and the public's releases the algorithm's; runs have no such setting. Not combined
+            with ``what_if_secure_aggregation`` (the server's release is then the sum's).
+
+    Raises:
+        ConfigError: ``privacy.secure_aggregation`` in the config; both what-ifs at once; a
+            what-if sensitivity that is not a finite number > 0.
     """
     if config.privacy.secure_aggregation:
         raise ConfigError(SECURE_AGGREGATION_REFUSED)
+    if what_if_uplink_sensitivity is not None and what_if_secure_aggregation:
+        raise ConfigError("`what_if_uplink_sensitivity` prices each upload the server sees; with "
+                          "`what_if_secure_aggregation` it sees only their sum: ask one what-if at a time.")
     privacy = config.privacy
     if what_if_secure_aggregation:
         privacy = privacy.model_copy(update={"secure_aggregation": True})
@@ -331,7 +346,12 @@ def dry_run(config: RunConfig, notice: NoticeFn | None = None, *, per_round: boo
     algo = plan.algorithm
     if not isinstance(algo, PrivateAlgorithm):
         return DryRunResult(0, None, None)
-    gate = PrivacyGate(algo, plan.num_clients, plan.sizes, privacy, plan.seeds)
+    gate: PrivacyGate
+    if what_if_uplink_sensitivity is not None:
+        gate = WhatIfUplinkGate(algo, plan.num_clients, plan.sizes, privacy, plan.seeds,
+                                uplink_sensitivity=what_if_uplink_sensitivity)
+    else:
+        gate = PrivacyGate(algo, plan.num_clients, plan.sizes, privacy, plan.seeds)
     recorder = _NullRecorder(notice)
     for n in plan.notices:
         recorder.notice(n["kind"], n["message"])

@@ -126,3 +126,25 @@ def test_fig11_full_scale_adds_an_L_below_T_series_with_downlink_noise_at_K_equa
     lines = {x.split(":")[0]: x for x in text.splitlines() if x.startswith("- ")}
     assert "- eps=60" in lines and f"- eps=60 L={FIG11_EXPOSURES}" in lines
     assert "only the K = N point has σ_D > 0" in text
+
+
+def test_lemma4_status_reads_the_algorithm_built_with_the_paper_downlink() -> None:
+    """σ_D comes from the run's config built with `downlink_noise: paper` (no formula in the
+    recipe): a value where Lemma 4 has one, the algorithm's own refusal where it has none."""
+    import warnings
+
+    from dpfl.experiments.recipes.p003 import _config, _lemma4_status
+    from dpfl.privacy.calibration import nbafl_downlink_noise_std_k_random
+
+    runs: list[tuple[Any, Any, list[dict[str, Any]]]] = []
+    for eps in (1.0, 50.0):  # eq. 69 at N = 10, K = 4, T = 3: a value needs ε < 1.532
+        cfg = _config(epsilon=eps, clients=10, samples=50, rounds=3, sampled=4, downlink="none")
+        runs.append((SimpleNamespace(coords={"epsilon": eps, "K": 4}), SimpleNamespace(config=cfg.model_dump(mode="json")),
+                     [{}] * 3))
+    text = _lemma4_status(SimpleNamespace(runs=runs))  # type: ignore[arg-type]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = nbafl_downlink_noise_std_k_random(1.0, 0.01, 10.0, 50, 10, 4, 3, 3)
+    assert f"- ε = 1, N = 10, K = 4, T = 3: σ_D = {expected:.4g}" in text
+    assert "- ε = 50, N = 10, K = 4, T = 3: **no value** — nbafl with K-random scheduling" in text
+    assert "eq. 69" in text

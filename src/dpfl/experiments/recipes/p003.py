@@ -15,15 +15,16 @@ samples among the clients, finer grids).
 
 from __future__ import annotations
 
-import dataclasses
+import copy
+import functools
+import json
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import dp_accounting as dpa
-
+from dpfl.algorithms.nbafl import NbAfl, NbAflCalibration
 from dpfl.config import RunConfig, parse_config
-from dpfl.errors import PrivacyPreconditionError
+from dpfl.errors import ConfigError, PrivacyPreconditionError
 from dpfl.experiments.recipes.base import (
     Recipe,
     RecipeRun,
@@ -43,12 +44,10 @@ from dpfl.experiments.recipes.verdicts import (
     near_best,
     order_of_sets,
 )
-from dpfl.privacy.accounting.certify import Basis, Certificate, certify
-from dpfl.privacy.accounting.events import gaussian_event
-from dpfl.privacy.calibration import nbafl_downlink_noise_std_k_random, nbafl_uplink_sensitivity
+from dpfl.privacy.accounting.certify import Certificate
 from dpfl.privacy.notices import collect_range_warnings
-from dpfl.rng import SERVER, SeedSequence
-from dpfl.sampling import FixedSizeSampler
+from dpfl.rounds import Plan, build_experiment, build_plan, dry_run
+from dpfl.rounds.build import plan_of
 
 PAPER = "003_c42e3eb46a620b42.txt"
 DELTA = 0.01
@@ -248,35 +247,66 @@ def _fmt(x: Any) -> str:
     return f"{x:.4g}"
 
 
-def _max_participation(rec: Any, rounds: int) -> int:
-    """How often the busiest client took part (the cohort is re-drawn from the run's seed)."""
-    cfg = rec.config
-    if cfg["sampling"]["kind"] == "all":
-        return rounds
-    sampler = FixedSizeSampler(int(cfg["sampling"]["clients_per_round"]))
-    seeds = SeedSequence(int(cfg["seed"]))
-    counts: dict[int, int] = {}
-    for t in range(rounds):
-        for c in sampler.sample(int(cfg["partition"]["num_clients"]), seeds.generator(t, SERVER, "sample")).tolist():
-            counts[c] = counts.get(c, 0) + 1
-    return max(counts.values(), default=0)
+#: MNIST's sample shape and classes: every 003 run trains the MLP on MNIST
+MNIST_SHAPE = (1, 28, 28)
+MNIST_CLASSES = 10
+
+
+@functools.cache
+def _num_params(model: str, options_json: str) -> int:
+    """Parameters of the model a 003 config names, on MNIST (a plan's shape; no data read)."""
+    import torch
+
+    from dpfl.models import build_model
+
+    net = build_model(model, MNIST_SHAPE, MNIST_CLASSES, generator=torch.Generator().manual_seed(0),
+                      **json.loads(options_json))
+    return sum(int(p.numel()) for p in net.parameters())
+
+
+def _plan(config: dict[str, Any], **options: Any) -> Plan:
+    """The dry-run build of a stored run's own config, with ``options`` replacing algorithm options
+    (raises what the algorithm raises, e.g. Lemma 4 without a value). Every config this recipe
+    builds partitions MNIST IID with ``samples_per_client`` m, so the plan is built from shapes
+    (N clients of m samples, :func:`dpfl.rounds.build_plan`: no data read); any other partition
+    is built from its data (:func:`dpfl.rounds.build_experiment` without an engine)."""
+    raw = copy.deepcopy(config)
+    raw["algorithm"]["options"] = {**(raw["algorithm"].get("options") or {}), **options}
+    cfg = parse_config(raw)
+    part = cfg.partition
+    if part.kind == "iid" and part.sizes is None and part.samples_per_client is not None:
+        return build_plan(cfg, [int(part.samples_per_client)] * int(part.num_clients),
+                          _num_params(cfg.model.name, json.dumps(cfg.model.options, sort_keys=True)))
+    return plan_of(build_experiment(cfg, train=False))
+
+
+def _calibration(plan: Plan) -> NbAflCalibration:
+    algo = plan.algorithm
+    if not isinstance(algo, NbAfl):
+        raise ConfigError(f"003 recipes read nbafl runs; this run's algorithm is {type(algo).__name__}.")
+    return algo.calibration()
+
+
+@functools.cache
+def _what_if_server(config_json: str) -> Certificate:
+    """The server certificate of a dry run of the config (same cohorts, drawn from its seed) whose
+    uplink releases are stated at the paper's sensitivity Δs_U = 2C/m (003 eq. 5–6), read from the
+    algorithm's own calibration, instead of the enforced 2C (``what_if_uplink_sensitivity``)."""
+    plan = _plan(json.loads(config_json))
+    with collect_range_warnings():
+        dry = dry_run(plan.config, experiment=plan, what_if_uplink_sensitivity=_calibration(plan).paper_sensitivity)
+    assert dry.privacy is not None and dry.privacy.certified is not None  # nbafl is private
+    return dry.privacy.certified["server"]
 
 
 def _paper_sensitivity_server(rec: Any, rows: list[dict[str, Any]]) -> Certificate | None:
     """Certificate against the server had the uplink sensitivity been the paper's 2C/m (None: no
-    noise). Under client sampling it composes the busiest client's rounds in the cohorts drawn, so
-    its basis is "given-cohorts"."""
-    sigma = _final(rows, "uplink_noise_std")
-    m = _final(rows, "min_samples")
-    if not sigma > 0 or math.isnan(m):
+    noise): a dry run of the run's own config with that what-if (:func:`dpfl.rounds.dry_run`),
+    the worst client over the cohorts the run drew, tightest of RDP and PLD. Its basis is the
+    ledger's: "given-cohorts" under client sampling, "ex-ante" when every client takes part."""
+    if not _final(rows, "uplink_noise_std") > 0:
         return None
-    sens = nbafl_uplink_sensitivity(rec.config["algorithm"]["options"]["clip_norm"], int(m))
-    event = dpa.SelfComposedDpEvent(gaussian_event(sigma, sens), _max_participation(rec, len(rows)))
-    with collect_range_warnings():
-        cert = certify(event, rec.config["privacy"]["delta"], relation="replace_one", privacy_unit="client",
-                       observer="server")
-    basis: Basis = "ex-ante" if rec.config["sampling"]["kind"] == "all" else "given-cohorts"
-    return dataclasses.replace(cert, basis=basis)
+    return _what_if_server(json.dumps(rec.config, sort_keys=True))
 
 
 def _paper_sensitivity_server_epsilon(rec: Any, rows: list[dict[str, Any]]) -> float:
@@ -442,7 +472,8 @@ def _report_fig3(ctx: ReportContext) -> str:
 
 
 def _lemma4_status(ctx: ReportContext) -> str:
-    lines = ["Lemma 4 at these settings (σ_D for K-random scheduling, eq. 21–22):", ""]
+    lines = ["Lemma 4 at these settings (σ_D for K-random scheduling, eq. 21–22; the run's config built with "
+             "`downlink_noise: paper`):", ""]
     seen = set()
     for run, rec, rows in ctx.runs:
         eps, k = run.coords.get("epsilon"), run.coords.get("K")
@@ -451,12 +482,11 @@ def _lemma4_status(ctx: ReportContext) -> str:
         seen.add((eps, k, len(rows)))
         n = rec.config["partition"]["num_clients"]
         t = rec.config["rounds"]
-        m = rec.config["partition"]["samples_per_client"]
         try:
             with collect_range_warnings():
-                sd = nbafl_downlink_noise_std_k_random(eps, DELTA, CLIP, m, n, k, t, t)
+                sd = _calibration(_plan(rec.config, downlink_noise="paper")).downlink_noise_std
             lines.append(f"- ε = {eps:g}, N = {n}, K = {k}, T = {t}: σ_D = {sd:.4g}")
-        except PrivacyPreconditionError as err:
+        except (PrivacyPreconditionError, ConfigError) as err:
             lines.append(f"- ε = {eps:g}, N = {n}, K = {k}, T = {t}: **no value** — {err}")
     lines += ["", "So these runs use `downlink_noise: none` (the uplink noise σ_U only). With L = T eq. 21's "
               "second branch would also give σ_D = 0, but the lemma's derivation (eq. 74) has no σ_A there; "
