@@ -9,7 +9,7 @@ weights only; one extra run with η_c = 0.1 shows the adaptive threshold), the 1
 
 Every report lists, per run, the claimed ε-MI-DP (nats, per round, as the paper states it) next to
 the certified (ε, δ) per observer (server, public) composed over the rounds run; PMIDP runs also
-get a per-client ledger replayed from the stored per-round noise stds, clip norms and weights.
+get each client's certified ε as the run stored it (``PrivacySummary.client_epsilons_rdp``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 
-from dpfl.algorithms.midp import round_releases
 from dpfl.config import parse_config
 from dpfl.experiments.recipes.base import (
     Recipe,
@@ -39,7 +38,6 @@ from dpfl.experiments.recipes.verdicts import (
     spearman,
     trend,
 )
-from dpfl.privacy.accounting.ledger import PrivacyLedger
 
 DELTA = 1e-5
 PAPER = "002_2503fd7671e29121.txt"
@@ -287,23 +285,6 @@ def stored_client_epsilons(rec: Any, observer: str) -> dict[int, float]:
     priv = stored_privacy(rec)
     table = None if priv is None else priv.client_epsilons_rdp
     return dict((table or {}).get(observer) or {})
-
-
-def replay_client_ledger(rows: list[dict[str, Any]], num_clients: int, delta: float) -> PrivacyLedger:
-    """Per-client ledger of a PMIDP-FL run, replayed from its stored per-round numbers.
-
-    Uses the same release constructor as the algorithm (:func:`dpfl.algorithms.midp.round_releases`
-    with per-client public releases), so it reproduces the run's ledger client by client.
-    """
-    ledger = PrivacyLedger(num_clients=num_clients, sampler={"kind": "all"}, delta=delta,
-                           relation="replace_one", privacy_unit="client", pld_every=0)
-    for r in rows:
-        if "noise_stds" not in r:
-            continue
-        ids = list(range(num_clients))
-        rel = round_releases(ids, r["noise_stds"], r["clip_norms"], r["weights"], per_client_public=True)
-        ledger.record_round(int(r["round"]), rel, sampling={"kind": "all"}, participants=ids)
-    return ledger
 
 
 # --------------------------------------------------------------------------- reports
