@@ -78,3 +78,48 @@ def test_the_check_sees_imports_inside_functions() -> None:
     tree = ast.parse("def f():\n    from dpfl.store import RunStore\n")
     found = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
     assert found == ["dpfl.store"]
+
+
+#: Privacy statements are made by the algorithms' plans and the ledger: the command line and the
+#: paper recipes read certificates from runs and dry runs, never compute them. These modules (and
+#: the ``certify`` / ``calibrate_noise_multiplier`` functions) are out of their reach; result types
+#: (``Certificate``, ``Basis``) and the range notices are not statements and stay importable.
+PRIVACY_INTERNALS = ("dpfl.privacy.calibration", "dpfl.privacy.accounting.claimed",
+                     "dpfl.privacy.accounting.events", "dpfl.privacy.accounting.ledger",
+                     "dpfl.privacy.accounting.cohorts", "dpfl.privacy.accounting.shuffle")
+CERTIFY_TYPES = {"Certificate", "Basis", "BASIS_TEXT"}
+
+
+def _privacy_imports(root: Path) -> list[str]:
+    """Every import of calibration or accounting internals in the ``*.py`` files under ``root``."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = {a.name for a in node.names}
+                module = node.module
+                internal = (module.startswith(PRIVACY_INTERNALS)
+                            or (module == "dpfl.privacy" and "calibration" in names)
+                            or (module == "dpfl.privacy.accounting"
+                                and bool(names & {"claimed", "events", "ledger", "cohorts", "shuffle", "certify"}))
+                            or (module == "dpfl.privacy.accounting.certify" and bool(names - CERTIFY_TYPES)))
+                if internal:
+                    found.append(f"{path.name}: from {module} import {sorted(names)}")
+            elif isinstance(node, ast.Import):
+                found += [f"{path.name}: import {a.name}" for a in node.names if a.name.startswith(PRIVACY_INTERNALS)]
+    return found
+
+
+def test_commands_and_recipes_make_no_privacy_statements_of_their_own() -> None:
+    for pkg in ("commands", "experiments"):
+        found = _privacy_imports(Path(dpfl.__file__).parent / pkg)
+        assert not found, f"dpfl.{pkg} imports calibration or accounting internals:\n" + "\n".join(found)
+
+
+def test_the_privacy_rule_sees_planted_imports(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("def f():\n    from dpfl.privacy.calibration import udp_sensitivity\n")
+    (tmp_path / "b.py").write_text("from dpfl.privacy.accounting.certify import Certificate, certify\n")
+    (tmp_path / "c.py").write_text("from dpfl.privacy.accounting.certify import Certificate\n"
+                                   "from dpfl.privacy.notices import collect_range_warnings\n")
+    found = _privacy_imports(tmp_path)
+    assert [f.split(":")[0] for f in found] == ["a.py", "b.py"]
