@@ -191,18 +191,14 @@ class PrivacySummary:
         claim = self.claimed_max
         claim_text = "—" if claim is None else f"{claim:.4g}"
         out.append(f"claimed epsilon: {claim_text} ({self.claim_notion})")
-        if self.certified:
+        for kind, certs in (("certified", self.certified), ("spent", self.spent)):
             for obs in OBSERVERS:
-                c = self.certified.get(obs)
-                if c is not None:
-                    out.append(f"certified epsilon vs {obs}: {c.epsilon:.4g} at delta={c.delta:g} "
-                               f"({c.method}, per {c.privacy_unit}, {c.relation}; {c.basis_text})")
-        if self.spent:
-            for obs in OBSERVERS:
-                c = self.spent.get(obs)
-                if c is not None:
-                    out.append(f"spent epsilon vs {obs}: {c.epsilon:.4g} at delta={c.delta:g} "
-                               f"(what happened, not a guarantee; {c.basis_text})")
+                c = (certs or {}).get(obs)
+                if c is None:
+                    continue
+                what = (f"{c.method}, per {c.privacy_unit}, {c.relation}" if kind == "certified"
+                        else "what happened, not a guarantee")
+                out.append(f"{kind} epsilon vs {obs}: {c.epsilon:.4g} at delta={c.delta:g} ({what}; {c.basis_text})")
         return out
 
 
