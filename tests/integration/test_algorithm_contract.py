@@ -2,7 +2,8 @@
 
 * every registered private algorithm has an account = run case
   (``test_account_equals_run.CASES``) — a new algorithm without one fails here;
-* ``plan(info)`` is a frozen :class:`RoundPlan`, a pure function of the round (asked twice: equal);
+* ``calibration()`` is a frozen :class:`Calibration`; ``plan(info)`` is a frozen :class:`RoundPlan`,
+  a pure function of the round (asked twice: equal);
 * the algorithm's releases are its plan's (nothing privacy-relevant computed beside the plan);
 * the round loop fixes one plan per round and every part reads it: a run's releases equal the
   releases of the plans the loop fixed;
@@ -22,7 +23,7 @@ import pytest
 import torch
 from test_account_equals_run import CASES, SIZES, _config  # the account = run cases
 
-from dpfl.algorithms.private import PrivateAlgorithm, RoundPlan
+from dpfl.algorithms.private import Calibration, PrivateAlgorithm, RoundPlan
 from dpfl.algorithms.registry import algorithms
 from dpfl.client.context import RoundInfo
 from dpfl.rng import SeedSequence
@@ -62,6 +63,9 @@ def test_the_plan_is_frozen_pure_and_the_source_of_the_releases(case: str, mnist
     for t in range(2):
         clients = algo.sample(t, len(SIZES), seeds)
         info = RoundInfo(t, len(SIZES), clients, seeds)
+        cal = algo.calibration()
+        assert isinstance(cal, Calibration) and type(cal).__dataclass_params__.frozen  # type: ignore[attr-defined]
+        assert algo.calibration() == cal  # fixed before the run
         plan = algo.plan(info)
         assert isinstance(plan, RoundPlan) and dataclasses.is_dataclass(plan)
         assert type(plan).__dataclass_params__.frozen  # type: ignore[attr-defined]

@@ -53,7 +53,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dpfl.algorithms.base import RoundOutput, Uploads
-from dpfl.algorithms.private import PrivateAlgorithm, RoundPlan
+from dpfl.algorithms.private import Calibration, PrivateAlgorithm, RoundPlan
 from dpfl.client.blur import BlurTerm
 from dpfl.client.context import LocalProblem, LocalResult, RoundInfo
 from dpfl.client.lus import sparsify_updates
@@ -115,6 +115,55 @@ def _expected_cohort(sampler: Any, num_clients: int) -> float:
     if "num_sampled" in desc:
         return float(desc["num_sampled"])
     return float(num_clients)
+
+
+@dataclass(frozen=True)
+class DpFedAvgCalibration(Calibration):
+    """What DP-FedAvg fixes before the run (:func:`dpfedavg_calibration`).
+
+    Attributes:
+        noise_multiplier: z, the round's total multiplier (004 Alg. 1's σ; with adaptive clipping
+            the joint multiplier of update and count).
+        update_multiplier: z_Δ = (z⁻² − (2σ_b)⁻²)^−½, the update's share (z without adaptive clipping).
+        count_noise_std: σ_b of the count query (0 without adaptive clipping or without noise).
+        denominator: m = qN, the fixed denominator (expected cohort size).
+        sample_rate: q, the client sampling rate.
+    """
+
+    noise_multiplier: float
+    update_multiplier: float
+    count_noise_std: float
+    denominator: float
+    sample_rate: float
+
+
+def dpfedavg_calibration(options: DpFedAvgOptions, sampler: Any, num_clients: int, delta: float,
+                         rounds: int | None) -> DpFedAvgCalibration:
+    """z (given, or calibrated so that 004's own claim after ``rounds`` rounds is
+    ``target_epsilon``), its split between update and count (Andrew et al. 2021, Thm 1) and the
+    fixed denominator: a pure function of the options and the public facts.
+
+    Raises:
+        ConfigError: ``target_epsilon`` without ``rounds``; a split that cannot exist.
+    """
+    desc = sampler.describe()
+    q = desc.get("sample_rate")
+    if q is None:
+        q = desc.get("num_sampled", num_clients) / num_clients
+    m = _expected_cohort(sampler, num_clients)
+    if options.noise_multiplier is not None:
+        z = float(options.noise_multiplier)
+    else:
+        if rounds is None:
+            raise ConfigError("`target_epsilon` needs the number of rounds to calibrate σ.")
+        assert options.target_epsilon is not None
+        z = dpfedavg_noise_multiplier(options.target_epsilon, float(q), rounds, delta)
+    count_std, z_update = 0.0, z
+    ac = options.adaptive_clip
+    if ac is not None and z > 0:
+        count_std = float(ac.count_noise_std if ac.count_noise_std is not None else m / 20.0)
+        z_update = update_noise_multiplier(z, count_std)
+    return DpFedAvgCalibration(z, z_update, count_std, float(m), float(q))
 
 
 @dataclass(frozen=True)
@@ -242,28 +291,22 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
         self.sampler = sampler
         self.num_clients = num_clients
         self.delta = delta
-        if options.noise_multiplier is not None:
-            self.noise_multiplier = float(options.noise_multiplier)
-        else:
-            if rounds is None:
-                raise ConfigError("`target_epsilon` needs the number of rounds to calibrate σ.")
-            assert options.target_epsilon is not None
-            self.noise_multiplier = dpfedavg_noise_multiplier(
-                options.target_epsilon, self._sample_rate(), rounds, delta)
-        self.clip_norm = float(options.clip_norm)  # S_t: changes only with adaptive clipping
+        self._calibration = dpfedavg_calibration(options, sampler, num_clients, delta, rounds)
+        self.noise_multiplier = self._calibration.noise_multiplier
+        self.update_multiplier = self._calibration.update_multiplier
+        self.count_noise_std = self._calibration.count_noise_std
         # m: the fixed denominator of the cohort sum (expected cohort size, public)
-        self.denominator = _expected_cohort(sampler, num_clients)
+        self.denominator = self._calibration.denominator
+        self.clip_norm = float(options.clip_norm)  # S_t: changes only with adaptive clipping
         self._layer_sizes: list[int] | None = None
         self._rule: QuantileClipRule | None = None
-        self.count_noise_std = 0.0
-        self.update_multiplier = self.noise_multiplier
         ac = options.adaptive_clip
         if ac is not None:
-            m = _expected_cohort(sampler, num_clients)
-            self._rule = QuantileClipRule(ac.target_unclipped_quantile, ac.learning_rate, m)
-            if self.noise_multiplier > 0:
-                self.count_noise_std = float(ac.count_noise_std if ac.count_noise_std is not None else m / 20.0)
-                self.update_multiplier = update_noise_multiplier(self.noise_multiplier, self.count_noise_std)
+            self._rule = QuantileClipRule(ac.target_unclipped_quantile, ac.learning_rate, self.denominator)
+
+    def calibration(self) -> DpFedAvgCalibration:
+        """z, its update/count split and the fixed denominator (:func:`dpfedavg_calibration`)."""
+        return self._calibration
 
     # ------------------------------------------------------------------ set-up
 

@@ -61,7 +61,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dpfl.algorithms.base import RoundOutput, Uploads
-from dpfl.algorithms.private import PrivateAlgorithm, RoundPlan
+from dpfl.algorithms.private import Calibration, PrivateAlgorithm, RoundPlan
 from dpfl.client.context import LocalProblem, LocalResult, RoundInfo
 from dpfl.client.local import (
     DpSgd,
@@ -95,6 +95,17 @@ class DpSgdOptions(BaseModel):
         if not math.isfinite(v):
             raise ValueError(f"must be finite. Found {v}")
         return v
+
+
+@dataclass(frozen=True)
+class DpSgdCalibration(Calibration):
+    """What dp-sgd-fedavg fixes before the run from the public sizes and the local training: z,
+    and per client q_k, its number of local steps and its step noise std z·C/(q_k|D_k|)."""
+
+    noise_multiplier: float
+    sample_rates: tuple[float, ...]
+    steps: tuple[int, ...]
+    step_noise_stds: tuple[float, ...]
 
 
 @dataclass(frozen=True)
@@ -177,6 +188,11 @@ class DpSgdFedAvg(PrivateAlgorithm[DpSgdPlan]):
         return dataclasses.replace(problem, local=local)
 
     # ------------------------------------------------------------------ privacy
+
+    def calibration(self) -> DpSgdCalibration:
+        """z and each client's q_k, steps and step noise std (:class:`DpSgdCalibration`)."""
+        return DpSgdCalibration(float(self.options.noise_multiplier), tuple(float(q) for q in self.sample_rates),
+                                tuple(int(s) for s in self.steps), tuple(float(x) for x in self.step_noise_stds))
 
     def plan(self, info: RoundInfo) -> DpSgdPlan:
         """The same numbers every round: z, and each client's q_k, steps and step noise std."""

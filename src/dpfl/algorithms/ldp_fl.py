@@ -88,6 +88,7 @@ References:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -96,7 +97,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from dpfl.algorithms.base import RoundOutput, Uploads
-from dpfl.algorithms.private import PrivateAlgorithm, RoundPlan
+from dpfl.algorithms.private import Calibration, PrivateAlgorithm, RoundPlan
 from dpfl.client.context import LocalProblem, LocalResult, RoundInfo
 from dpfl.client.layout import ParamLayout
 from dpfl.errors import ConfigError, PrivacyPreconditionError
@@ -267,6 +268,21 @@ def ldp_fl_privacy(epsilon: float, num_weights: int, rounds: int, num_reports: i
 
 
 # --------------------------------------------------------------------------- the algorithm
+
+
+@dataclass(frozen=True)
+class LdpFlCalibration(Calibration):
+    """What LDP-FL's options fix: ε per weight (001 eq. 2) and the ε' <= ε the float64 coin
+    realizes, d, the range mode and, for ``private-minmax``, the log-range report's z, Δ and σ
+    (None before the model's layout is known, and for the other modes)."""
+
+    epsilon_per_weight: float
+    epsilon_per_weight_realized: float
+    num_coordinates: int
+    range: str
+    range_noise_multiplier: float | None = None
+    range_sensitivity: float | None = None
+    range_noise_std: float | None = None
 
 
 @dataclass(frozen=True)
@@ -462,19 +478,16 @@ class LdpFl(PrivateAlgorithm[LdpFlPlan]):
         sens = self.range_sensitivity() if self.options.range == "private-minmax" else None
         return ldp_fl_plan(self.options, self.num_params, round_idx, sens)
 
-    def calibration(self) -> dict[str, Any]:
-        """What the options fix: ε per weight (and the ε' <= ε the float64 coin realizes), d, the
-        range mode and, for ``private-minmax``, the report's z, Δ and σ (needs the layout)."""
-        out: dict[str, Any] = {
-            "epsilon_per_weight": float(self.options.epsilon),
-            "epsilon_per_weight_realized": two_point_realized_epsilon(self.options.epsilon),
-            "num_coordinates": self.num_params, "range": self.options.range,
-        }
+    def calibration(self) -> LdpFlCalibration:
+        """What the options fix (:class:`LdpFlCalibration`; the private-minmax report's Δ and σ
+        need the model's layout)."""
+        cal = LdpFlCalibration(float(self.options.epsilon), two_point_realized_epsilon(self.options.epsilon),
+                               int(self.num_params), str(self.options.range))
         if self.options.range == "private-minmax" and self.layout is not None:
             plan = self._plan_at(0)
-            out.update(range_noise_multiplier=self.options.range_noise_multiplier,
-                       range_sensitivity=plan.range_sensitivity, range_noise_std=plan.range_noise_std)
-        return out
+            cal = dataclasses.replace(cal, range_noise_multiplier=self.options.range_noise_multiplier,
+                                      range_sensitivity=plan.range_sensitivity, range_noise_std=plan.range_noise_std)
+        return cal
 
     def private_ranges(self, local_params: torch.Tensor, info: RoundInfo) -> tuple[torch.Tensor, torch.Tensor, list[float]]:
         """``private-minmax``: (center [P], radius [P], per-layer radii) agreed from the cohort's noisy reports.

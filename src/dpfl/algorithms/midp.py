@@ -63,7 +63,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dpfl.algorithms.base import RoundOutput, Uploads
-from dpfl.algorithms.private import PrivateAlgorithm, RoundPlan
+from dpfl.algorithms.private import Calibration, PrivateAlgorithm, RoundPlan
 from dpfl.client.context import LocalResult, RoundInfo
 from dpfl.errors import ConfigError
 from dpfl.privacy.accounting.claimed import (
@@ -210,6 +210,29 @@ def _floats(values: Any) -> list[float]:
 
 
 @dataclass(frozen=True)
+class MidpCalibration(Calibration):
+    """What a basic scheme fixes before the run: every client's budget ε_k (nats), C, d, the
+    weighting and the side; the noise stds depend on each cohort (eq. 4.7 / 4.9 in its plan)."""
+
+    budgets: tuple[float, ...]
+    clip_norm: float
+    dim: int
+    weighting: str
+    side: str
+
+
+@dataclass(frozen=True)
+class PmidpCalibration(Calibration):
+    """What PMIDP-FL fixes before the run: every client's budget ε_k (nats), C_{k,1}, d, η_c; the
+    noise stds follow the thresholds and the cohort (eq. 5.32 in its plan)."""
+
+    budgets: tuple[float, ...]
+    initial_clip_norm: float
+    dim: int
+    clip_lr: float
+
+
+@dataclass(frozen=True)
 class MidpPlan(RoundPlan):
     """Every noise number of one round of a basic scheme, fixed by the server for its cohort.
 
@@ -331,11 +354,10 @@ class MidpScheme(PrivateAlgorithm[MidpPlan]):
         self._claimed: float | None = None
         self._received: tuple[int, float] | None = None  # (round, σ_c) sent by the server (client side)
 
-    def calibration(self) -> dict[str, Any]:
-        """What is fixed before the run: every client's budget ε_k (nats), C, d and the weighting;
-        the noise stds depend on each cohort (:meth:`plan`)."""
-        return {"budgets": self.budgets.tolist(), "clip_norm": self.options.clip_norm, "dim": self.dim,
-                "weighting": self.options.weighting, "side": self.side}
+    def calibration(self) -> MidpCalibration:
+        """What is fixed before the run (:class:`MidpCalibration`)."""
+        return MidpCalibration(tuple(float(e) for e in self.budgets.tolist()), float(self.options.clip_norm),
+                               int(self.dim), str(self.options.weighting), str(self.side))
 
     def plan(self, info: RoundInfo, num_samples: torch.Tensor | None = None) -> MidpPlan:
         """The plan of round ``info.round_idx`` for its whole cohort ``info.clients`` (server side):
@@ -592,11 +614,10 @@ class PmidpFl(PrivateAlgorithm[PmidpPlan]):
         # the latest round's plan for its cohort, fixed before the round: aggregate() moves the
         # thresholds on to C_{k,t+1}, and later questions about round t still get C_{k,t}
 
-    def calibration(self) -> dict[str, Any]:
-        """What is fixed before the run: every client's budget ε_k (nats), C_{k,1}, d, η_c; the
-        noise stds follow the thresholds and the cohort (:meth:`plan`)."""
-        return {"budgets": self.budgets.tolist(), "initial_clip_norm": self.options.clip_norm, "dim": self.dim,
-                "clip_lr": self.options.clip_lr}
+    def calibration(self) -> PmidpCalibration:
+        """What is fixed before the run (:class:`PmidpCalibration`)."""
+        return PmidpCalibration(tuple(float(e) for e in self.budgets.tolist()), float(self.options.clip_norm),
+                                int(self.dim), float(self.options.clip_lr))
 
     def plan(self, info: RoundInfo) -> PmidpPlan:
         """The plan of round ``info.round_idx`` for the rows ``info.clients`` (eq. 5.32 with N =

@@ -52,7 +52,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from dpfl.algorithms.base import RoundOutput, Uploads
-from dpfl.algorithms.private import PrivateAlgorithm, RoundPlan
+from dpfl.algorithms.private import Calibration, PrivateAlgorithm, RoundPlan
 from dpfl.client.context import LocalProblem, LocalResult, RoundInfo
 from dpfl.client.local import LocalTraining
 from dpfl.errors import ConfigError, PrivacyPreconditionError
@@ -104,7 +104,7 @@ class NbAflOptions(BaseModel):
 
 
 @dataclass(frozen=True)
-class NbAflCalibration:
+class NbAflCalibration(Calibration):
     """What 003 fixes before the run, from the settings alone.
 
     Attributes:

@@ -11,6 +11,7 @@ come from :mod:`dpfl.privacy`.
 from __future__ import annotations
 
 import abc
+import dataclasses
 from typing import Any, ClassVar, Generic, TypeVar, cast
 
 import torch
@@ -18,6 +19,20 @@ import torch
 from dpfl.algorithms.base import Algorithm
 from dpfl.client.context import RoundInfo
 from dpfl.privacy.accounting.ledger import Observer, Release
+
+
+class Calibration:
+    """What a private algorithm fixes before the run, from its settings and the public facts
+    alone (client sizes, cohort size, rounds, δ, the model's size): every noise level the plans
+    draw from. Built by a pure function of the algorithm's module (``udp_calibration``,
+    ``nbafl_calibration``, ``dpfedavg_calibration``, …) and shown by
+    :meth:`PrivateAlgorithm.calibration`. Subclasses are frozen dataclasses.
+    """
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serializable form (tuples as lists)."""
+        assert dataclasses.is_dataclass(self)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
 
 
 class RoundPlan(abc.ABC):
@@ -66,6 +81,10 @@ class PrivateAlgorithm(Algorithm, Generic[PlanT]):
     # models), or None when it covers both (then the worst observer is compared). The gate
     # compares the claim with that observer's certified ε; the headline stays the worst observer.
     claim_observer: ClassVar[Observer | None] = None
+
+    @abc.abstractmethod
+    def calibration(self) -> Calibration:
+        """The numbers fixed before the run (:class:`Calibration`): what every round plan draws from."""
 
     @abc.abstractmethod
     def plan(self, info: RoundInfo) -> PlanT:

@@ -82,7 +82,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from torch.func import functional_call
 
 from dpfl.algorithms.base import RoundOutput, Uploads
-from dpfl.algorithms.private import PrivateAlgorithm, RoundPlan
+from dpfl.algorithms.private import Calibration, PrivateAlgorithm, RoundPlan
 from dpfl.client.context import LocalProblem, LocalResult, RoundInfo
 from dpfl.errors import ConfigError
 from dpfl.models import per_sample_loss
@@ -200,7 +200,7 @@ Evaluator = Callable[[torch.Tensor], float]
 
 
 @dataclass(frozen=True)
-class UdpCalibration:
+class UdpCalibration(Calibration):
     """What 000 fixes before the run, from the settings alone (one entry per client).
 
     Attributes:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import torch
 
-from dpfl.algorithms.private import PrivateAlgorithm
+from dpfl.algorithms.private import Calibration, PrivateAlgorithm
 from dpfl.algorithms.registry import BuildContext, build_algorithm, build_sampler
 from dpfl.client.context import LocalResult, RoundInfo
 from dpfl.config import parse_config
@@ -62,7 +62,8 @@ def _dicts(releases: list) -> list[dict[str, Any]]:
 def test_calibration_is_exposed_and_printable(case: str) -> None:
     algo = _build(case)
     cal = algo.calibration()  # type: ignore[attr-defined]
-    as_dict = cal if isinstance(cal, dict) else cal.to_dict()
+    assert isinstance(cal, Calibration) and type(cal).__dataclass_params__.frozen  # type: ignore[attr-defined]
+    as_dict = cal.to_dict()
     assert json.loads(json.dumps(as_dict)) == as_dict
 
 
