@@ -120,6 +120,7 @@ def dry_run_shortcut(raw: dict[str, Any], client_sizes: list[int], num_params: i
 
 def _jsonable(value: Any) -> Any:
     from dpfl.privacy.accounting.certify import Certificate
+    from dpfl.rounds.result import json_epsilon
 
     if isinstance(value, Certificate):
         return value.to_dict()
@@ -128,7 +129,7 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
     if isinstance(value, float) and math.isinf(value):
-        return "inf"
+        return json_epsilon(value)
     if isinstance(value, float) and math.isnan(value):
         return None
     return value

@@ -5,36 +5,21 @@ A run's privacy statement is one frozen :class:`PrivacySummary`: per observer th
 claimed ε in the paper's notion, what the certificate does not cover, and — for algorithms under
 a Rényi filter — what was spent next to the guarantee. The store keeps it as JSON through
 :meth:`PrivacySummary.to_dict` / :meth:`PrivacySummary.from_dict` (an infinite ε is the string
-``"inf"``: the summary's own numbers are written and read by :func:`json_epsilon` /
-:func:`epsilon_from_json`, each certificate's by ``Certificate.to_dict`` / ``from_dict`` in
-``privacy/accounting/certify.py``, a layer that cannot import this one), so readers of stored runs
-never walk nested dictionaries: :meth:`PrivacySummary.of` reads a final record.
+``"inf"``, written and read by the one pair :func:`json_epsilon` / :func:`epsilon_from_json` of
+``privacy/accounting/certify.py``, which the certificates, the ledger and this module all use),
+so readers of stored runs never walk nested dictionaries: :meth:`PrivacySummary.of` reads a final
+record.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dpfl.privacy.accounting.certify import Certificate
+from dpfl.privacy.accounting.certify import Certificate, epsilon_from_json, json_epsilon
 
 OBSERVERS = ("server", "public")
-
-
-def json_epsilon(x: float | None) -> float | str | None:
-    """An ε as JSON: ``inf`` is the string ``"inf"`` (JSON has no infinity)."""
-    if x is None:
-        return None
-    return "inf" if math.isinf(float(x)) else float(x)
-
-
-def epsilon_from_json(x: Any) -> float | None:
-    """Inverse of :func:`json_epsilon` (also reads a float ``inf`` written by older versions)."""
-    if x is None:
-        return None
-    return math.inf if x == "inf" else float(x)
 
 
 def _claim_from_json(x: Any) -> float | dict[int, float] | None:

@@ -63,6 +63,8 @@ __all__ = [
     "BASIS_TEXT",
     "Basis",
     "Certificate",
+    "epsilon_from_json",
+    "json_epsilon",
     "GaussianCompositionAccountant",
     "Method",
     "binomial_upper_bound",
@@ -105,12 +107,18 @@ MAX_PLD_RANDOMIZED_RESPONSE = 2_000
 MAX_PLD_SAMPLED_COMPOSITIONS = 1_000_000
 
 
-def _json_number(x: float | None) -> float | str | None:
+def json_epsilon(x: float | None) -> float | str | None:
+    """An ε as JSON, the one encoder: ``inf`` is the string ``"inf"`` (JSON has no infinity)."""
     if x is None:
         return None
-    if math.isinf(x):
-        return "inf"
-    return float(x)
+    return "inf" if math.isinf(float(x)) else float(x)
+
+
+def epsilon_from_json(x: Any) -> float | None:
+    """Inverse of :func:`json_epsilon` (also reads a float ``inf`` written by older versions)."""
+    if x is None:
+        return None
+    return math.inf if x == "inf" else float(x)
 
 
 @dataclass(frozen=True)
@@ -153,15 +161,15 @@ class Certificate:
     def to_dict(self) -> dict[str, Any]:
         """JSON-serializable form; an infinite ε is written as the string ``"inf"``."""
         return {
-            "epsilon": _json_number(self.epsilon),
+            "epsilon": json_epsilon(self.epsilon),
             "delta": self.delta,
             "method": self.method,
             "observer": self.observer,
             "privacy_unit": self.privacy_unit,
             "relation": self.relation,
-            "epsilon_rdp": _json_number(self.epsilon_rdp),
-            "epsilon_pld": _json_number(self.epsilon_pld),
-            "epsilon_pure": _json_number(self.epsilon_pure),
+            "epsilon_rdp": json_epsilon(self.epsilon_rdp),
+            "epsilon_pld": json_epsilon(self.epsilon_pld),
+            "epsilon_pure": json_epsilon(self.epsilon_pure),
             "notes": list(self.notes),
             "basis": self.basis,
         }
@@ -169,12 +177,7 @@ class Certificate:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Certificate:
         """Inverse of :meth:`to_dict`."""
-
-        def num(x: Any) -> float | None:
-            if x is None:
-                return None
-            return math.inf if x == "inf" else float(x)
-
+        num = epsilon_from_json
         eps = num(data["epsilon"])
         return cls(
             epsilon=math.inf if eps is None else eps,

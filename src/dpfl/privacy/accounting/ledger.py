@@ -65,7 +65,9 @@ from dpfl.privacy.accounting.certify import (
     DEFAULT_RDP_ORDERS,
     Basis,
     Certificate,
+    epsilon_from_json,
     epsilon_from_rdp,
+    json_epsilon,
     pld_epsilon,
     rdp_vector,
 )
@@ -1157,7 +1159,7 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
     if isinstance(value, float) and math.isinf(value):
-        return "inf"
+        return json_epsilon(value)
     return value
 
 
@@ -1165,7 +1167,7 @@ def _from_jsonable(entry: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(entry)
     rdp = out.get("certified_rdp")
     if isinstance(rdp, dict):
-        out["certified_rdp"] = {k: math.inf if v == "inf" else v for k, v in rdp.items()}
+        out["certified_rdp"] = {k: epsilon_from_json(v) for k, v in rdp.items()}
     claimed = out.get("claimed_epsilon")
     if isinstance(claimed, dict):
         out["claimed_epsilon"] = {int(k): float(v) for k, v in claimed.items()}
