@@ -16,8 +16,9 @@ import pytest
 
 from dpfl.data.checksums import ChecksumRegistry
 
-# Tests and CI find the offline data at ../shared/data from the project root.
-SHARED_DATA = Path(__file__).resolve().parents[3].parent / "shared" / "data"
+# Tests and CI find the offline data at ../shared/data from the project root, or where
+# DPFL_SHARED_DATA says (the same rule as tests/conftest.py).
+SHARED_DATA = Path(os.environ.get("DPFL_SHARED_DATA", Path(__file__).resolve().parents[3].parent / "shared" / "data"))
 
 
 class DataTestKit:
