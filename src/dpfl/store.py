@@ -188,7 +188,9 @@ class RunStore:
             )
 
     def get(self, run_id: str) -> RunRecord:
-        """A run by id or by a unique id prefix.
+        """A run by its exact id, else by a unique id prefix (a run's full id is never ambiguous,
+        even when it is a prefix of another run's — a simulation and its Flower twin
+        ``<id>-flower``).
 
         Raises:
             ConfigError: no store, no such run, an ambiguous prefix, or a stored field of the
@@ -200,7 +202,10 @@ class RunStore:
             rows = db.execute("SELECT * FROM runs WHERE run_id LIKE ?", (run_id + "%",)).fetchall()
         if not rows:
             raise ConfigError(f"no run with id {run_id!r} in {self.path} (see `dpfl runs`)")
-        if len(rows) > 1:
+        exact = [r for r in rows if r[0] == run_id]
+        if exact:
+            rows = exact
+        elif len(rows) > 1:
             raise ConfigError(f"run id prefix {run_id!r} is ambiguous: {[r[0] for r in rows]}")
         record = self._record(rows[0])
         if record.problem is not None:
