@@ -6,7 +6,6 @@ machine); the checks are on the loaded tensors.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -28,18 +27,16 @@ pytestmark = pytest.mark.filterwarnings("error")
 
 
 @pytest.fixture(scope="module")
-def loaded() -> dict[str, tuple[FederatedDataset, float]]:
-    """Data set name → (data set, seconds to load), filled lazily."""
+def loaded() -> dict[str, FederatedDataset]:
+    """Data set name → data set, filled lazily (each loaded once per module)."""
     return {}
 
 
-def _load(kit: Any, loaded: dict[str, tuple[FederatedDataset, float]], name: str, folder: str) -> FederatedDataset:
+def _load(kit: Any, loaded: dict[str, FederatedDataset], name: str, folder: str) -> FederatedDataset:
     kit.shared_folder(folder)
     if name not in loaded:
-        start = time.perf_counter()
-        ds = load_dataset(name, kit.shared_data)
-        loaded[name] = (ds, time.perf_counter() - start)
-    return loaded[name][0]
+        loaded[name] = load_dataset(name, kit.shared_data)
+    return loaded[name]
 
 
 def _check_images(ds: FederatedDataset, n_train: int, n_test: int) -> None:
@@ -68,7 +65,7 @@ def test_pins_match_the_shared_copies(kit: Any) -> None:
         kit.shared_folder("mnist")  # skips, or fails under CI
 
 
-def test_mnist(kit: Any, loaded: dict[str, tuple[FederatedDataset, float]]) -> None:
+def test_mnist(kit: Any, loaded: dict[str, FederatedDataset]) -> None:
     ds = _load(kit, loaded, "mnist", "mnist")
     _check_images(ds, 60000, 10000)
     counts = torch.bincount(ds.y_train, minlength=10).tolist()
@@ -78,7 +75,7 @@ def test_mnist(kit: Any, loaded: dict[str, tuple[FederatedDataset, float]]) -> N
     assert ds.normalization[1][0] == pytest.approx(0.3081, abs=1e-4)
 
 
-def test_fashion_mnist_is_exactly_balanced(kit: Any, loaded: dict[str, tuple[FederatedDataset, float]]) -> None:
+def test_fashion_mnist_is_exactly_balanced(kit: Any, loaded: dict[str, FederatedDataset]) -> None:
     ds = _load(kit, loaded, "fashion-mnist", "fashion-mnist")
     _check_images(ds, 60000, 10000)
     assert torch.bincount(ds.y_train, minlength=10).tolist() == [6000] * 10
@@ -95,7 +92,7 @@ def _check_tabular(ds: FederatedDataset, n_train: int, n_test: int, positives: t
     assert set(ds.y_train.unique().tolist()) == {0, 1}
 
 
-def test_adult(kit: Any, loaded: dict[str, tuple[FederatedDataset, float]]) -> None:
+def test_adult(kit: Any, loaded: dict[str, FederatedDataset]) -> None:
     ds = _load(kit, loaded, "adult", "adult")
     _check_tabular(ds, 32561, 16281, (7841, 3846))
     assert ds.feature_names is not None and "fnlwgt" not in ds.feature_names
@@ -104,7 +101,7 @@ def test_adult(kit: Any, loaded: dict[str, tuple[FederatedDataset, float]]) -> N
     assert torch.equal(signed.y_train, ds.y_train * 2 - 1)
 
 
-def test_census_income(kit: Any, loaded: dict[str, tuple[FederatedDataset, float]]) -> None:
+def test_census_income(kit: Any, loaded: dict[str, FederatedDataset]) -> None:
     ds = _load(kit, loaded, "census-income", "census-income-kdd")
     _check_tabular(ds, 199523, 99762, (12382, 6186))
     assert ds.feature_names is not None
@@ -113,7 +110,7 @@ def test_census_income(kit: Any, loaded: dict[str, tuple[FederatedDataset, float
     assert len(numeric) == 7
 
 
-def test_papers_partitions_on_real_mnist_labels(kit: Any, loaded: dict[str, tuple[FederatedDataset, float]]) -> None:
+def test_papers_partitions_on_real_mnist_labels(kit: Any, loaded: dict[str, FederatedDataset]) -> None:
     y = _load(kit, loaded, "mnist", "mnist").y_train.numpy()
     parts = partition_k_classes(y, num_clients=50, classes_per_client=4, samples_per_client=800, seed=0)
     for p in parts:
