@@ -25,6 +25,7 @@ from pydantic import (
     ValidationError,
     field_validator,
     model_serializer,
+    model_validator,
 )
 
 from dpfl.errors import ConfigError
@@ -168,9 +169,17 @@ class PrivacyConfig(_Strict):
         target_epsilon: stop before the round that would take the certified ε above this.
         strict: refuse to run a round whose certified ε against the observer the paper's claim is about
             (the algorithm's ``claim_observer``; both when None) would exceed the paper's claimed ε.
-        secure_aggregation: the server sees only the sum of the uploads. Refused by every run
-            until a runtime implements secure aggregation (uploads reach the server in the clear);
-            ``dpfl account --secure-aggregation`` is the what-if.
+        secure_aggregation: the server sees only the modular sum of integer uploads carrying
+            distributed Skellam noise (DP-FedAvg's integer pipeline, in simulation; a runtime or
+            algorithm that cannot provide it refuses the run). For other algorithms
+            ``dpfl account --secure-aggregation`` is a what-if.
+        participation: "visible" — the server knows whom it sampled; "hidden" — every client
+            joins each round's secure sum and a secret coin of probability q decides whether its
+            update is in it, so the server's view is the public's (needs secure aggregation and
+            Poisson sampling; N uploads per round instead of qN).
+        colluding_clients: how many clients of each secure sum may collude with the server (it
+            then subtracts their noise shares): the server's certificate counts only the honest
+            clients' noise.
         pld_every: compute the tight (PLD) certificate every this many rounds (RDP every round).
     """
 
@@ -178,7 +187,30 @@ class PrivacyConfig(_Strict):
     target_epsilon: Float | None = Field(None, gt=0)
     strict: Bool = False
     secure_aggregation: Bool = False
+    participation: Literal["visible", "hidden"] = "visible"
+    colluding_clients: Int = Field(0, ge=0)
     pld_every: Int = Field(0, ge=0)
+
+    @model_serializer(mode="wrap")
+    def _omit_defaults_of_later_fields(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # fields added after runs were stored are left out at their defaults: run ids stay stable
+        data = handler(self)
+        if isinstance(data, dict):
+            if self.participation == "visible":
+                data.pop("participation", None)
+            if self.colluding_clients == 0:
+                data.pop("colluding_clients", None)
+        return data
+
+    @model_validator(mode="after")
+    def _secure_settings(self) -> PrivacyConfig:
+        if not self.secure_aggregation and self.participation == "hidden":
+            raise ValueError("`participation: hidden` needs `secure_aggregation: true` (the server must see "
+                             "only the sum, or it sees who sent an update)")
+        if not self.secure_aggregation and self.colluding_clients:
+            raise ValueError("`colluding_clients` only means something with `secure_aggregation: true` "
+                             "(without it the server sees every upload anyway)")
+        return self
 
 
 class RunConfig(_Strict):

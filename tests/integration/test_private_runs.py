@@ -68,12 +68,16 @@ def test_target_epsilon_stops_before_exceeding(mnist_fixture: Path, tmp_path: Pa
     assert "target_epsilon" in res.final["stop_reason"]
 
 
-def test_secure_aggregation_is_refused_while_no_runtime_implements_it(mnist_fixture: Path, tmp_path: Path) -> None:
-    """Uploads reach the server in the clear on every runtime: a certificate that lets the
-    server see only the sum would be false, so a run refuses the setting before it starts."""
-    cfg = _cfg(mnist_fixture, privacy={"delta": 1e-3, "secure_aggregation": True})
+def test_secure_aggregation_is_refused_by_an_algorithm_without_an_integer_pipeline(mnist_fixture: Path,
+                                                                                    tmp_path: Path) -> None:
+    """Only DP-FedAvg computes the secure sum; another algorithm's uploads would reach the server
+    in the clear, so a certificate that lets the server see only the sum would be false: the run
+    is refused before it starts."""
+    algorithm = {"name": "nbafl", "options": {"epsilon": 10.0, "clip_norm": 1.0}}
+    cfg = _cfg(mnist_fixture, algorithm=algorithm, sampling={"kind": "all"},
+               privacy={"delta": 1e-3, "secure_aggregation": True})
     store = RunStore(tmp_path / "s.sqlite")
-    with pytest.raises(ConfigError, match="secure_aggregation.*in the clear"):
+    with pytest.raises(ConfigError, match="secure_aggregation.*'nbafl'.*in the clear"):
         run_experiment(cfg, store)
     assert store.list() == []
 

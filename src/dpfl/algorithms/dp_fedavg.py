@@ -60,7 +60,7 @@ from dpfl.client.lus import sparsify_updates
 from dpfl.errors import ConfigError
 from dpfl.privacy.accounting.claimed import dpfedavg_claimed_epsilon, dpfedavg_noise_multiplier
 from dpfl.privacy.accounting.cohorts import broadcast_mode
-from dpfl.privacy.accounting.ledger import Release, federated_round_releases
+from dpfl.privacy.accounting.ledger import Release, SkellamRelease, federated_round_releases
 from dpfl.privacy.calibration import (
     combined_noise_multiplier,
     dpfedavg_client_noise_std,
@@ -71,6 +71,7 @@ from dpfl.privacy.mechanisms import (
     add_gaussian_noise_per_client,
     clip_by_l2_norm,
 )
+from dpfl.privacy.mechanisms.integer import IntegerPipeline, skellam_noise
 from dpfl.rng import SERVER
 from dpfl.server.adaptive_clip import COUNT_SENSITIVITY, QuantileClipRule
 
@@ -84,6 +85,20 @@ class AdaptiveClipOptions(BaseModel):
     learning_rate: float = Field(0.2, ge=0, description="η_C of the geometric update")
     count_noise_std: float | None = Field(
         None, gt=0, description="σ_b on the centered count; default expected cohort / 20")
+
+
+class SecureSumOptions(BaseModel):
+    """``secure_sum: {...}``: the integer pipeline under ``privacy.secure_aggregation``
+    (:mod:`dpfl.privacy.mechanisms.integer`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    bits: int = Field(32, ge=8, le=62, description="b: the secure sum is modulo 2^b")
+    scale: float | None = Field(
+        None, gt=0, description="γ, integer units per unit of the update; default: the largest power of two "
+                                "with γS <= 2^16 whose wrap-around bound is below 1e-9")
+    rotation: bool = Field(False, description="randomized Hadamard rotation before rounding (pads to 2^k)")
+    beta: float = Field(math.exp(-0.5), gt=0, lt=1, description="β of conditional randomized rounding")
 
 
 class DpFedAvgOptions(BaseModel):
@@ -100,6 +115,7 @@ class DpFedAvgOptions(BaseModel):
     blur_lambda: float = Field(0.0, ge=0, description="λ of BLUR (004 eq. 5); 0 = off")
     lus_sparsity: float = Field(0.0, ge=0, lt=1, description="c of LUS (004 eq. 14); 0 = off")
     adaptive_clip: AdaptiveClipOptions | None = None
+    secure_sum: SecureSumOptions = Field(default_factory=SecureSumOptions)
 
     @model_validator(mode="after")
     def _one_noise_setting(self) -> DpFedAvgOptions:
@@ -128,6 +144,7 @@ class DpFedAvgCalibration(Calibration):
         count_noise_std: σ_b of the count query (0 without adaptive clipping or without noise).
         denominator: m = qN, the fixed denominator (expected cohort size).
         sample_rate: q, the client sampling rate.
+        secure_sum: the integer pipeline and Skellam noise under secure aggregation, else None.
     """
 
     noise_multiplier: float
@@ -135,6 +152,84 @@ class DpFedAvgCalibration(Calibration):
     count_noise_std: float
     denominator: float
     sample_rate: float
+    secure_sum: SecureSumCalibration | None = None
+
+
+@dataclass(frozen=True)
+class SecureSumCalibration(Calibration):
+    """What secure aggregation with distributed Skellam noise fixes before the run
+    (:func:`secure_sum_calibration`).
+
+    Attributes:
+        bits, scale, rotation, beta: the integer pipeline (:class:`IntegerPipeline`).
+        l2_sensitivity: Δ2 of one client's integer vector (conditional rounding's bound on γS).
+        l1_sensitivity: Δ1 = min(Δ2², √d'·Δ2).
+        variance: μ = (z·Δ2)², the Skellam variance per coordinate of the secure sum (every
+            round, every cohort: shares plus what the server tops up).
+        hidden: hidden participation (every client adds a share of μ/N and a secret coin decides
+            whether its update is in the sum), else visible (each of the |P_t| sampled clients adds μ/|P_t|).
+        colluding: c, clients of each secure sum that may collude with the server.
+        max_contributors: the most vectors a secure sum can contain (N hidden, the largest cohort visible).
+        wrap_log_probability: log of the bound on a modular wrap-around in one round.
+        rounding_inflation: Δ2/(γS).
+    """
+
+    bits: int
+    scale: float
+    rotation: bool
+    beta: float
+    l2_sensitivity: float
+    l1_sensitivity: float
+    variance: float
+    hidden: bool
+    colluding: int
+    max_contributors: int
+    wrap_log_probability: float
+    rounding_inflation: float
+
+    def pipeline(self, dim: int, clip_norm: float) -> IntegerPipeline:
+        """The integer pipeline these numbers describe."""
+        return IntegerPipeline(dim, self.bits, self.scale, clip_norm, self.rotation, self.beta)
+
+
+#: A secure-sum configuration whose wrap-around bound per round exceeds this is refused.
+MAX_WRAP_PROBABILITY = 1e-6
+
+
+def secure_sum_calibration(options: SecureSumOptions, *, dim: int, clip_norm: float, noise_multiplier: float,
+                           num_clients: int, max_cohort: int, hidden: bool, colluding: int) -> SecureSumCalibration:
+    """The integer pipeline's numbers: γ (given, or the largest power of two with γS <= 2^16 whose
+    wrap-around bound is below 1e-9), Δ2, Δ1 and μ = (zΔ2)², so that the secure sum's noise has
+    the multiplier z against the *rounded* sensitivity: a pure function of the options and public facts.
+
+    Raises:
+        ConfigError: the wrap-around bound above :data:`MAX_WRAP_PROBABILITY` (more bits or a
+            smaller scale needed).
+    """
+    contributors = num_clients if hidden else max_cohort
+
+    def numbers(scale: float) -> tuple[IntegerPipeline, float, float]:
+        pipe = IntegerPipeline(dim, options.bits, scale, clip_norm, options.rotation, options.beta)
+        mu = (noise_multiplier * pipe.l2_sensitivity) ** 2
+        return pipe, mu, pipe.wrap_log_probability(contributors, mu)
+
+    if options.scale is not None:
+        pipe, mu, wrap = numbers(float(options.scale))
+    else:
+        k = 16
+        pipe, mu, wrap = numbers(2.0 ** k / clip_norm)
+        while wrap > math.log(1e-9) and k > 0:
+            k -= 1
+            pipe, mu, wrap = numbers(2.0 ** k / clip_norm)
+    if wrap > math.log(MAX_WRAP_PROBABILITY):
+        raise ConfigError(
+            f"secure_sum: with bits = {options.bits} and scale γ = {pipe.scale:g}, the sum of up to {contributors} "
+            f"vectors (Δ2 = {pipe.l2_sensitivity:.4g} each) plus its noise may wrap around 2^{options.bits} with "
+            f"probability up to {math.exp(wrap):.3g} per round (> {MAX_WRAP_PROBABILITY:g}): raise `secure_sum.bits` "
+            "or lower `secure_sum.scale`.")
+    return SecureSumCalibration(options.bits, pipe.scale, options.rotation, options.beta, pipe.l2_sensitivity,
+                                pipe.l1_sensitivity, mu, hidden, int(colluding), contributors, wrap,
+                                pipe.rounding_inflation)
 
 
 def dpfedavg_calibration(options: DpFedAvgOptions, sampler: Any, num_clients: int, delta: float,
@@ -185,6 +280,9 @@ class NoisePlan(RoundPlan):
             amplified by it: every client adds the same share, and the fixed denominator makes
             the numbers every cohort's).
         count_query: adaptive clipping: the clients also send their (noised) clipped bit.
+        secure: secure aggregation with distributed Skellam noise (its calibration), else None:
+            the clients upload integer residues and every noise number above is 0.
+        num_clients: N (the shares of hidden participation).
     """
 
     round_idx: int
@@ -198,6 +296,46 @@ class NoisePlan(RoundPlan):
     count_client_std: float
     amplified: bool
     count_query: bool = False
+    secure: SecureSumCalibration | None = None
+    num_clients: int = 0
+
+    @property
+    def shares(self) -> int:
+        """How many clients add a noise share to the secure sum: N (hidden) or |P_t| (visible)."""
+        if self.secure is None:
+            return 0
+        return self.num_clients if self.secure.hidden else self.cohort
+
+    @property
+    def share_variance(self) -> float:
+        """μ/shares: each client's Skellam share (0 without secure aggregation or without shares)."""
+        return self.secure.variance / self.shares if self.secure is not None and self.shares else 0.0
+
+    def server_variance(self, shares_in_sum: int) -> float:
+        """The Skellam variance the server cannot subtract from a sum of ``shares_in_sum`` client
+        shares: those of the honest clients, i.e. all but c colluding ones."""
+        return max(0, shares_in_sum - self.secure.colluding) * self.share_variance if self.secure else 0.0
+
+    def secure_releases(self, arrived_ids: list[int]) -> list[Release]:
+        """Under secure aggregation: what the server sees (the modular sum) and the public release.
+
+        Visible participation: the server knows the cohort, so each arrived client is charged the
+        sum's Skellam with the shares that reached the sum (the survivors': a top-up the server
+        adds itself does not protect against it), unamplified. Hidden participation: every client
+        sends a masked vector and the sum is a secret Poisson sample: one shared release,
+        amplified like the public's. Both count only honest clients' shares (c collude).
+        """
+        assert self.secure is not None
+        sec = self.secure
+        out: list[Release] = []
+        if sec.hidden:
+            shares = self.num_clients - (self.cohort - len(arrived_ids))
+            out.append(SkellamRelease("server", self.server_variance(shares), sec.l2_sensitivity,
+                                      sec.l1_sensitivity, None, amplifiable=True))
+        elif arrived_ids:
+            out.append(SkellamRelease("server", self.server_variance(len(arrived_ids)), sec.l2_sensitivity,
+                                      sec.l1_sensitivity, tuple(arrived_ids)))
+        return [*out, self.public_release()]
 
     @property
     def server_std(self) -> float:
@@ -233,6 +371,11 @@ class NoisePlan(RoundPlan):
         (the update top-up and the count top-up), so it is charged the same joint z.
         """
         m = self.denominator
+        if self.secure is not None:
+            # the broadcast is a fixed decoding of the modular sum, whose noise is Sk(μ) in every
+            # round (shares plus the server's top-up): the Skellam mechanism, amplified by the sample
+            return SkellamRelease("public", self.secure.variance, self.secure.l2_sensitivity,
+                                  self.secure.l1_sensitivity, None, amplifiable=self.amplified)
         if self.count_std == 0:
             return Release.gaussian("public", self.sum_std / m, self.clip_norm / m, None, amplifiable=self.amplified)
         z = combined_noise_multiplier(self.sum_std / self.clip_norm, self.count_std / COUNT_SENSITIVITY)
@@ -245,6 +388,8 @@ class NoisePlan(RoundPlan):
         round), and :meth:`public_release`, which does not depend on ``ids`` (nor on the sample
         counts: the fixed denominator weighs every client 1/m)."""
         del num_samples
+        if self.secure is not None:
+            return self.secure_releases([int(c) for c in ids])
         k, m = len(ids), self.denominator
         out: list[Release] = []
         if k:
@@ -264,6 +409,8 @@ class NoisePlan(RoundPlan):
     def declared(self, client: int) -> dict[str, float]:
         """Each client's noise shares (the same for every client of the cohort)."""
         del client
+        if self.secure is not None:
+            return {"noise_variance": self.share_variance}
         declared = {"noise_std": self.client_std}
         if self.count_query:
             declared["count_noise_std"] = self.count_client_std
@@ -276,6 +423,7 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
     name = "dp-fedavg"
     relation = "add_remove"
     claim_observer = "public"  # 004 Thm 1 is about the broadcast models
+    implements_secure_aggregation = True
     privacy_unit = "client"
 
     def __init__(
@@ -286,12 +434,21 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
         delta: float,
         *,
         rounds: int | None = None,
+        secure_aggregation: bool = False,
+        participation: str = "visible",
+        colluding_clients: int = 0,
+        num_params: int | None = None,
     ) -> None:
         self.options = options
         self.sampler = sampler
         self.num_clients = num_clients
         self.delta = delta
-        self._calibration = dpfedavg_calibration(options, sampler, num_clients, delta, rounds)
+        self._num_params = num_params
+        calibration = dpfedavg_calibration(options, sampler, num_clients, delta, rounds)
+        if secure_aggregation:
+            calibration = dataclasses.replace(calibration, secure_sum=self._secure_calibration(
+                calibration, participation, colluding_clients))
+        self._calibration = calibration
         self.noise_multiplier = self._calibration.noise_multiplier
         self.update_multiplier = self._calibration.update_multiplier
         self.count_noise_std = self._calibration.count_noise_std
@@ -307,6 +464,38 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
     def calibration(self) -> DpFedAvgCalibration:
         """z, its update/count split and the fixed denominator (:func:`dpfedavg_calibration`)."""
         return self._calibration
+
+    def _secure_calibration(self, calibration: DpFedAvgCalibration, participation: str,
+                            colluding: int) -> SecureSumCalibration:
+        """Secure aggregation's numbers, after checking that this configuration can have them."""
+        o = self.options
+        kind = self.sampler.describe().get("kind")
+        problems = []
+        if o.variant != "local":
+            problems.append("`variant: central` (the server would add the noise it is to be protected from)")
+        if o.adaptive_clip is not None:
+            problems.append("`adaptive_clip` (its count query has no integer channel yet)")
+        if kind not in ("poisson", "all"):
+            problems.append(f"`sampling.kind: {kind}` (the Skellam sum is amplified only by Poisson sampling)")
+        if self._num_params is None:
+            problems.append("a model of unknown size")
+        if problems:
+            raise ConfigError("dp-fedavg with `privacy.secure_aggregation: true` does not support "
+                              + "; ".join(problems) + ".")
+        hidden = participation == "hidden"
+        if hidden and kind != "poisson":
+            raise ConfigError("`privacy.participation: hidden` needs `sampling.kind: poisson` (each client's secret "
+                              f"coin of probability q). Found {kind!r}.")
+        assert self._num_params is not None
+        return secure_sum_calibration(
+            o.secure_sum, dim=self._num_params, clip_norm=float(o.clip_norm),
+            noise_multiplier=calibration.noise_multiplier, num_clients=self.num_clients,
+            max_cohort=self.num_clients, hidden=hidden, colluding=colluding)
+
+    def pipeline(self, plan: NoisePlan) -> IntegerPipeline:
+        """The integer pipeline of a secure-aggregation round."""
+        assert plan.secure is not None and self._num_params is not None
+        return plan.secure.pipeline(self._num_params, plan.clip_norm)
 
     # ------------------------------------------------------------------ set-up
 
@@ -342,15 +531,17 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
         """:meth:`plan` of round ``round_idx`` for a cohort of ``cohort`` clients at the current S_t."""
         local = self.options.variant == "local"
         z = self.update_multiplier
-        client_std = dpfedavg_client_noise_std(self.clip_norm, z, cohort) if local and z > 0 and cohort else 0.0
+        secure = self._calibration.secure_sum
+        client_std = (dpfedavg_client_noise_std(self.clip_norm, z, cohort)
+                      if local and z > 0 and cohort and secure is None else 0.0)
         count_client = (self.count_noise_std / math.sqrt(cohort)
                         if local and self._rule is not None and self.count_noise_std > 0 and cohort else 0.0)
         return NoisePlan(
             round_idx=int(round_idx), clip_norm=self.clip_norm, cohort=int(cohort), denominator=self.denominator, central=not local,
-            sum_std=self.clip_norm * z, client_std=client_std,
+            sum_std=self.clip_norm * z if secure is None else 0.0, client_std=client_std,
             count_std=self.count_noise_std if self._rule is not None else 0.0, count_client_std=count_client,
             amplified=broadcast_mode(self.sampler.describe(), self.relation, self.privacy_unit, True) != "shared",
-            count_query=self._rule is not None,
+            count_query=self._rule is not None, secure=secure, num_clients=self.num_clients,
         )
 
     def releases_for_arrivals(self, info: RoundInfo, arrived: torch.Tensor, num_samples: torch.Tensor,
@@ -388,6 +579,12 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
         client_std = plan.client_std
         dev = clipped.device
         gens = [info.seeds.generator(info.round_idx, int(c), "noise", device=dev) for c in info.clients.tolist()]
+        if plan.secure is not None:
+            diagnostics["update_norm"] = norms.detach().to(torch.float64).cpu()
+            residues = self._secure_upload(clipped, plan, info)
+            declared["noise_variance"] = torch.full((rows,), plan.share_variance, dtype=torch.float64)
+            return Uploads(info.clients, residues, local.num_samples, local.train_loss, declared,
+                           diagnostics=diagnostics)
         if client_std > 0:
             clipped = add_gaussian_noise_per_client(clipped, client_std, gens)
         declared["noise_std"] = torch.full((rows,), client_std, dtype=torch.float64)
@@ -403,6 +600,67 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
             declared["count_noise_std"] = torch.full((rows,), client_cs, dtype=torch.float64)
         return Uploads(info.clients, clipped, local.num_samples, local.train_loss, declared, diagnostics=diagnostics)
 
+    def _rotation_signs(self, pipe: IntegerPipeline, info: RoundInfo) -> torch.Tensor | None:
+        """The round's public rotation (stream (t, SERVER, "rotation"); sent to clients in deployment)."""
+        if not pipe.rotation:
+            return None
+        return pipe.rotation_signs(info.seeds.generator(info.round_idx, SERVER, "rotation"))
+
+    def _secure_upload(self, clipped: torch.Tensor, plan: NoisePlan, info: RoundInfo) -> torch.Tensor:
+        """Secure aggregation, client side (:mod:`dpfl.privacy.mechanisms.integer`): the clipped update
+        scaled, rotated, conditionally rounded (stream (t, k, "rounding")), plus the client's Skellam
+        share Sk(μ/shares) (stream (t, k, "noise")), as residues modulo 2^b [rows, d']."""
+        pipe = self.pipeline(plan)
+        signs = self._rotation_signs(pipe, info)
+        rounding = [info.seeds.generator(info.round_idx, int(c), "rounding") for c in info.clients.tolist()]
+        ints = pipe.encode(clipped.detach().cpu(), rounding, signs)
+        share = plan.share_variance
+        if ints.shape[0]:  # integer arithmetic on the CPU, whatever device trained
+            noise = torch.stack([skellam_noise((pipe.padded_dim,), share,
+                                               info.seeds.generator(info.round_idx, int(c), "noise"))
+                                 for c in info.clients.tolist()])
+            ints = ints + noise
+        return pipe.to_residues(ints)
+
+    def _aggregate_secure(self, global_params: torch.Tensor, uploads: Uploads, info: RoundInfo,
+                          plan: NoisePlan) -> RoundOutput:
+        """Secure aggregation, server side: the modular sum of the residues that arrived; the shares
+        of clients whose vectors are not in it (hidden participation: the clients outside the secret
+        sample, drawn in simulation as one Skellam of their summed variance, stream (t, SERVER,
+        "absent_shares")); the server's top-up to μ for sampled clients that did not arrive (or the
+        whole μ in an empty visible round; stream (t, SERVER, "topup")); decoded, over m."""
+        sec = plan.secure
+        assert sec is not None
+        pipe = self.pipeline(plan)
+        arrived = uploads.num_rows
+        if arrived:
+            total = pipe.modular_sum(uploads.params.to(torch.int64).cpu())
+        else:
+            total = torch.zeros(pipe.padded_dim, dtype=torch.int64)
+        share = plan.share_variance
+        absent = (self.num_clients - plan.cohort) * share if sec.hidden else 0.0
+        if absent > 0:
+            gen = info.seeds.generator(info.round_idx, SERVER, "absent_shares")
+            total = total + skellam_noise((pipe.padded_dim,), absent, gen)
+        topup = max(0.0, sec.variance - arrived * share - absent)
+        if topup > sec.variance * 1e-12:
+            gen = info.seeds.generator(info.round_idx, SERVER, "topup")
+            total = total + skellam_noise((pipe.padded_dim,), topup, gen)
+        decoded = pipe.decode(pipe.to_residues(total), self._rotation_signs(pipe, info))
+        mean = (decoded / plan.denominator).to(global_params.dtype).to(global_params.device)
+        new_global = global_params + self.options.server_lr * mean
+        metrics: dict[str, Any] = {"clip_norm": plan.clip_norm, "noise_multiplier": self.noise_multiplier,
+                                   "client_noise_variance": share, "secure_sum_wrap_bound": math.exp(sec.wrap_log_probability)}
+        if not arrived:
+            metrics["arrived"] = 0
+        if plan.cohort - arrived:
+            metrics["topped_up_clients"] = plan.cohort - arrived
+        norms = uploads.diagnostics.get("update_norm")
+        if norms is not None and arrived:
+            metrics.update({"update_norm_mean": float(norms.mean()),
+                            "clipped_fraction": float((norms > plan.clip_norm).float().mean())})
+        return RoundOutput(new_global, metrics)
+
     def aggregate(self, global_params: torch.Tensor, uploads: Uploads, info: RoundInfo) -> RoundOutput:
         """004 Alg. 1 lines 7–9 with a fixed denominator: the sum of the uploads that arrived
         over m = pN, server noise in the central variant, server step; adaptive clipping updates
@@ -415,6 +673,8 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
         """
         o = self.options
         plan = self.round_plan(info)
+        if plan.secure is not None:
+            return self._aggregate_secure(global_params, uploads, info, plan)
         k = plan.cohort
         arrived = uploads.num_rows
         clip = plan.clip_norm
@@ -507,8 +767,11 @@ def _build(options: dict[str, Any], sampler: Any, ctx: Any, defaults: dict[str, 
 
     merged = {**(defaults or {}), **options}
     name = "dp-fedavg-blur-lus" if defaults else "dp-fedavg"
-    return DpFedAvg(parse_options(DpFedAvgOptions, merged, name), sampler, ctx.num_clients, ctx.privacy.delta,
-                    rounds=ctx.config.rounds)
+    privacy = ctx.privacy
+    return DpFedAvg(parse_options(DpFedAvgOptions, merged, name), sampler, ctx.num_clients, privacy.delta,
+                    rounds=ctx.config.rounds, secure_aggregation=privacy.secure_aggregation,
+                    participation=privacy.participation, colluding_clients=privacy.colluding_clients,
+                    num_params=ctx.num_params)
 
 
 def _build_blur_lus(options: dict[str, Any], sampler: Any, ctx: Any) -> DpFedAvg:

@@ -81,6 +81,9 @@ class PrivateAlgorithm(Algorithm, Generic[PlanT]):
     # models), or None when it covers both (then the worst observer is compared). The gate
     # compares the claim with that observer's certified ε; the headline stays the worst observer.
     claim_observer: ClassVar[Observer | None] = None
+    # Whether the algorithm has an integer pipeline for secure aggregation (its releases then
+    # price the modular sum with distributed noise); the others refuse `privacy.secure_aggregation`.
+    implements_secure_aggregation: ClassVar[bool] = False
 
     @abc.abstractmethod
     def calibration(self) -> Calibration:

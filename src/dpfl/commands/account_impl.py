@@ -319,8 +319,9 @@ def _dpfedavg(args: argparse.Namespace) -> int:
         }
     if secure:
         result["what_if"] = {"secure_aggregation": (
-            "the server sees only the sum of the cohort's uploads; no dpfl runtime implements secure "
-            "aggregation, and runs refuse `privacy.secure_aggregation`")}
+            "the server sees only the sum of the cohort's uploads, priced as the continuous Gaussian sum; "
+            "a config with `privacy.secure_aggregation: true` runs DP-FedAvg's integer pipeline with "
+            "distributed Skellam noise, priced by `dpfl account CONFIG`")}
     return _emit(args, result, dry)
 
 

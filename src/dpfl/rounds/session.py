@@ -49,10 +49,34 @@ NoticeFn = Callable[[str], None]
 CohortFactory = Callable[[Experiment], Cohort]
 
 SECURE_AGGREGATION_REFUSED = (
-    "`privacy.secure_aggregation: true` is not available for runs: no dpfl runtime implements "
-    "secure aggregation yet, so every client's upload reaches the server in the clear and a "
-    "certificate that lets the server see only the sum would be false. Remove the setting; "
-    "`dpfl account ... --secure-aggregation` gives the what-if figure.")
+    "`privacy.secure_aggregation: true` is not available for {what}: {why}, so every client's upload "
+    "would reach the server in the clear and a certificate that lets the server see only the sum would "
+    "be false. Remove the setting{hint}.")
+
+
+def check_secure_aggregation(config: RunConfig, algorithm: Any, *, remote: bool, wrapped: bool) -> None:
+    """Refuse ``privacy.secure_aggregation`` where nothing provides it: an algorithm without an
+    integer pipeline, a deployment (the Flower runtime does not run SecAgg+ yet), a wrapped server
+    step (audit canaries). Simulation of DP-FedAvg computes the integer pipeline and the modular
+    sum the server would obtain.
+
+    Raises:
+        ConfigError: naming what cannot provide it.
+    """
+    if not config.privacy.secure_aggregation:
+        return
+    name = config.algorithm.name
+    if not getattr(algorithm, "implements_secure_aggregation", False):
+        raise ConfigError(SECURE_AGGREGATION_REFUSED.format(
+            what=f"algorithm {name!r}", why="it has no integer pipeline for a secure sum",
+            hint="; `dpfl account ... --secure-aggregation` gives the what-if figure"))
+    if remote:
+        raise ConfigError(SECURE_AGGREGATION_REFUSED.format(
+            what="deployed runs", why="the Flower runtime does not run secure aggregation (SecAgg+) yet",
+            hint=", or run the same config in simulation (`dpfl run`)"))
+    if wrapped:
+        raise ConfigError(SECURE_AGGREGATION_REFUSED.format(
+            what="audits", why="the canary audit wraps the server step outside the secure sum", hint=""))
 
 
 def checkpoint_path(store: RunStore, rid: str, checkpoint_dir: str | Path | None = None) -> Path:
@@ -159,9 +183,8 @@ def run_experiment(
     ``experiment``: an already built experiment of ``config`` (the Python API builds it from a
     user's model and data); by default the config is built.
     """
-    if config.privacy.secure_aggregation:
-        raise ConfigError(SECURE_AGGREGATION_REFUSED)
     exp = experiment if experiment is not None else build_experiment(config)
+    check_secure_aggregation(config, exp.algorithm, remote=remote is not None, wrapped=wrap is not None)
     if remote is not None and not exp.algorithm.splits_rounds:
         raise ConfigError(
             f"algorithm {config.algorithm.name!r} does not split its round into a client step and a "
@@ -332,8 +355,6 @@ def dry_run(config: RunConfig, notice: NoticeFn | None = None, *, per_round: boo
         ConfigError: ``privacy.secure_aggregation`` in the config; both what-ifs at once; a
             what-if sensitivity that is not a finite number > 0.
     """
-    if config.privacy.secure_aggregation:
-        raise ConfigError(SECURE_AGGREGATION_REFUSED)
     if what_if_uplink_sensitivity is not None and what_if_secure_aggregation:
         raise ConfigError("`what_if_uplink_sensitivity` prices each upload the server sees; with "
                           "`what_if_secure_aggregation` it sees only their sum: ask one what-if at a time.")
@@ -344,6 +365,7 @@ def dry_run(config: RunConfig, notice: NoticeFn | None = None, *, per_round: boo
         experiment = build_experiment(config, train=False)
     plan = plan_of(experiment) if isinstance(experiment, Experiment) else experiment
     algo = plan.algorithm
+    check_secure_aggregation(config, algo, remote=False, wrapped=False)
     if not isinstance(algo, PrivateAlgorithm):
         return DryRunResult(0, None, None)
     gate: PrivacyGate

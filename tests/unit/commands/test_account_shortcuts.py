@@ -146,10 +146,12 @@ def test_secure_aggregation_what_if_is_the_dry_runs(capsys: pytest.CaptureFixtur
         assert _same(out["observers"][obs]["epsilon"], cert.epsilon)
 
 
-def test_a_config_asking_for_secure_aggregation_is_still_refused() -> None:
-    from dpfl.errors import ConfigError
-
+def test_a_dp_fedavg_config_with_secure_aggregation_is_priced_as_the_skellam_sum() -> None:
     _, config, sizes, num_params = CASES["dp-fedavg"]
-    sa = config.model_copy(update={"privacy": config.privacy.model_copy(update={"secure_aggregation": True})})
-    with pytest.raises(ConfigError, match="secure_aggregation"):
-        dry_run(sa, experiment=build_plan(sa, sizes, num_params))
+    sa = config.model_copy(update={"privacy": config.privacy.model_copy(
+        update={"secure_aggregation": True, "participation": "hidden"})})
+    got = dry_run(sa, experiment=build_plan(sa, sizes, num_params)).privacy
+    assert got is not None and got.certified is not None
+    # hidden participation: the server's view is the public's
+    assert got.certified["server"].epsilon == pytest.approx(got.certified["public"].epsilon, rel=1e-12)
+    assert got.certified["server"].method == "rdp" and got.certified["server"].basis == "ex-ante"

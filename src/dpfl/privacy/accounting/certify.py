@@ -20,7 +20,8 @@ note says so — never an error, never a silently wrong number.
 :func:`calibrate_noise_multiplier` is the inverse (noise multiplier for a target ε) through
 ``dp_accounting.mechanism_calibration.calibrate_dp_mechanism``.
 
-This module imports nothing from dpfl except :mod:`dpfl.errors` and its sibling ``events``.
+This module imports nothing from dpfl except :mod:`dpfl.errors` and its siblings ``events`` and
+``skellam`` (the Skellam mechanism's RDP, which dp-accounting does not have).
 
 References:
     dp_accounting ``rdp/rdp_privacy_accountant.py``, ``pld/pld_privacy_accountant.py``,
@@ -48,6 +49,7 @@ from dpfl.privacy.accounting.events import (
     PrivacyUnit,
     Relation,
     amplification_support,
+    compose,
     drop_sampling,
     leaves,
     neighboring_relation,
@@ -56,6 +58,7 @@ from dpfl.privacy.accounting.events import (
     validate_relation,
     validate_unit,
 )
+from dpfl.privacy.accounting.skellam import is_skellam, skellam_rdp_vector
 
 __all__ = [
     "DEFAULT_PLD_DISCRETIZATION",
@@ -372,13 +375,21 @@ def rdp_vector(event: dpe.DpEvent, relation: str, orders: Sequence[float] = DEFA
         # sampled unit is exposed with the sampling probability): ε = ∞ at every order. The RDP
         # accountant refuses a *sampled* non-private event, which would fail a z = 0 run.
         return np.full(len(tuple(orders)), np.inf)
-    acc = rdp_acc.RdpAccountant(list(orders), neighboring_relation(relation))
-    if not acc.supports(view):
-        raise PrivacyPreconditionError(
-            f"the RDP accountant does not support {view} under {relation}."
-        )
-    acc.compose(view)
-    vec = acc.rdp
+    parts = leaves(view)
+    skellam = [(leaf, c) for leaf, c in parts if is_skellam(leaf)]
+    vec = np.zeros(len(tuple(orders)))
+    for leaf, count in skellam:  # dp-accounting has no Skellam accountant (see .skellam)
+        vec = vec + count * skellam_rdp_vector(leaf, relation, orders)
+    rest = [(leaf, c) for leaf, c in parts if not is_skellam(leaf)]
+    if rest:
+        others = compose(leaf if c == 1 else dpa.SelfComposedDpEvent(leaf, c) for leaf, c in rest)
+        acc = rdp_acc.RdpAccountant(list(orders), neighboring_relation(relation))
+        if not acc.supports(others):
+            raise PrivacyPreconditionError(
+                f"the RDP accountant does not support {others} under {relation}."
+            )
+        acc.compose(others)
+        vec = vec + acc.rdp
     if key is not None:
         if len(_RDP_CACHE) >= _RDP_CACHE_MAX:
             _RDP_CACHE.clear()
@@ -396,6 +407,15 @@ def rdp_epsilon(
 ) -> tuple[float | None, list[str]]:
     """(ε by RDP or None when unsupported, notes)."""
     view, notes = _rdp_view(event, relation)
+    if any(is_skellam(leaf) for leaf, _ in leaves(view)):
+        try:
+            vec = rdp_vector(event, relation, orders)
+        except PrivacyPreconditionError as exc:
+            notes.append(f"RDP: {exc}")
+            return None, notes
+        notes.append("RDP: Skellam releases priced by Agarwal, Kairouz, Liu 2021 (Thm 3.5), Poisson-sampled "
+                     "ones by Zhu & Wang 2019 (Thm 6)")
+        return epsilon_from_rdp(orders, vec, delta), notes
     acc = rdp_acc.RdpAccountant(list(orders), neighboring_relation(relation))
     if not acc.supports(view):
         notes.append(f"RDP: not supported for this release under {relation}.")
@@ -414,6 +434,9 @@ def pld_epsilon(
             math.isfinite(discretization) and discretization > 0):
         raise ConfigError(f"the PLD discretization (`--pld-discretization`) must be a finite number > 0. "
                           f"Found {discretization!r}.")
+    if any(is_skellam(leaf) for leaf, _ in leaves(event)):
+        return None, ["PLD: not available for the Skellam mechanism (dp-accounting has no Skellam PLD); "
+                      "certified by RDP."]
     view, notes = _pld_view(event, relation)
     sampled_count = sum(c for leaf, c in leaves(view)
                         if isinstance(leaf, (dpa.PoissonSampledDpEvent, dpa.SampledWithoutReplacementDpEvent)))

@@ -8,8 +8,11 @@ sampling the engine actually performed and the claimed ε so far (computed by th
 * **server** — sees every individual upload and knows whom it sampled: no amplification by
   sampling, and client-split noise (e.g. σ/sqrt(K) per client, 004 Alg. 1) protects a client only
   at its own level σ/sqrt(K) (unless a secure aggregation hides the uploads — then the caller
-  records the aggregate as the server's release). Server noise added after aggregation does not
-  protect against the server.
+  records the aggregate as the server's release: a :class:`SkellamRelease` of the integer sum).
+  Server noise added after aggregation does not protect against the server. Under *hidden
+  participation* every client joins the secure sum and only a secret coin decides whether its
+  update is in it: the server's release is then a broadcast (``client_ids=None``,
+  ``amplifiable``) amplified by the Poisson sample like the public's.
 * **public** — sees only the broadcast global models: the aggregate's total noise (client noises
   scaled by the aggregation weights, plus server noise) against the aggregate's sensitivity
   (max weight × per-client sensitivity, 000 eq. 2 / 002 eq. 4.7). If the sample is secret
@@ -86,6 +89,7 @@ from dpfl.privacy.accounting.events import (
     validate_sampling,
     validate_unit,
 )
+from dpfl.privacy.accounting.skellam import SkellamDpEvent
 
 __all__ = [
     "OBSERVERS",
@@ -95,13 +99,14 @@ __all__ = [
     "PrivacyLedger",
     "Release",
     "SampledGaussianRelease",
+    "SkellamRelease",
     "TwoPointRelease",
     "federated_round_releases",
 ]
 
 Observer = Literal["server", "public"]
 OBSERVERS: tuple[Observer, ...] = ("server", "public")
-_KINDS = ("gaussian", "two_point", "exact", "sampled_gaussian")
+_KINDS = ("gaussian", "two_point", "exact", "sampled_gaussian", "skellam")
 
 
 # --------------------------------------------------------------------------- releases
@@ -219,6 +224,9 @@ class Release(abc.ABC):
                 raise ConfigError("a sampled Gaussian release names its clients; found `client_ids: null`.")
             return SampledGaussianRelease(data["observer"], float(data["noise_multiplier"]),
                                           float(data["sample_rate"]), int(data["count"]), client_ids)
+        if kind == "skellam":
+            return SkellamRelease(data["observer"], float(data["variance"]), float(data["l2_sensitivity"]),
+                                  float(data["l1_sensitivity"]), client_ids, amplifiable)
         raise ConfigError(f"`kind` must be one of {list(_KINDS)}. Found {kind!r}.")
 
 
@@ -406,6 +414,55 @@ class SampledGaussianRelease(Release):
             "count": self.count,
             "client_ids": list(self.client_ids),
             "amplifiable": False,
+        }
+
+
+@dataclass(frozen=True)
+class SkellamRelease(Release):
+    """An integer sum released under secure aggregation with Skellam noise (:mod:`.skellam`).
+
+    The observer sees only the modular sum of the integer uploads, which carries Sk(variance)
+    per coordinate: the noise shares of the clients whose shares it cannot subtract (not its own,
+    not those of clients colluding with it).
+
+    Attributes:
+        variance: μ, the noise variance per coordinate in the sum, in integer units (0: ε = ∞).
+        l2_sensitivity: Δ2, the enforced L2 bound of one client's integer vector (after scaling,
+            rotation and conditional rounding, :mod:`dpfl.privacy.mechanisms.integer`).
+        l1_sensitivity: Δ1, its L1 bound.
+        client_ids: the clients charged (the observer knows they took part), or ``None``.
+        amplifiable: with ``client_ids=None``: the observer does not know who contributed (a
+            secret Poisson sample — the public's view, or the server's under hidden participation),
+            so the ledger amplifies the release by the sampler's own event.
+    """
+
+    kind: ClassVar[str] = "skellam"
+    observer: Observer
+    variance: float
+    l2_sensitivity: float
+    l1_sensitivity: float
+    client_ids: tuple[int, ...] | None = None
+    amplifiable: bool = False
+
+    def __post_init__(self) -> None:
+        _checked_observer(self.observer)
+        object.__setattr__(self, "client_ids", _checked_ids(self.client_ids))
+        self.event()  # validates the numbers
+
+    def event(self) -> dpe.DpEvent:
+        if self.variance == 0:
+            return dpa.NonPrivateDpEvent()
+        return SkellamDpEvent(float(self.variance), float(self.l2_sensitivity), float(self.l1_sensitivity))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "observer": self.observer,
+            "kind": self.kind,
+            "variance": self.variance,
+            "l2_sensitivity": self.l2_sensitivity,
+            "l1_sensitivity": self.l1_sensitivity,
+            "client_ids": None if self.client_ids is None else list(self.client_ids),
+            "amplifiable": self.amplifiable,
         }
 
 
@@ -697,6 +754,15 @@ class PrivacyLedger:
         for rel in releases:
             if not isinstance(rel, Release):
                 raise ConfigError(f"releases must be `Release` objects. Found {type(rel).__name__}.")
+            if isinstance(rel, SkellamRelease) and self.relation != "add_remove":
+                raise PrivacyPreconditionError(
+                    f"a Skellam (secure aggregation) release is priced under add/remove one client; this "
+                    f"ledger's relation is {self.relation!r}.")
+            if (isinstance(rel, SkellamRelease) and rel.amplifiable and rel.client_ids is None
+                    and self.sampling["kind"] not in ("poisson", "all")):
+                raise PrivacyPreconditionError(
+                    "a Skellam release hidden in a secret sample is amplified only by Poisson sampling (each "
+                    f"client's own coin); this run samples {self.sampling['kind']!r}.")
             if isinstance(rel, SampledGaussianRelease) and self.relation != "add_remove":
                 raise PrivacyPreconditionError(
                     f"a Poisson-sampled (DP-SGD) release is priced under add/remove-one; this ledger's "
@@ -717,7 +783,8 @@ class PrivacyLedger:
         event = release.event()
         if release.client_ids is not None:
             return None, list(release.client_ids), event
-        if release.observer == "public" and self.sample_secret:
+        hidden_from_server = release.observer == "server" and release.amplifiable and isinstance(release, SkellamRelease)
+        if (release.observer == "public" and self.sample_secret) or hidden_from_server:
             if self.sampling["kind"] != "all" and not (release.amplifiable and self.privacy_unit == "client"):
                 raise PrivacyPreconditionError(
                     f"a broadcast cannot be amplified by the secret {self.sampling['kind']} client sample "
@@ -902,7 +969,10 @@ class PrivacyLedger:
         # charged to every client whatever the sample): ex ante.
         per_participant = bool(st.ids)
         basis: Basis = "given-cohorts" if per_participant and (sampled or self._partial_rounds) else "ex-ante"
-        if observer == "server":
+        if observer == "server" and any(_amplified(e, self.relation) for e in st.shared_counts):
+            notes.append("hidden participation: the server sees only the secure sum of every client's masked "
+                         "upload, amplified by each client's secret coin")
+        elif observer == "server":
             notes.append("the server knows whom it sampled: no sampling amplification")
         return Certificate(
             epsilon=eps,
