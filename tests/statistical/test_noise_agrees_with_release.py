@@ -210,3 +210,42 @@ def test_ldp_fl_private_ranges_are_noised_at_the_std_they_declare(monkeypatch: p
     gauss = {(r.noise_std, r.sensitivity) for r in releases if isinstance(r, GaussianRelease)}
     assert used and gauss == {(used[0], algo.range_sensitivity())}  # type: ignore[attr-defined]
     assert used[0] == pytest.approx(0.7 * algo.range_sensitivity(), rel=1e-12)  # type: ignore[attr-defined]
+
+
+# --------------------------------------------------------------------------- DP-FedAvg, secure aggregation
+
+
+@pytest.mark.parametrize("participation", ["visible", "hidden"])
+def test_dp_fedavg_secure_sum_carries_the_skellam_variance_it_declares(participation: str) -> None:
+    """The decoded broadcast minus the noise-free mean has per-coordinate variance μ/(γm)² — the
+    Skellam variance of the public release in integer units, decoded — within 2% over P
+    coordinates (the rounding adds at most K/4 integer units² per coordinate: 1e-9 of μ here).
+    Each upload is a residue modulo 2^b, and its share's variance is what the client declares."""
+    from dpfl.privacy.accounting.ledger import SkellamRelease
+
+    raw = {
+        "rounds": 5,
+        "partition": {"kind": "iid", "num_clients": len(SIZES), "sizes": SIZES},
+        "algorithm": {"name": "dp-fedavg", "options": {"noise_multiplier": 1.0, "clip_norm": 0.5}},
+        "privacy": {"delta": 1e-5, "secure_aggregation": True, "participation": participation},
+        "sampling": {"kind": "poisson", "sample_rate": 0.6},
+        "local": {"lr": 0.5, "batch_size": None},
+    }
+    cfg = parse_config(raw)
+    algo = build_algorithm(cfg.algorithm, build_sampler(cfg.sampling, len(SIZES)),
+                           BuildContext(cfg, len(SIZES), torch.tensor(SIZES), P))
+    assert isinstance(algo, PrivateAlgorithm)
+    info, local, clean = _round_inputs(algo, 0.001)  # every row of norm 0.2 <= S = 0.5
+    plan = algo.round_plan(info)
+    releases = algo.releases(info, local.num_samples, True)
+    (public,) = [r for r in releases if r.observer == "public"]
+    assert isinstance(public, SkellamRelease) and public.amplifiable
+    uploads = algo.client_step(torch.zeros(P), local, info)
+    assert uploads.params.dtype == torch.int64 and int(uploads.params.min()) >= 0
+    assert int(uploads.params.max()) < 2 ** plan.secure.bits
+    assert float(uploads.declared["noise_variance"][0]) == pytest.approx(plan.share_variance)
+    out = algo.aggregate(torch.zeros(P), uploads, info)
+    expected = clean.double().sum(0) / plan.denominator
+    got = float((out.global_params.double() - expected).var())
+    want = public.variance / (plan.secure.scale * plan.denominator) ** 2
+    assert got == pytest.approx(want, rel=TOL)

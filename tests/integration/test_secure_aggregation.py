@@ -1,0 +1,189 @@
+"""Secure aggregation in simulation (DP-FedAvg's integer pipeline with distributed Skellam noise):
+the run's certificates against values computed independently here — the Skellam RDP bound and
+the Poisson amplification bound written out again from the papers, dp-accounting's RDP-to-(ε, δ)
+conversion, and dp-accounting's Gaussian as a floor — and the run itself (decoding, engines,
+colluding clients, refusals)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import dp_accounting as dpa
+import numpy as np
+import pytest
+from dp_accounting.rdp import rdp_privacy_accountant as rdp_acc
+from scipy.special import comb
+
+from dpfl.config import parse_config
+from dpfl.errors import ConfigError
+from dpfl.rounds import dry_run, run_experiment
+from dpfl.store import RunStore
+
+N, Q, ROUNDS, Z, CLIP, DELTA = 12, 0.5, 4, 1.2, 0.5, 1e-5
+ORDERS = list(range(2, 41))  # exp((α−1)ε(α)) stays finite in floating point
+
+
+def _cfg(data: Path, privacy: dict[str, Any], *, noise: float = Z, engine: str = "vectorized",
+         **options: Any) -> Any:
+    return parse_config({
+        "name": "secure", "seed": 3, "rounds": ROUNDS,
+        "data": {"name": "mnist", "dir": str(data), "verify": False},
+        "partition": {"kind": "iid", "num_clients": N, "samples_per_client": 20},
+        "model": {"name": "logistic"},
+        "algorithm": {"name": "dp-fedavg", "options": {"noise_multiplier": noise, "clip_norm": CLIP, **options}},
+        "sampling": {"kind": "poisson", "sample_rate": Q},
+        "privacy": {"delta": DELTA, "secure_aggregation": True, **privacy},
+        "local": {"lr": 0.1, "steps": 2, "batch_size": 10},
+        "engine": engine, "eval_every": ROUNDS,
+    })
+
+
+def _akl(alpha: int, mu: float, d2: float, d1: float) -> float:
+    """Agarwal, Kairouz, Liu 2021, Thm 3.5, written out again."""
+    return alpha * d2 ** 2 / (2 * mu) + min(((2 * alpha - 1) * d2 ** 2 + 6 * d1) / (4 * mu ** 2), 3 * d1 / (2 * mu))
+
+
+def _zhu_wang(alpha: int, q: float, eps: Any) -> float:
+    """Zhu & Wang 2019, Thm 6, summed term by term in floating point (small orders only)."""
+    total = (1 - q) ** (alpha - 1) * (alpha * q - q + 1) + comb(alpha, 2) * q ** 2 * (1 - q) ** (alpha - 2) * math.exp(eps(2))
+    total += sum(3 * comb(alpha, ell) * q ** ell * (1 - q) ** (alpha - ell) * math.exp((ell - 1) * eps(ell))
+                 for ell in range(3, alpha + 1))
+    return min(math.log(total) / (alpha - 1), eps(alpha))
+
+
+def _secure(result: Any) -> Any:
+    return result.final["privacy"]["certified"]["observers"]
+
+
+def test_hidden_participation_gives_the_server_the_publics_certificate(mnist_fixture: Path, tmp_path: Path) -> None:
+    res = run_experiment(_cfg(mnist_fixture, {"participation": "hidden"}), RunStore(tmp_path / "s.sqlite"))
+    assert res.status == "finished"
+    obs = _secure(res)
+    server, public = obs["server"], obs["public"]
+    assert server["epsilon"] == pytest.approx(public["epsilon"], rel=1e-12)
+    assert server["basis"] == public["basis"] == "ex-ante" and server["method"] == "rdp"
+    # independently: Δ2 from conditional rounding on γS (d = 7850 logistic parameters), μ = (zΔ2)²
+    from dpfl.rounds import build_plan
+
+    cal = build_plan(_cfg(mnist_fixture, {"participation": "hidden"}), [20] * N, 7850).algorithm.calibration()
+    sec = cal.secure_sum
+    d = 7850
+    gs = sec.scale * CLIP
+    d2 = math.sqrt(gs ** 2 + d / 4 + math.sqrt(2 * math.log(1 / sec.beta)) * (gs + math.sqrt(d) / 2))
+    assert sec.l2_sensitivity == pytest.approx(d2, rel=1e-12)
+    d1 = min(d2 ** 2, math.sqrt(d) * d2)
+    mu = (Z * d2) ** 2
+    rdp = np.array([ROUNDS * _zhu_wang(a, Q, lambda o: _akl(o, mu, d2, d1)) for a in ORDERS])
+    want = rdp_acc.compute_epsilon(np.array(ORDERS, dtype=float), rdp, DELTA)[0]
+    # the run prices on a finer grid of orders: never above the integer-order figure, and close
+    assert server["epsilon"] <= want * (1 + 1e-9)
+    assert server["epsilon"] >= want * 0.98
+    # never below the continuous Gaussian of dp-accounting at the same multiplier
+    acc = rdp_acc.RdpAccountant()
+    acc.compose(dpa.PoissonSampledDpEvent(Q, dpa.GaussianDpEvent(Z)), ROUNDS)
+    assert server["epsilon"] >= acc.get_epsilon(DELTA)
+
+
+def test_visible_participation_charges_each_participation_unamplified(mnist_fixture: Path, tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "s.sqlite")
+    res = run_experiment(_cfg(mnist_fixture, {}), store)
+    obs = _secure(res)
+    assert obs["server"]["basis"] == "given-cohorts"
+    from dpfl.rounds import build_plan
+
+    plan = build_plan(_cfg(mnist_fixture, {}), [20] * N, 7850)
+    counts: dict[int, int] = {}
+    for t in range(ROUNDS):  # the run's cohorts: the same sampler on the same stream
+        for c in plan.algorithm.sample(t, N, plan.seeds).tolist():
+            counts[c] = counts.get(c, 0) + 1
+    sec = plan.algorithm.calibration().secure_sum
+    d2, d1, mu = sec.l2_sensitivity, sec.l1_sensitivity, sec.variance
+    # the server sees the full-noise sum once per participation: the worst client is the one drawn
+    # most often (every round's sum has all its sampled shares: no dropouts in simulation)
+    worst = max(counts.values())
+    rdp = np.array([worst * _akl(a, mu, d2, d1) for a in ORDERS])
+    want = rdp_acc.compute_epsilon(np.array(ORDERS, dtype=float), rdp, DELTA)[0]
+    assert obs["server"]["epsilon"] <= want * (1 + 1e-9) and obs["server"]["epsilon"] >= want * 0.98
+    # the public's view is the hidden one's: the same amplified sum
+    hidden = dry_run(_cfg(mnist_fixture, {"participation": "hidden"})).privacy
+    assert hidden is not None and hidden.certified is not None
+    assert obs["public"]["epsilon"] == pytest.approx(hidden.certified["public"].epsilon, rel=1e-12)
+
+
+def test_colluding_clients_raise_the_servers_epsilon(mnist_fixture: Path) -> None:
+    eps = []
+    for c in (0, 2, 6, N):
+        out = dry_run(_cfg(mnist_fixture, {"participation": "hidden", "colluding_clients": c})).privacy
+        assert out is not None and out.certified is not None
+        eps.append(out.certified["server"].epsilon)
+        assert out.certified["public"].epsilon == pytest.approx(eps[0], rel=1e-12)  # the public is unaffected
+    assert eps[0] < eps[1] < eps[2] and math.isinf(eps[3])
+
+
+def test_the_decoded_secure_sum_is_the_float_sum_up_to_rounding(mnist_fixture: Path) -> None:
+    """Without noise (z = 0) the secure aggregate equals the ordinary one up to the rounding of
+    each coordinate to 1/γ per client (and float summation order)."""
+    import torch
+
+    from dpfl.algorithms.registry import BuildContext, build_algorithm, build_sampler
+    from dpfl.client.context import LocalResult, RoundInfo
+    from dpfl.rng import SeedSequence
+
+    outs = []
+    for secure in (True, False):
+        cfg = _cfg(mnist_fixture, {}, noise=0.0)
+        if not secure:
+            raw = cfg.model_dump(mode="json")
+            raw["privacy"] = {"delta": DELTA}
+            cfg = parse_config(raw)
+        algo = build_algorithm(cfg.algorithm, build_sampler(cfg.sampling, N),
+                               BuildContext(cfg, N, torch.tensor([20] * N), 7850))
+        seeds = SeedSequence(5)
+        clients = algo.sample(0, N, seeds)
+        info = RoundInfo(0, N, clients, seeds)
+        k = int(clients.numel())
+        trained = torch.randn(k, 7850, generator=torch.Generator().manual_seed(9)) * 0.01
+        out = algo.server_step(torch.zeros(7850), LocalResult(trained, torch.zeros(k), torch.full((k,), 20)), info)
+        outs.append((out.global_params.double(), k, algo))
+    (sec, k, algo), (flt, _, _) = outs
+    gamma = algo.calibration().secure_sum.scale
+    m = algo.calibration().denominator
+    assert 0 < float((sec - flt).abs().max()) <= k / gamma / m
+    assert float((sec - flt).abs().max()) < 1e-3 * float(flt.abs().max())
+
+
+def test_a_rerun_is_bit_identical(mnist_fixture: Path, tmp_path: Path) -> None:
+    """Rounding, shares, rotation and the absent clients' shares come from the run's streams."""
+    cfg = _cfg(mnist_fixture, {"participation": "hidden"}, secure_sum={"rotation": True})
+    one = run_experiment(cfg, RunStore(tmp_path / "a.sqlite"))
+    two = run_experiment(cfg, RunStore(tmp_path / "b.sqlite"))
+    assert one.final["params_sha256"] == two.final["params_sha256"]
+
+
+@pytest.mark.parametrize(("privacy", "options", "match"), [
+    ({}, {"variant": "central"}, "variant: central"),
+    ({}, {"adaptive_clip": {"count_noise_std": 5.0}}, "adaptive_clip"),
+])
+def test_unsupported_settings_are_named(mnist_fixture: Path, privacy: dict[str, Any], options: dict[str, Any],
+                                        match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        dry_run(_cfg(mnist_fixture, privacy, **options))
+
+
+def test_hidden_participation_needs_poisson_sampling_and_secure_aggregation(mnist_fixture: Path) -> None:
+    cfg = _cfg(mnist_fixture, {"participation": "hidden"})
+    raw = cfg.model_dump(mode="json")
+    raw["sampling"] = {"kind": "all"}
+    with pytest.raises(ConfigError, match="participation: hidden.*poisson"):
+        dry_run(parse_config(raw))
+    raw = cfg.model_dump(mode="json")
+    raw["privacy"] = {"delta": DELTA, "participation": "hidden"}
+    with pytest.raises(ConfigError, match="secure_aggregation"):
+        parse_config(raw)
+
+
+def test_a_wrap_prone_configuration_is_refused(mnist_fixture: Path) -> None:
+    with pytest.raises(ConfigError, match="wrap around"):
+        dry_run(_cfg(mnist_fixture, {}, secure_sum={"bits": 12, "scale": 4000.0}))
