@@ -24,8 +24,8 @@ What is checked:
 * ``SecAggPlusWorkflow`` driven round by round from a ServerApp's own loop, without
   ``DefaultWorkflow``.
 
-Each simulation starts and stops Ray and takes 7-10 s on 2 cores (under the ~20 s that would make
-it ``slow``); the seven simulations make the file's ~60 s.
+Each simulation starts and stops Ray and takes 7-10 s on 2 cores; the seven simulations (~60 s)
+are marked ``slow`` like the other Flower tests (``-m slow`` runs them), the unit tests run by default.
 """
 
 from __future__ import annotations
@@ -391,6 +391,7 @@ CASES = [(3, MAX_BITS), (3, 16), (5, MAX_BITS), (5, 16)]
 
 
 @pytest.mark.parametrize("num_clients,bits", CASES)
+@pytest.mark.slow  # real Flower simulations on Ray (7–10 s each), like the other Flower tests
 def test_secure_sum_is_the_modular_sum(runs: dict[tuple[int, int], Run], num_clients: int, bits: int) -> None:
     run = _run(runs, num_clients, bits)
     assert run.server_done.is_set()
@@ -406,6 +407,7 @@ def test_secure_sum_is_the_modular_sum(runs: dict[tuple[int, int], Run], num_cli
 
 
 @pytest.mark.parametrize("num_clients,bits", [(3, 16), (5, MAX_BITS)])
+@pytest.mark.slow  # real Flower simulations on Ray (7–10 s each), like the other Flower tests
 def test_server_receives_masked_vectors_not_plaintext(runs: dict[tuple[int, int], Run], num_clients: int,
                                                       bits: int) -> None:
     run = _run(runs, num_clients, bits)
@@ -425,6 +427,7 @@ def test_server_receives_masked_vectors_not_plaintext(runs: dict[tuple[int, int]
     assert np.array_equal(run.sums[0].total, expected_sum(bits, range(num_clients), 1))
 
 
+@pytest.mark.slow  # real Flower simulations on Ray (7–10 s each), like the other Flower tests
 def test_dropouts_before_and_after_masking() -> None:
     """Round 1: client 0 fails in the masked stage. Round 2: client 1 fails in the unmask stage."""
     run = simulate(5, 16, num_shares=3, threshold=2,
@@ -446,6 +449,7 @@ def test_dropouts_before_and_after_masking() -> None:
     print(f"\nfailures seen by aggregate_fit: round 1 {seen1.num_failures}, round 2 {seen2.num_failures}")
 
 
+@pytest.mark.slow  # real Flower simulations on Ray (7–10 s each), like the other Flower tests
 def test_reported_average_of_one_two_three() -> None:
     """The report: 3 clients sending 1, 2, 3 (num_examples 1), ``SecAggPlusWorkflow(num_shares=3,
     reconstruction_threshold=2, max_weight=1, clipping_range=8, quantization_range=16)``.
@@ -490,6 +494,7 @@ def test_reported_average_of_one_two_three() -> None:
     assert avg.dtype == np.float64 and np.all(avg == 2.0)
 
 
+@pytest.mark.slow  # real Flower simulations on Ray (7–10 s each), like the other Flower tests
 def test_workflow_driven_round_by_round_from_own_loop() -> None:
     """A ServerApp's own loop runs one SecAgg+ round per call, with its own work in between."""
     bits, n = 16, 3

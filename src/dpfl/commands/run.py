@@ -131,8 +131,36 @@ def _run(args: argparse.Namespace) -> int:
     privacy = result.privacy
     if privacy is not None:
         print(_privacy_summary(privacy))
+        if config.privacy.secure_aggregation and result.status == "finished":
+            print(_secure_aggregation_lines(config))
     print(f"stored in {store.path}; plot: {plot}")
     return 0
+
+
+def _secure_aggregation_lines(config: Any) -> str:
+    """What secure aggregation and hidden participation buy against the server: the server's
+    certificate of the same run (same cohorts) priced by dry runs without them."""
+    from dpfl.rounds import dry_run
+
+    p = config.privacy
+    c = p.colluding_clients
+    lines = [f"secure aggregation: the server sees only the sum of the uploads (Skellam noise; "
+             f"{'hidden' if p.participation == 'hidden' else 'visible'} participation; the server's figure holds "
+             f"if at most {c} client{'s' if c != 1 else ''} of each secure sum collude with it)"]
+    variants = []
+    if p.participation == "hidden":
+        variants.append(("with visible participation (the server knows who took part)",
+                         p.model_copy(update={"participation": "visible"})))
+    variants.append(("without secure aggregation (the server sees each upload)",
+                     p.model_copy(update={"secure_aggregation": False, "participation": "visible",
+                                          "colluding_clients": 0})))
+    for label, privacy in variants:
+        other = config.model_copy(update={"privacy": privacy})
+        out = dry_run(other).privacy
+        if out is not None and out.certified is not None and "server" in out.certified:
+            cert = out.certified["server"]
+            lines.append(f"  {label}: server epsilon {_eps(cert.epsilon)} ({cert.method}; {cert.basis_text})")
+    return "\n".join(lines)
 
 
 def _eps(value: Any) -> str:
