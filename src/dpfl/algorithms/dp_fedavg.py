@@ -71,7 +71,7 @@ from dpfl.privacy.mechanisms import (
     add_gaussian_noise_per_client,
     clip_by_l2_norm,
 )
-from dpfl.privacy.mechanisms.integer import IntegerPipeline, skellam_noise
+from dpfl.privacy.mechanisms.integer import IntegerPipeline, skellam_noise, skellam_noise_rows
 from dpfl.rng import SERVER
 from dpfl.server.adaptive_clip import COUNT_SENSITIVITY, QuantileClipRule
 
@@ -616,10 +616,8 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
         ints = pipe.encode(clipped.detach().cpu(), rounding, signs)
         share = plan.share_variance
         if ints.shape[0]:  # integer arithmetic on the CPU, whatever device trained
-            noise = torch.stack([skellam_noise((pipe.padded_dim,), share,
-                                               info.seeds.generator(info.round_idx, int(c), "noise"))
-                                 for c in info.clients.tolist()])
-            ints = ints + noise
+            gens = [info.seeds.generator(info.round_idx, int(c), "noise") for c in info.clients.tolist()]
+            ints = ints + skellam_noise_rows(pipe.padded_dim, share, gens)
         return pipe.to_residues(ints)
 
     def _aggregate_secure(self, global_params: torch.Tensor, uploads: Uploads, info: RoundInfo,
