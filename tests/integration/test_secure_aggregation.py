@@ -187,3 +187,28 @@ def test_hidden_participation_needs_poisson_sampling_and_secure_aggregation(mnis
 def test_a_wrap_prone_configuration_is_refused(mnist_fixture: Path) -> None:
     with pytest.raises(ConfigError, match="wrap around"):
         dry_run(_cfg(mnist_fixture, {}, secure_sum={"bits": 12, "scale": 4000.0}))
+
+
+def test_account_shows_the_servers_epsilon_per_number_of_colluding_clients(
+        mnist_fixture: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    import yaml
+
+    from dpfl.cli import main
+
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(_cfg(mnist_fixture, {"participation": "hidden"}).model_dump(mode="json")))
+    assert main(["account", str(path), "--colluding", "0,3", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    by_c = {int(c): cert["epsilon"] for c, cert in out["colluding"].items()}
+    assert by_c[0] == pytest.approx(out["privacy"]["certified"]["observers"]["server"]["epsilon"], rel=1e-12)
+    direct = dry_run(_cfg(mnist_fixture, {"participation": "hidden", "colluding_clients": 3})).privacy
+    assert direct is not None and direct.certified is not None
+    assert by_c[3] == pytest.approx(direct.certified["server"].epsilon, rel=1e-12) and by_c[3] > by_c[0]
+    plain = tmp_path / "plain.yaml"
+    raw = _cfg(mnist_fixture, {}).model_dump(mode="json")
+    raw["privacy"] = {"delta": DELTA}
+    plain.write_text(yaml.safe_dump(raw))
+    assert main(["account", str(plain), "--colluding", "1"]) == 2
+    assert "secure_aggregation" in capsys.readouterr().err

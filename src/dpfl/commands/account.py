@@ -72,6 +72,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config value (repeatable)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--per-round", action="store_true", help="also the certified epsilon after each round")
+    p.add_argument("--colluding", metavar="C1,C2,...",
+                   help="secure aggregation: the server's epsilon if at most c clients of each secure sum collude "
+                        "with it, for each c listed (one dry run each)")
     p.set_defaults(func=_lazy("_config"))
 
     p = sub.add_parser("udp", help="000 UDP (Theorem 1 noise)")

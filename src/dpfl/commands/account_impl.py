@@ -490,13 +490,21 @@ def _config(args: argparse.Namespace) -> int:
     from dpfl.rounds import dry_run
 
     config = load_config(args.config, args.set or [])
+    colluding = _colluding_counts(getattr(args, "colluding", None), config)
     notices: list[str] = []
     out = dry_run(config, notice=notices.append, per_round=bool(getattr(args, "per_round", False)))
     priv = out.privacy
     if priv is None:
         raise ConfigError(f"algorithm {config.algorithm.name!r} adds no noise: there is no privacy to account.")
+    by_c: list[tuple[int, Any]] = []
+    for c in colluding:
+        other = config.model_copy(update={"privacy": config.privacy.model_copy(update={"colluding_clients": c})})
+        got = dry_run(other).privacy
+        if got is not None and got.certified is not None:
+            by_c.append((c, got.certified["server"]))
     if args.json:
-        sys.stdout.write(json.dumps(_jsonable({**out.to_dict(), "notices": notices}), indent=2) + "\n")
+        extra = {"colluding": {str(c): cert.to_dict() for c, cert in by_c}} if by_c else {}
+        sys.stdout.write(json.dumps(_jsonable({**out.to_dict(), **extra, "notices": notices}), indent=2) + "\n")
         return 0
     from rich.console import Console
 
@@ -510,6 +518,29 @@ def _config(args: argparse.Namespace) -> int:
         console.print(f"  the run would stop early: {out.stop_reason}")
     for line in priv.not_covered:
         console.print(f"  not covered: {line}")
+    for c, cert in by_c:
+        console.print(f"  against the server if at most {c} client{'s' if c != 1 else ''} of each secure sum "
+                      f"collude: epsilon {_fmt_eps(cert.epsilon)} ({cert.method}; {cert.basis_text})")
     for line in dict.fromkeys(notices):
         console.print(f"  [yellow]notice:[/yellow] {line}")
     return 0
+
+
+def _fmt_eps(value: float) -> str:
+    return "inf" if math.isinf(value) else f"{value:.4g}"
+
+
+def _colluding_counts(text: str | None, config: Any) -> list[int]:
+    """``--colluding 0,10,100`` → [0, 10, 100]; only with secure aggregation."""
+    if text is None:
+        return []
+    if not config.privacy.secure_aggregation:
+        raise ConfigError("`--colluding` needs a config with `privacy.secure_aggregation: true` (without it the "
+                          "server sees every upload, colluding clients or not).")
+    try:
+        counts = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"`--colluding` takes integers separated by commas. Found {text!r}.") from None
+    if not counts or any(c < 0 for c in counts):
+        raise ConfigError(f"`--colluding` takes integers >= 0. Found {text!r}.")
+    return counts
