@@ -212,3 +212,14 @@ def test_account_shows_the_servers_epsilon_per_number_of_colluding_clients(
     plain.write_text(yaml.safe_dump(raw))
     assert main(["account", str(plain), "--colluding", "1"]) == 2
     assert "secure_aggregation" in capsys.readouterr().err
+
+
+def test_the_calibration_keeps_the_noise_drawable(mnist_fixture: Path) -> None:
+    from dpfl.rounds import build_plan
+
+    # a large multiplier: the automatic scale keeps μ/2 within one exact Poisson draw
+    sec = build_plan(_cfg(mnist_fixture, {}, noise=100.0), [20] * N, 7850).algorithm.calibration().secure_sum
+    assert sec.variance / 2 <= 2.0 ** 40
+    # a user scale that would need an inexact draw is refused, naming the setting
+    with pytest.raises(ConfigError, match="secure_sum.scale"):
+        dry_run(_cfg(mnist_fixture, {}, secure_sum={"bits": 62, "scale": 2.0 ** 34}))

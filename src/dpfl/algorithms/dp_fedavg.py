@@ -71,7 +71,13 @@ from dpfl.privacy.mechanisms import (
     add_gaussian_noise_per_client,
     clip_by_l2_norm,
 )
-from dpfl.privacy.mechanisms.integer import IntegerPipeline, skellam_noise, skellam_noise_rows
+from dpfl.privacy.mechanisms.integer import (
+    MAX_POISSON_RATE,
+    MAX_SKELLAM_VARIANCE,
+    IntegerPipeline,
+    skellam_noise,
+    skellam_noise_rows,
+)
 from dpfl.rng import SERVER
 from dpfl.server.adaptive_clip import COUNT_SENSITIVITY, QuantileClipRule
 
@@ -216,11 +222,18 @@ def secure_sum_calibration(options: SecureSumOptions, *, dim: int, clip_norm: fl
     if options.scale is not None:
         pipe, mu, wrap = numbers(float(options.scale))
     else:
+        # the largest power of two γS <= 2^16 whose wrap bound is below 1e-9 and whose variance is
+        # drawn in one Poisson pair per coordinate (μ/2 <= 2^40)
         k = 16
         pipe, mu, wrap = numbers(2.0 ** k / clip_norm)
-        while wrap > math.log(1e-9) and k > 0:
+        while (wrap > math.log(1e-9) or mu / 2 > MAX_POISSON_RATE) and k > 0:
             k -= 1
             pipe, mu, wrap = numbers(2.0 ** k / clip_norm)
+    if mu > MAX_SKELLAM_VARIANCE:
+        raise ConfigError(
+            f"secure_sum: the noise variance μ = (zΔ2)² = {mu:.4g} (z = {noise_multiplier:g}, Δ2 = "
+            f"{pipe.l2_sensitivity:.4g}) is beyond what is drawn exactly ({MAX_SKELLAM_VARIANCE:.4g}): lower "
+            "`secure_sum.scale`.")
     if wrap > math.log(MAX_WRAP_PROBABILITY):
         raise ConfigError(
             f"secure_sum: with bits = {options.bits} and scale γ = {pipe.scale:g}, the sum of up to {contributors} "
@@ -493,8 +506,12 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
             max_cohort=self.num_clients, hidden=hidden, colluding=colluding)
 
     def pipeline(self, plan: NoisePlan) -> IntegerPipeline:
-        """The integer pipeline of a secure-aggregation round."""
+        """The integer pipeline of a secure-aggregation round (its Δ2 is the calibration's: the
+        clip norm is fixed, adaptive clipping being refused under secure aggregation)."""
         assert plan.secure is not None and self._num_params is not None
+        if plan.clip_norm != float(self.options.clip_norm):
+            raise ConfigError(f"secure aggregation calibrated Δ2 for S = {self.options.clip_norm}, the round clips "
+                              f"to {plan.clip_norm}.")
         return plan.secure.pipeline(self._num_params, plan.clip_norm)
 
     # ------------------------------------------------------------------ set-up
@@ -641,7 +658,7 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
             gen = info.seeds.generator(info.round_idx, SERVER, "absent_shares")
             total = total + skellam_noise((pipe.padded_dim,), absent, gen)
         topup = max(0.0, sec.variance - arrived * share - absent)
-        if topup > sec.variance * 1e-12:
+        if topup > 0:
             gen = info.seeds.generator(info.round_idx, SERVER, "topup")
             total = total + skellam_noise((pipe.padded_dim,), topup, gen)
         decoded = pipe.decode(pipe.to_residues(total), self._rotation_signs(pipe, info))
@@ -729,6 +746,10 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
         from dpfl.privacy.accounting.certify import calibrate_noise_multiplier
         from dpfl.privacy.accounting.events import compose
 
+        if self._calibration.secure_sum is not None:
+            raise ConfigError("the certified inverse (noise multiplier for a target epsilon) is not available under "
+                              "secure aggregation yet; set `noise_multiplier` and read `dpfl account CONFIG`.")
+
         def event(z: float) -> Any:
             scaled = dataclasses.replace(self.plan_for_cohort(0, 0), sum_std=self.clip_norm * z, count_std=0.0)
             one = self.sampler.wrap_event(scaled.public_release().event(), self.num_clients)
@@ -750,7 +771,17 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
                 "for the broadcast models under Poisson sampling")
 
     def not_covered(self) -> list[str]:
-        return []
+        sec = self._calibration.secure_sum
+        if sec is None:
+            return []
+        out = [f"secure aggregation: the server's figure assumes an honest-but-curious server that sees only the "
+               f"modular sum, with at most {sec.colluding} client{'s' if sec.colluding != 1 else ''} of each sum "
+               "colluding with it; the run's stored metrics (cohort sizes, un-noised update norms, who took part) "
+               "are the experimenter's view, not the server's"]
+        if sec.hidden:
+            out.append("hidden participation: the neighbouring runs differ in whether one client's update is in "
+                       "the sum; that every client sends a masked upload each round is public")
+        return out
 
     def state_dict(self) -> dict[str, Any]:
         return {"clip_norm": self.clip_norm}

@@ -200,4 +200,5 @@ def skellam_tail_log_probability(variance: float, t: float) -> float:
     if variance <= 0:
         return -math.inf
     r = t / variance
-    return min(0.0, math.log(2.0) + variance * (math.sqrt(1.0 + r * r) - 1.0) - t * math.asinh(r))
+    # μ(sqrt(1 + r²) − 1) written as μr²/(sqrt(1 + r²) + 1): no cancellation when r is small
+    return min(0.0, math.log(2.0) + variance * r * r / (math.sqrt(1.0 + r * r) + 1.0) - t * math.asinh(r))

@@ -51,6 +51,7 @@ __all__ = [
     "hadamard",
     "skellam_noise",
     "skellam_noise_rows",
+    "MAX_SKELLAM_VARIANCE",
 ]
 
 #: Conditional rounding redraws a vector at most this many times (each draw passes with
@@ -88,16 +89,38 @@ def hadamard(x: Tensor) -> Tensor:
     return (y.reshape(*lead, n) / math.sqrt(n)).to(x.dtype)
 
 
+#: Largest Poisson rate drawn at once: torch.poisson (CPU, float64) is accurate up to about 2^46
+#: and degrades beyond (a variance off by 3–13% from 2^48, draws on a lattice from 2^53, zeros
+#: from 2^66); larger variances are drawn as sums of parts (Skellam is infinitely divisible).
+MAX_POISSON_RATE = 2.0 ** 40
+#: At most this many parts: a larger variance is refused (:data:`MAX_SKELLAM_VARIANCE`).
+MAX_SKELLAM_PARTS = 64
+MAX_SKELLAM_VARIANCE = 2 * MAX_POISSON_RATE * MAX_SKELLAM_PARTS
+
+
 def skellam_noise(shape: Sequence[int], variance: float, generator: torch.Generator) -> Tensor:
-    """Sk(variance) per entry: Poisson(variance/2) − Poisson(variance/2), int64, from ``generator``."""
+    """Sk(variance) per entry: Poisson(variance/2) − Poisson(variance/2), int64, from ``generator``;
+    a variance above 2·:data:`MAX_POISSON_RATE` is drawn as the sum of J equal parts Sk(variance/J)
+    (exact: sums of independent Skellams are Skellam).
+
+    Raises:
+        ConfigError: a negative, non-finite or too large (> :data:`MAX_SKELLAM_VARIANCE`) variance.
+    """
     if variance < 0 or not math.isfinite(variance):
         raise ConfigError(f"the Skellam variance must be finite and >= 0. Found {variance!r}.")
+    if variance > MAX_SKELLAM_VARIANCE:
+        raise ConfigError(f"a Skellam variance of {variance:.4g} is beyond what is drawn exactly here "
+                          f"({MAX_SKELLAM_VARIANCE:.4g}): lower `secure_sum.scale`.")
     if variance == 0:
         return torch.zeros(tuple(shape), dtype=torch.int64, device=generator.device)
-    rate = torch.full(tuple(shape), variance / 2.0, dtype=torch.float64, device=generator.device)
-    a = torch.poisson(rate, generator=generator)
-    b = torch.poisson(rate, generator=generator)
-    return (a - b).to(torch.int64)
+    parts = max(1, math.ceil(variance / 2.0 / MAX_POISSON_RATE))
+    rate = torch.full(tuple(shape), variance / 2.0 / parts, dtype=torch.float64, device=generator.device)
+    out = torch.zeros(tuple(shape), dtype=torch.int64, device=generator.device)
+    for _ in range(parts):
+        a = torch.poisson(rate, generator=generator)
+        b = torch.poisson(rate, generator=generator)
+        out += (a - b).to(torch.int64)
+    return out
 
 
 _POOL: ThreadPoolExecutor | None = None
@@ -166,6 +189,9 @@ class IntegerPipeline:
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
                 raise ConfigError(f"`{name}` must be a finite number > 0. Found {v!r}.")
+        if self.scale * self.clip_norm < 1:
+            raise ConfigError(f"`scale` γ = {self.scale:g} maps the clip norm S = {self.clip_norm:g} below one integer "
+                              "unit (γS < 1): every update would round to almost nothing; raise the scale.")
         conditional_rounding_bound(0.0, 1, self.beta)  # validates beta
 
     @property
