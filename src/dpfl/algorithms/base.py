@@ -38,6 +38,10 @@ class Uploads:
             the server checks them against its own plan and rejects a row that disagrees.
         diagnostics: per-row values for the simulation's metrics only (e.g. exact update norms):
             never sent over the wire, so empty on Flower; ``aggregate`` must not need them.
+        secure_sum: under secure aggregation on real clients, the modular sum of the rows' integer
+            uploads as the protocol delivered it (int64 residues [P']); ``params`` is then empty
+            [0, P'] and ``clients`` are the clients whose uploads are in the sum. None otherwise
+            (in simulation the algorithm sums ``params`` itself).
         shuffled: split & shuffle (001 §4): when an anonymizing shuffler process already mixed
             the rows, the per-id multisets it produced (:class:`dpfl.server.shuffle.IdMultisets`,
             no client ids, no order) and ``params`` is empty [0, P]; else None (in simulation
@@ -51,6 +55,7 @@ class Uploads:
     declared: dict[str, torch.Tensor] = field(default_factory=dict)
     shuffled: Any = None
     diagnostics: dict[str, torch.Tensor] = field(default_factory=dict)
+    secure_sum: torch.Tensor | None = None
 
     @property
     def num_rows(self) -> int:

@@ -648,7 +648,12 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
         assert sec is not None
         pipe = self.pipeline(plan)
         arrived = uploads.num_rows
-        if arrived:
+        if uploads.secure_sum is not None:  # real clients: the protocol delivered the modular sum
+            if tuple(uploads.secure_sum.shape) != (pipe.padded_dim,):
+                raise ConfigError(f"dp-fedavg: a secure sum of shape {tuple(uploads.secure_sum.shape)}, expected "
+                                  f"({pipe.padded_dim},)")
+            total = pipe.to_residues(uploads.secure_sum.to(torch.int64).cpu())
+        elif arrived:
             total = pipe.modular_sum(uploads.params.to(torch.int64).cpu())
         else:
             total = torch.zeros(pipe.padded_dim, dtype=torch.int64)

@@ -54,11 +54,12 @@ SECURE_AGGREGATION_REFUSED = (
     "be false. Remove the setting{hint}.")
 
 
-def check_secure_aggregation(config: RunConfig, algorithm: Any, *, remote: bool, wrapped: bool) -> None:
+def check_secure_aggregation(config: RunConfig, algorithm: Any, *, remote: Any, wrapped: bool) -> None:
     """Refuse ``privacy.secure_aggregation`` where nothing provides it: an algorithm without an
-    integer pipeline, a deployment (the Flower runtime does not run SecAgg+ yet), a wrapped server
-    step (audit canaries). Simulation of DP-FedAvg computes the integer pipeline and the modular
-    sum the server would obtain.
+    integer pipeline, a deployment whose cohort does not run a secure sum (``remote`` without a
+    true ``secure_sum`` attribute; hidden participation needs ``hidden_participation`` too: the
+    clients' own coins), a wrapped server step (audit canaries). Simulation of DP-FedAvg computes
+    the integer pipeline and the modular sum the server would obtain.
 
     Raises:
         ConfigError: naming what cannot provide it.
@@ -70,10 +71,16 @@ def check_secure_aggregation(config: RunConfig, algorithm: Any, *, remote: bool,
         raise ConfigError(SECURE_AGGREGATION_REFUSED.format(
             what=f"algorithm {name!r}", why="it has no integer pipeline for a secure sum",
             hint="; `dpfl account ... --secure-aggregation` gives the what-if figure"))
-    if remote:
+    if remote is not None and remote is not False and not getattr(remote, "secure_sum", False):
         raise ConfigError(SECURE_AGGREGATION_REFUSED.format(
             what="deployed runs", why="the Flower runtime does not run secure aggregation (SecAgg+) yet",
             hint=", or run the same config in simulation (`dpfl run`)"))
+    if (remote is not None and remote is not False and config.privacy.participation == "hidden"
+            and not getattr(remote, "hidden_participation", False)):
+        raise ConfigError(SECURE_AGGREGATION_REFUSED.format(
+            what="deployed runs with `participation: hidden`",
+            why="the deployment does not let each client draw its own secret coin yet",
+            hint=" or use `participation: visible`"))
     if wrapped:
         raise ConfigError(SECURE_AGGREGATION_REFUSED.format(
             what="audits", why="the canary audit wraps the server step outside the secure sum", hint=""))
@@ -184,7 +191,7 @@ def run_experiment(
     user's model and data); by default the config is built.
     """
     exp = experiment if experiment is not None else build_experiment(config)
-    check_secure_aggregation(config, exp.algorithm, remote=remote is not None, wrapped=wrap is not None)
+    check_secure_aggregation(config, exp.algorithm, remote=remote, wrapped=wrap is not None)
     if remote is not None and not exp.algorithm.splits_rounds:
         raise ConfigError(
             f"algorithm {config.algorithm.name!r} does not split its round into a client step and a "
@@ -365,7 +372,7 @@ def dry_run(config: RunConfig, notice: NoticeFn | None = None, *, per_round: boo
         experiment = build_experiment(config, train=False)
     plan = plan_of(experiment) if isinstance(experiment, Experiment) else experiment
     algo = plan.algorithm
-    check_secure_aggregation(config, algo, remote=False, wrapped=False)
+    check_secure_aggregation(config, algo, remote=None, wrapped=False)
     if not isinstance(algo, PrivateAlgorithm):
         return DryRunResult(0, None, None)
     gate: PrivacyGate
