@@ -195,6 +195,8 @@ def _print_privacy(console: Any, priv: Any, per_round: Any, what_if: str | None 
         console.print(table)
         for basis, text in sorted({(c.basis, c.basis_text) for c in priv.certified.values() if c.basis}):
             console.print(f"  basis {basis}: {text}")
+        for line in priv.readings():
+            console.print(f"  {line}")
         if priv.spent:
             console.print("  spent (composition of what happened, not a guarantee): "
                           + ", ".join(f"{o} {_fmt(c.epsilon)}" for o, c in priv.spent.items()))

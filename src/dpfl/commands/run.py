@@ -195,6 +195,7 @@ def _privacy_summary(summary: PrivacySummary) -> str:
         lines.append("spent epsilon (the composition of the releases that happened; not a guarantee):")
         for obs, c in summary.spent.items():
             lines.append(f"  observer {obs:<7} spent {_eps(c.epsilon)} ({c.method}; {c.basis_text})")
+    lines += [f"  {line}" for line in summary.readings()]
     for item in summary.not_covered:
         lines.append(f"not covered by the certified epsilon: {item}")
     return "\n".join(lines)

@@ -13,6 +13,7 @@ record.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +46,12 @@ def _certs_to_json(certs: dict[str, Certificate] | None) -> dict[str, Any] | Non
         return None
     head = max(certs.values(), key=lambda c: c.epsilon)
     return {"headline": head.to_dict(), "observers": {obs: c.to_dict() for obs, c in certs.items()}}
+
+
+#: Above this certified ε a run's summary says in words what the number means.
+WEAK_EPSILON = 10.0
+#: Above this, it says "no meaningful protection".
+NO_PROTECTION_EPSILON = 100.0
 
 
 @dataclass(frozen=True)
@@ -111,6 +118,31 @@ class PrivacySummary:
             return None
         cert = self.headline if observer is None else self.certified[observer]
         return None if cert is None else cert.epsilon
+
+    def readings(self) -> list[str]:
+        """One plain line per observer whose certified ε is too large to read as a number: what it
+        means and what changes it (ε above :data:`WEAK_EPSILON`; "no meaningful protection" above
+        :data:`NO_PROTECTION_EPSILON`)."""
+        out: list[str] = []
+        for observer, cert in (self.certified or {}).items():
+            eps = cert.epsilon
+            if not eps > WEAK_EPSILON:
+                continue
+            shown = "∞" if math.isinf(eps) else f"{eps:,.4g}"
+            if eps > NO_PROTECTION_EPSILON:
+                what = (f"ε = {shown} against the {observer}: no meaningful protection — the {observer} can tell "
+                        "almost surely whether a client's data was used")
+            else:
+                what = (f"ε = {shown} against the {observer}: weak protection — the {observer}'s odds on whether a "
+                        f"client's data was used can move by up to a factor e^{eps:.3g}")
+            if observer == "server":
+                fix = ("it sees each upload with only that client's share of the noise: secure aggregation "
+                       "(`privacy.secure_aggregation: true`, DP-FedAvg) gives it only the sum; or add noise per upload, "
+                       "run fewer rounds or sample clients less often")
+            else:
+                fix = "add noise, run fewer rounds or sample clients less often"
+            out.append(f"{what}; {fix}.")
+        return out
 
     @property
     def claimed_max(self) -> float | None:
