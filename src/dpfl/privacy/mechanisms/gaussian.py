@@ -14,19 +14,19 @@ Two ways to draw, both explicit about the stream:
 The stream depends on dtype and device: float32 and float64 draws differ. Noise std 0 returns x
 unchanged but still advances the generator, so streams stay aligned whatever the noise level.
 
-This module imports nothing from dpfl except :mod:`dpfl.errors`.
+This module imports nothing from dpfl except :mod:`dpfl.errors` and its sibling `rows`.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 import torch
 from torch import Tensor
 
 from dpfl.errors import ConfigError
+from dpfl.privacy.mechanisms.rows import for_rows
 
 __all__ = ["add_gaussian_noise", "add_gaussian_noise_per_client"]
 
@@ -155,29 +155,12 @@ def add_gaussian_noise_per_client(
     return _combine(x, noise, std)
 
 
-_POOL: ThreadPoolExecutor | None = None
-
-
 def _draw_rows(noise: Tensor, generators: Sequence[torch.Generator]) -> None:
-    """Row k ← standard normals from ``generators[k]``, rows split over torch's intra-op threads.
+    """Row k ← standard normals from ``generators[k]``, rows split over torch's intra-op threads
+    (:func:`dpfl.privacy.mechanisms.rows.for_rows`): every row gets exactly the numbers a
+    sequential loop would give it."""
+    def row(i: int) -> None:
+        torch.randn(noise.shape[1:], generator=generators[i], out=noise[i])
 
-    A CPU generator draws on one thread; the rows are independent streams, so contiguous blocks
-    of rows are drawn in parallel threads (torch releases the GIL while drawing). Every row gets
-    exactly the numbers a sequential loop would give it.
-    """
-    k = len(generators)
-    workers = max(1, min(torch.get_num_threads(), k))
-    if workers == 1 or noise[0].numel() < 65536 or noise.device.type != "cpu":
-        for i, gen in enumerate(generators):
-            torch.randn(noise.shape[1:], generator=gen, out=noise[i])
-        return
-    global _POOL
-    if _POOL is None or _POOL._max_workers < workers:  # noqa: SLF001 - sizing our own pool
-        _POOL = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dpfl-noise")
-    bounds = [round(i * k / workers) for i in range(workers + 1)]
-
-    def block(lo: int, hi: int) -> None:
-        for i in range(lo, hi):
-            torch.randn(noise.shape[1:], generator=generators[i], out=noise[i])
-
-    list(_POOL.map(lambda ab: block(*ab), zip(bounds[:-1], bounds[1:], strict=True)))
+    size = noise[0].numel() if noise.device.type == "cpu" and noise.shape[0] else 0
+    for_rows(len(generators), row, size)

@@ -29,21 +29,21 @@ signal of n contributors is at most n·Δ2 in every coordinate, and the Skellam 
 its Chernoff bound (:func:`dpfl.privacy.accounting.skellam.skellam_tail_log_probability`), union
 over the d' coordinates.
 
-This module imports nothing from dpfl except :mod:`dpfl.errors` and the Skellam tail bound of
-:mod:`dpfl.privacy.accounting.skellam`.
+This module imports nothing from dpfl except :mod:`dpfl.errors`, its sibling ``rows`` and the
+Skellam tail bound of :mod:`dpfl.privacy.accounting.skellam`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from dpfl.errors import ConfigError
+from dpfl.privacy.mechanisms.rows import for_rows
 
 __all__ = [
     "IntegerPipeline",
@@ -123,28 +123,6 @@ def skellam_noise(shape: Sequence[int], variance: float, generator: torch.Genera
     return out
 
 
-_POOL: ThreadPoolExecutor | None = None
-
-
-def _for_rows(k: int, work: Callable[[int], None], row_size: int) -> None:
-    """``work(i)`` for i < k, contiguous blocks of rows in parallel threads (torch releases the GIL
-    while drawing): each row uses only its own generator, so a row's numbers do not depend on the
-    split."""
-    workers = max(1, min(torch.get_num_threads(), k))
-    if workers == 1 or row_size < 65536:
-        for i in range(k):
-            work(i)
-        return
-    global _POOL
-    if _POOL is None or _POOL._max_workers < workers:  # noqa: SLF001 - sizing our own pool
-        _POOL = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dpfl-integer")
-    bounds = [round(i * k / workers) for i in range(workers + 1)]
-
-    def block(lo: int, hi: int) -> None:
-        for i in range(lo, hi):
-            work(i)
-
-    list(_POOL.map(lambda ab: block(*ab), zip(bounds[:-1], bounds[1:], strict=True)))
 
 
 def skellam_noise_rows(dim: int, variance: float, generators: Sequence[torch.Generator]) -> Tensor:
@@ -155,7 +133,7 @@ def skellam_noise_rows(dim: int, variance: float, generators: Sequence[torch.Gen
     def row(i: int) -> None:
         out[i] = skellam_noise((dim,), variance, generators[i]).cpu()
 
-    _for_rows(len(generators), row, dim * 2 * max(1, int(variance > 0)) * 16)
+    for_rows(len(generators), row, dim * 2 * max(1, int(variance > 0)) * 16)
     return out
 
 
@@ -262,7 +240,7 @@ class IntegerPipeline:
         def first(k: int) -> None:
             torch.rand(self.padded_dim, generator=generators[k], dtype=torch.float64, out=u[k])
 
-        _for_rows(x.shape[0], first, self.padded_dim * 8)
+        for_rows(x.shape[0], first, self.padded_dim * 8)
         rounded = floor + (u.to(y.device) < frac).to(torch.float64)
         ok = (rounded * rounded).sum(1) <= bound_sq
         out = rounded.to(torch.int64)
