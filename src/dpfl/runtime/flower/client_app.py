@@ -22,6 +22,19 @@ the algorithm's ``client_step`` — clipping and noise happen here, before anyth
 node. The noise comes from the OS CSPRNG; with the run config ``reproducible = true`` (testing
 only) from the client's stream (round, client, purpose) of the run's seed, exactly as in
 simulation.
+
+Secure aggregation (SecAgg+): the ClientApp's mod hands a ``train`` message to Flower's
+``secaggplus_mod`` only when it carries SecAgg+ settings (the ``secaggplus`` config record of
+``SecAggPlusWorkflow``), so ordinary ``train`` messages reach :func:`train` unchanged. In the
+protocol's "collect masked vectors" stage the handler receives legacy FitIns records: the global
+model and, in the FitIns config, the round record above plus ``secure-sum-bits`` (b). It trains
+exactly as an ordinary round (the warm worker's :func:`.warm.train_round`), whose DP-FedAvg
+``client_step`` under secure aggregation returns the residues modulo 2^b (integer pipeline and
+Skellam share), and replies with legacy FitRes records: parameters
+:func:`dpfl.runtime.flower.secagg.encode` of the residues, ``num_examples = 1`` (the weight
+the settings need) and no metrics — FitRes ``num_examples`` and ``metrics`` are not masked, so
+nothing else (no declared values, no loss, no sample count) is sent. ``secaggplus_mod`` then masks
+the vector; the masks come from ChaCha20 (:mod:`.masks`, installed when this module is imported).
 """
 
 from __future__ import annotations
@@ -34,10 +47,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app.message_type import MessageType
+from flwr.client.mod import secaggplus_mod
 from flwr.clientapp import ClientApp
+from flwr.clientapp.typing import ClientAppCallable
+from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
+from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
+from flwr.compat.common import recorddict_compat as compat
 
 from dpfl.errors import ConfigError
+from dpfl.runtime.flower import masks
 from dpfl.runtime.flower.records import as_array, as_bytes, as_int, as_list
+from dpfl.runtime.flower.secagg import SECURE_SUM_KEY, WEIGHT, encode
 from dpfl.runtime.flower.warm import WarmClient, train_round
 
 if TYPE_CHECKING:
@@ -47,7 +68,19 @@ if TYPE_CHECKING:
 # in Flower 1.41) only decodes the message and hands the round to its SuperNode's warm worker
 # (:mod:`.warm`), which keeps torch, the data and the built run loaded between rounds.
 
-app = ClientApp()
+masks.install()  # this process masks with ChaCha20, like the server unmasks
+
+
+def secure_sum_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
+    """Flower's ``secaggplus_mod`` for messages of SecAgg+ (a ``train`` message with its settings
+    record), a pass-through for everything else (``secaggplus_mod`` claims every ``train``
+    message and fails on one without the record)."""
+    if msg.metadata.message_type == MessageType.TRAIN and RECORD_KEY_CONFIGS in msg.content.config_records:
+        return secaggplus_mod(msg, context, call_next)
+    return call_next(msg, context)
+
+
+app = ClientApp(mods=[secure_sum_mod])
 
 
 def _client_id(context: Context) -> int:
@@ -106,19 +139,13 @@ def _upload(cid: int, vector: np.ndarray, meta: dict[str, Any], declared: dict[s
     })
 
 
-@app.train()
-def train(msg: Message, context: Context) -> Message:
-    cid = _client_id(context)
-    rc: dict[str, Any] = dict(msg.content["round"])
-    rc["state"] = json.loads(str(rc["state"]))
-    if isinstance(rc.get("shuffler-key"), bytes):
-        rc["shuffler-key"] = bytes(rc["shuffler-key"]).hex()
-    params = np.array(as_array(msg.content["global"]["params"]), copy=True)
-    if int(rc["client"]) != cid:
-        raise ConfigError(f"the server asked node of client {cid} to act as client {rc['client']}")
+def _train_here(rc: dict[str, Any], params: np.ndarray, cid: int, context: Context) -> tuple[dict[str, Any], np.ndarray]:
+    """The node's faults (testing), then :func:`train_round` cold or in the node's warm worker."""
     fault = str(context.node_config.get("fault", ""))
     data_dir = context.node_config.get("data-dir")
     t = int(rc["round"])
+    if int(rc["client"]) != cid:
+        raise ConfigError(f"the server asked node of client {cid} to act as client {rc['client']}")
     if fault == "crash":
         raise RuntimeError(f"client {cid}: injected crash (node config fault=crash)")
     if fault.startswith("delay:"):
@@ -131,9 +158,40 @@ def train(msg: Message, context: Context) -> Message:
     data = str(data_dir) if data_dir else None
     simulated = "num-partitions" in context.node_config  # Flower's Simulation Engine sets it
     if simulated or str(context.node_config.get("warm", "true")).lower() in ("false", "0", "no"):
-        meta, vector = train_round(rc, params, cid, data)  # cold: in this process
-    else:  # the worker of this SuperNode (the parent of this process is its flower-superexec)
-        meta, vector = WarmClient(f"{os.getppid()}-{cid}", os.getppid()).train(rc, params, cid, data)
+        return train_round(rc, params, cid, data)  # cold: in this process
+    # the worker of this SuperNode (the parent of this process is its flower-superexec)
+    return WarmClient(f"{os.getppid()}-{cid}", os.getppid()).train(rc, params, cid, data)
+
+
+def _secure_train(msg: Message, context: Context) -> Message:
+    """The SecAgg+ "collect masked vectors" stage: legacy FitIns in, legacy FitRes out (module
+    docstring); ``secaggplus_mod`` masks the reply's parameters."""
+    cid = _client_id(context)
+    fitins = compat.recorddict_to_fitins(msg.content, keep_input=True)
+    rc: dict[str, Any] = dict(fitins.config)
+    rc["state"] = json.loads(str(rc["state"]))
+    bits = int(rc.pop(SECURE_SUM_KEY))
+    (params,) = parameters_to_ndarrays(fitins.parameters)
+    _, vector = _train_here(rc, np.array(params, copy=True), cid, context)
+    if vector.dtype.kind not in "iu" or vector.ndim != 1:
+        raise ConfigError(f"client {cid}: a secure round needs integer residues from the algorithm's client step, "
+                          f"got a {vector.dtype} array of shape {vector.shape} (is privacy.secure_aggregation set?)")
+    fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters(encode(vector.astype(np.int64), bits)), WEIGHT, {})
+    return Message(compat.fitres_to_recorddict(fitres, keep_input=False), reply_to=msg)
+
+
+@app.train()
+def train(msg: Message, context: Context) -> Message:
+    if "fitins.config" in msg.content.config_records:  # SecAgg+, through secure_sum_mod
+        return _secure_train(msg, context)
+    cid = _client_id(context)
+    rc: dict[str, Any] = dict(msg.content["round"])
+    rc["state"] = json.loads(str(rc["state"]))
+    if isinstance(rc.get("shuffler-key"), bytes):
+        rc["shuffler-key"] = bytes(rc["shuffler-key"]).hex()
+    params = np.array(as_array(msg.content["global"]["params"]), copy=True)
+    fault = str(context.node_config.get("fault", ""))
+    meta, vector = _train_here(rc, params, cid, context)
     declared = dict(meta["declared"])
     if fault == "nan":
         vector = vector.copy()

@@ -7,10 +7,35 @@ round timeout passed. A client that does not reply in time (crashed, killed, str
 replies with an error is a dropout; a reply that fails :func:`dpfl.runtime.validate.check_upload`
 is rejected. Both are logged with the client's id and the round goes on with the rest; the
 runner then records what the round really released (``releases_for_arrivals``).
+
+Secure aggregation (``privacy.secure_aggregation`` with DP-FedAvg's integer pipeline, visible
+participation; built with ``secure_bits``, see :func:`secure_bits_for`): a round is one run of
+Flower's ``SecAggPlusWorkflow`` among the nodes of the sampled clients (:meth:`FlowerCohort.secure_round`),
+the masks expanded with ChaCha20 (:mod:`.masks`). Each client trains and uploads its residues
+modulo 2^b (b <= 31) through the workflow's "collect masked vectors" stage (legacy FitIns/FitRes,
+:func:`dpfl.runtime.flower.secagg.encode`); the server learns only their modular sum and who is
+in it. Parameters (:func:`dpfl.runtime.flower.secagg.secagg_shares`): every client of a cohort of
+n <= 15 shares its secrets with all n (SecAgg, a complete graph); larger cohorts use SecAgg+'s
+sparse graph of ``2*ceil(log2 n) + 1`` neighbours; the reconstruction threshold is
+``floor(shares/2) + 1`` — more than half the shares, so that no set of replies lets the server
+reconstruct both a client's private mask seed and its pairwise key (Bell et al. 2020), and at most
+``shares - threshold`` neighbours of each client may drop out. Every stage waits at most the round
+timeout.
+
+Dropouts and the ledger: the round's ``Uploads.clients`` are exactly the clients whose masked
+vector reached the server (the workflow's survivors of the masked stage; a client lost after it,
+in the unmask stage, is in the sum, reconstructed from its neighbours' shares). A client lost
+before is not in the sum and not charged; DP-FedAvg tops the noise up for it. If the protocol
+halts (fewer than the threshold survive in some neighbourhood), or the cohort has fewer than 2
+clients (SecAgg+ needs two, and a sum of one is that client's upload), the round is an empty
+round: no client is asked to train, nothing is charged, the server draws the whole planned noise
+(notice ``secure-sum-skipped`` / ``secure-sum-failed``) — never a plaintext upload. Masked vectors
+that never enter an unmasked sum reveal nothing (uniform one-time pads): they are not charged.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import time
 import warnings
@@ -20,7 +45,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
+from flwr.common import FitIns, Scalar, ndarrays_to_parameters
+from flwr.server import LegacyContext
+from flwr.server.client_manager import ClientManager
+from flwr.server.client_proxy import ClientProxy
+from flwr.server.workflow import SecAggPlusWorkflow
+from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD
+from flwr.server.workflow.constant import Key as WorkflowKey
 from flwr.serverapp import Grid
 
 from dpfl.algorithms.base import Algorithm, Uploads
@@ -28,11 +60,23 @@ from dpfl.algorithms.private import PrivateAlgorithm
 from dpfl.client.context import RoundInfo
 from dpfl.errors import ConfigError
 from dpfl.privacy.accounting.ledger import GaussianRelease, TwoPointRelease
+from dpfl.runtime.flower import masks
 from dpfl.runtime.flower.codec import decode_upload, encode_train
 from dpfl.runtime.flower.records import as_array, as_bytes, as_int, as_list, error_reason
+from dpfl.runtime.flower.secagg import (
+    MAX_BITS,
+    SECURE_SUM_KEY,
+    SecAggSettings,
+    SecureSum,
+    SecureSumStrategy,
+    secagg_settings,
+    secagg_shares,
+)
 from dpfl.runtime.sealed import sealed_length
 from dpfl.runtime.validate import RejectedUpload, check_upload, upload_norm_limit
 from dpfl.server.shuffle import IdMultisets
+
+masks.install()  # the server unmasks with the masks the clients use (ChaCha20)
 
 POLL_SECONDS = 0.2
 
@@ -136,14 +180,83 @@ def discover_nodes(grid: Grid, num_clients: int, timeout: float, log: Callable[[
         f"{missing[:20]} (start a SuperNode with --node-config 'partition-id=<id>' for each)")
 
 
+def secure_bits_for(config: Any, algorithm: Algorithm, *, reproducible: bool) -> int | None:
+    """The modulus exponent b of a deployed secure sum, or None when the run has none.
+
+    None unless ``privacy.secure_aggregation`` is set and the algorithm's calibration has an
+    integer pipeline (``secure_sum``); :func:`dpfl.rounds.session.check_secure_aggregation` then
+    refuses what cannot run (other algorithms, hidden participation).
+
+    Raises:
+        ConfigError: ``algorithm.options.secure_sum.bits`` above 31 (Flower's SecAgg+ quantizer
+            casts to int32), or ``secure_sum.rotation`` without ``reproducible`` (the rotation's
+            signs come from the server's stream (t, SERVER, "rotation"), which clients drawing from
+            the OS CSPRNG cannot recompute).
+    """
+    if not config.privacy.secure_aggregation:
+        return None
+    calibration = getattr(algorithm, "calibration", None)
+    secure = getattr(calibration(), "secure_sum", None) if callable(calibration) else None
+    if secure is None:
+        return None
+    bits = int(secure.bits)
+    if bits > MAX_BITS:
+        raise ConfigError(f"algorithm.options.secure_sum.bits = {bits}: a deployed secure sum runs through Flower's "
+                          f"SecAgg+, whose quantizer casts to int32, so residues modulo 2^b pass unchanged only for "
+                          f"b <= {MAX_BITS}; set `algorithm.options.secure_sum.bits: {MAX_BITS}` (or fewer: the "
+                          "calibration refuses a modulus whose wrap-around bound is too high)")
+    if bool(secure.rotation) and not reproducible:
+        raise ConfigError("algorithm.options.secure_sum.rotation = true is not supported on a deployment: the "
+                          "rotation's public signs are drawn from the server's stream, which the clients (noise from "
+                          "the OS CSPRNG) cannot recompute; set `rotation: false`")
+    return bits
+
+
+class _NodeProxy(ClientProxy):
+    """The legacy ClientProxy of a node: the workflow and the strategy only read ``node_id``."""
+
+    def __init__(self, node_id: int) -> None:
+        super().__init__(str(node_id))
+        self.node_id = int(node_id)
+
+    def _legacy(self, *_: Any, **__: Any) -> Any:
+        raise NotImplementedError("dpfl drives SecAgg+ through the workflow's messages only")
+
+    get_properties = get_parameters = fit = evaluate = reconnect = _legacy
+
+
+class _CohortStrategy(SecureSumStrategy):
+    """:class:`SecureSumStrategy` for one dpfl round: exactly the cohort's nodes, each with its own
+    FitIns (the global model; the round record of :mod:`.codec` plus :data:`SECURE_SUM_KEY`)."""
+
+    def __init__(self, settings: SecAggSettings, fitins: dict[int, FitIns], on_sum: Callable[[SecureSum], None]) -> None:
+        super().__init__(settings, len(fitins), on_sum)
+        self._fitins = fitins
+
+    def configure_fit(self, server_round: int, parameters: Any, client_manager: ClientManager
+                      ) -> list[tuple[ClientProxy, FitIns]]:
+        self._sampled[server_round] = tuple(sorted(self._fitins))
+        return [(_NodeProxy(node), ins) for node, ins in self._fitins.items()]
+
+
 class FlowerCohort:
-    """See the module docstring."""
+    """See the module docstring.
+
+    ``secure_bits`` (:func:`secure_bits_for`): run each round as a SecAgg+ secure sum of
+    residues modulo ``2**secure_bits``; the cohort then declares ``secure_sum = True`` (and
+    ``hidden_participation = False``: only visible participation is supported).
+    """
 
     tag = "flower"
+    workflow_type: type[SecAggPlusWorkflow] = SecAggPlusWorkflow
+    """The SecAgg+ workflow class (a test may record its stages with a subclass)."""
+    hidden_participation = False
 
     def __init__(self, grid: Grid, nodes: dict[int, int], config_json: str, client_sizes: torch.Tensor,
                  num_params: int, round_timeout: float, *, reproducible: bool = False,
-                 shuffler: Shuffler | None = None) -> None:
+                 shuffler: Shuffler | None = None, secure_bits: int | None = None) -> None:
+        self.secure_bits = secure_bits
+        self.secure_sum = secure_bits is not None
         self.grid = grid
         self.nodes = nodes
         self.config_json = config_json
@@ -192,6 +305,8 @@ class FlowerCohort:
 
     def __call__(self, params: torch.Tensor, info: RoundInfo, algo: Algorithm,
                  emit: Callable[[str, str, Any], None]) -> Uploads:
+        if self.secure_bits is not None:
+            return self.secure_round(params, info, algo, emit)
         t = info.round_idx
         cohort = [int(c) for c in info.clients.tolist()]
         shuffled = bool(getattr(algo, "shuffles_uploads", False))
@@ -292,6 +407,65 @@ class FlowerCohort:
             torch.tensor([rows[c][1] for c in ids], dtype=torch.long),
             torch.tensor([rows[c][2] for c in ids], dtype=torch.float32),
             {k: torch.tensor([rows[c][3].get(k, float("nan")) for c in ids], dtype=torch.float64) for k in keys},
+        )
+
+    def secure_round(self, params: torch.Tensor, info: RoundInfo, algo: Algorithm,
+                     emit: Callable[[str, str, Any], None]) -> Uploads:
+        """One SecAgg+ run among the cohort's nodes: the modular sum of the residues of the
+        clients whose masked vector reached the server, and their ids (module docstring)."""
+        assert self.secure_bits is not None
+        t = info.round_idx
+        cohort = [int(c) for c in info.clients.tolist()]
+        if len(cohort) < 2:
+            emit("secure-sum-skipped", f"round {t + 1}: a cohort of {len(cohort)} client(s) cannot run SecAgg+ (it needs "
+                 "2, and a sum of one is that client's upload): no client trains, nothing is charged, the server "
+                 "draws the round's whole planned noise", t)
+            return _empty(self.num_params)
+        settings = secagg_settings(self.secure_bits, max_clients=max(2, info.num_clients))
+        shares, threshold = secagg_shares(len(cohort))
+        glob = ndarrays_to_parameters([np.ascontiguousarray(params.detach().cpu().numpy())])
+        fitins: dict[int, FitIns] = {}
+        for member in cohort:
+            config: dict[str, Scalar] = {
+                "round": int(t), "client": member, "cohort-size": len(cohort), "num-clients": int(info.num_clients),
+                "config": self.config_json, "state": json.dumps(algo.client_state(member, info)),
+                "reproducible": self.reproducible, SECURE_SUM_KEY: int(self.secure_bits)}
+            fitins[self.nodes[member]] = FitIns(glob, config)
+        sums: list[SecureSum] = []
+        strategy = _CohortStrategy(settings, fitins, sums.append)
+        run_id = int(getattr(getattr(self.grid, "run", None), "run_id", 0) or 0)
+        legacy = LegacyContext(Context(run_id, 0, {}, RecordDict(), {}), strategy=strategy)
+        legacy.state.array_records[MAIN_PARAMS_RECORD] = ArrayRecord()
+        legacy.state.config_records[MAIN_CONFIGS_RECORD] = ConfigRecord({WorkflowKey.CURRENT_ROUND: t + 1})
+        workflow = self.workflow_type(shares, threshold, max_weight=settings.max_weight,
+                                      clipping_range=settings.clipping_range,
+                                      quantization_range=settings.quantization_range,
+                                      modulus_range=settings.modulus_range, timeout=self.round_timeout)
+        workflow(self.grid, legacy)
+        node_client = {self.nodes[c]: c for c in cohort}
+        if not sums:
+            emit("secure-sum-failed", f"round {t + 1}: SecAgg+ among clients {cohort} halted (too few clients "
+                 f"replied at some stage for threshold {threshold} of {shares} shares, within the round timeout of "
+                 f"{self.round_timeout:g} s): no sum was unmasked, nothing is charged, the server draws the round's "
+                 "whole planned noise", t)
+            return _empty(self.num_params)
+        total = sums[0]
+        ids = sorted(node_client[n] for n in total.node_ids)
+        missing = [c for c in cohort if c not in ids]
+        for c in missing:
+            emit("dropout", f"round {t + 1}: client {c} (node {self.nodes[c]}) sent no masked vector within the round "
+                 f"timeout of {self.round_timeout:g} s: not in the secure sum", t)
+        if missing:
+            emit("round-partial", f"round {t + 1}: the secure sum covers {len(ids)} of {len(cohort)} clients; without "
+                 f"clients {missing}", t)
+        dim = int(total.total.shape[0])
+        return Uploads(
+            torch.tensor(ids, dtype=torch.long),
+            torch.zeros(0, dim, dtype=params.dtype),
+            self.client_sizes[ids].to(torch.long).reshape(-1),
+            torch.full((len(ids),), math.nan, dtype=torch.float32),
+            {},
+            secure_sum=torch.from_numpy(np.array(total.total, dtype=np.int64, copy=True)),
         )
 
     def _mix(self, info: RoundInfo, rows: dict[int, _Row], reports: dict[int, bytes], ids: list[int],

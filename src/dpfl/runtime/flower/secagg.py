@@ -51,6 +51,7 @@ needed.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -72,6 +73,7 @@ from flwr.server.workflow import SecAggPlusWorkflow
 __all__ = [
     "EXACT_BITS",
     "MAX_BITS",
+    "SECURE_SUM_KEY",
     "WEIGHT",
     "SecAggSettings",
     "SecureSum",
@@ -79,6 +81,7 @@ __all__ = [
     "decode",
     "encode",
     "secagg_settings",
+    "secagg_shares",
 ]
 
 MAX_BITS = 31
@@ -89,6 +92,9 @@ EXACT_BITS = 48
 
 WEIGHT = 1
 """The ``num_examples`` every client must report in its FitRes (the workflow's weight)."""
+
+SECURE_SUM_KEY = "secure-sum-bits"
+"""FitIns config key of dpfl's secure rounds: the modulus exponent b of the client's residues."""
 
 
 def _check_bits(bits: int) -> None:
@@ -191,6 +197,33 @@ def secagg_settings(bits: int, *, max_clients: int = 1023) -> SecAggSettings:
         modulus_range=2 ** (bits + max_clients.bit_length()),
         max_weight=1.0,
     )
+
+
+COMPLETE_GRAPH_MAX = 15
+"""Cohorts up to this size share every client's secrets with all others (:func:`secagg_shares`)."""
+
+
+def secagg_shares(num_clients: int) -> tuple[int | float, int]:
+    """``(num_shares, reconstruction_threshold)`` for a SecAgg+ round among ``num_clients`` clients.
+
+    * ``num_shares``: all ``n`` clients (a complete graph: plain SecAgg) up to
+      :data:`COMPLETE_GRAPH_MAX`; above, SecAgg+'s sparse graph of ``2 * ceil(log2 n) + 1``
+      neighbours (odd, as the protocol wants; Bell et al. 2020 take O(log n)). For ``n == 2``
+      Flower rejects the integer 2, so the float ``1.0`` ("all") is returned.
+    * ``reconstruction_threshold``: ``floor(shares / 2) + 1``, at least 2 — more than half of the
+      shares, so the replies of one unmask stage can never reconstruct both a client's private mask
+      seed and its pairwise secret key (which would unmask its vector), while up to
+      ``shares - threshold`` neighbours of each client may drop out (1 of 3, 2 of 5, 7 of 15).
+
+    Raises:
+        ValueError: If ``num_clients < 2`` (SecAgg+ cannot run: the caller must handle it).
+    """
+    n = int(num_clients)
+    if n < 2:
+        raise ValueError(f"SecAgg+ needs at least 2 clients, got {n}")
+    shares = n if n <= COMPLETE_GRAPH_MAX else min(n, 2 * math.ceil(math.log2(n)) + 1)
+    threshold = max(2, shares // 2 + 1)
+    return (1.0 if shares == 2 else shares), threshold
 
 
 def encode(residues: np.ndarray, bits: int) -> list[np.ndarray]:

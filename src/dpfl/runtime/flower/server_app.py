@@ -10,6 +10,11 @@ The server samples, calibrates, aggregates, evaluates, checkpoints and keeps the
 exactly as :func:`dpfl.rounds.run_experiment` does in simulation (it *is* that
 function, with a :class:`dpfl.runtime.flower.cohort.FlowerCohort`); the run is stored under the
 simulation's run id with the suffix ``-flower``.
+
+With ``privacy.secure_aggregation`` (DP-FedAvg, visible participation) every round is a SecAgg+
+secure sum among the sampled clients' nodes (:mod:`.cohort`); ``algorithm.options.secure_sum.bits``
+must be at most 31 (checked before any node is contacted). Importing this module replaces
+Flower's SecAgg+ mask generator with ChaCha20 (:mod:`.masks`).
 """
 
 from __future__ import annotations
@@ -20,6 +25,9 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from dpfl.errors import ConfigError
+from dpfl.runtime.flower import masks
+
+masks.install()  # SecAgg+ unmasks with ChaCha20 masks, like the ClientApps mask
 
 app = ServerApp()
 
@@ -32,7 +40,7 @@ def _overrides(text: str) -> list[str]:
 def main(grid: Grid, context: Context) -> None:
     from dpfl.config import load_config
     from dpfl.rounds import build_experiment, run_experiment
-    from dpfl.runtime.flower.cohort import FlowerCohort, Shuffler, discover_nodes
+    from dpfl.runtime.flower.cohort import FlowerCohort, Shuffler, discover_nodes, secure_bits_for
     from dpfl.store import RunStore
 
     rc = context.run_config
@@ -42,12 +50,13 @@ def main(grid: Grid, context: Context) -> None:
     config = load_config(path, _overrides(str(rc.get("overrides", ""))))
     store = RunStore(str(rc.get("store", "runs/flower.sqlite")))
     exp = build_experiment(config)  # the server's view: public client sizes, model layout, test data
+    reproducible = bool(rc.get("reproducible", False))
+    secure_bits = secure_bits_for(config, exp.algorithm, reproducible=reproducible)  # refuses bits > 31 up front
     found: list[Shuffler] = []
     nodes = discover_nodes(grid, exp.data.num_clients, float(rc.get("connect-timeout", 120.0)), shuffler=found)
-    reproducible = bool(rc.get("reproducible", False))
     cohort = FlowerCohort(grid, nodes, json.dumps(config.model_dump(mode="json")), exp.data.sizes(),
                           exp.problem.layout.numel, float(rc.get("round-timeout", 120.0)), reproducible=reproducible,
-                          shuffler=found[0] if found else None)
+                          shuffler=found[0] if found else None, secure_bits=secure_bits)
     del exp
 
     def progress(done: int, total: int, metrics: dict, seconds: float) -> None:
