@@ -19,9 +19,10 @@ What is checked:
   2^33 (chi-square over 64 buckets of the top bits, below 140; df 63: mean 63, sd 11.2); the
   server's unmasking called dpfl's ChaCha20 generator, and the decoded sums made the simulator's
   model: so the clients masked with it too (one generator on each side would not unmask).
-* (c, slow) 5 SuperNodes, client 4 killed in round 2 before its masked vector: the round completes
-  by SecAgg+ reconstruction, the server is charged only for the survivors, the public's noise is
-  the plan's.
+* (c, slow, ~120 s) 5 SuperNodes, client 4 killed in round 2 before its masked vector: the round
+  completes by SecAgg+ reconstruction (its pairwise masks from the neighbours' shares), the server
+  is charged only for the survivors (client 4 for round 1 only; the survivors for a round-2 sum of
+  4 Skellam shares, i.e. more than in the simulation), the public's noise is the plan's.
 * (d) ``participation: hidden`` on a deployment is refused with a clear message.
 """
 
@@ -412,10 +413,13 @@ def test_killed_node_is_out_of_the_sum_and_of_the_ledger(tmp_path: Path, mnist_f
     final = rec.result
     # the public sees the planned noise (the server topped up client 4's share)
     assert _certified(final, "public") == pytest.approx(_certified(sim, "public"), rel=1e-9)
-    # the server is charged for client 4's one round in the sum, not for round 2
+    # against the server: client 4 is charged for round 1 only (its round-2 vector never entered
+    # a sum); the survivors' round-2 sum carried 4 Skellam shares of mu/5, not 5 (the server's
+    # top-up does not protect against the server), so their epsilon is above the simulation's
     per_client = final["privacy"]["client_epsilons_rdp"]["server"]
     want = sim["privacy"]["client_epsilons_rdp"]["server"]
-    assert per_client["4"] < per_client["0"]
-    for c in "0123":
-        assert per_client[c] == pytest.approx(want[c], rel=1e-9)
+    assert per_client["4"] < want["4"]
+    assert all(per_client[c] == pytest.approx(per_client["0"], rel=1e-12) for c in "123")
+    assert per_client["0"] > want["0"] and per_client["4"] < per_client["0"]
+    print(f"\nserver epsilons: deployed {per_client}, simulation {want}")
 
