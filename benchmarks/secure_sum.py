@@ -7,7 +7,7 @@ Workload (W of ``benchmarks/engine.py``): real MNIST, 100 clients × 600 samples
 clip 1, noise multiplier 1, vectorized engine, 2 torch threads. Three runs of the same config in
 this process: ``gaussian`` (each client adds N(0, (zS)²/K) — the continuous baseline),
 ``secure-visible`` (integer pipeline: scale, conditional rounding, a Skellam share, residues mod
-2^32, modular sum, decode) and ``secure-hidden`` (every client adds μ/N; here N = K). A round's
+2^31, modular sum, decode) and ``secure-hidden`` (every client adds μ/N; here N = K). A round's
 time is the median of the rounds after the first (warm-up), from the run's own progress clock.
 Then the two parts of the pipeline are timed alone on the same shapes: conditional rounding of
 the K clipped updates and the K Skellam shares (two Poisson draws per coordinate).
@@ -91,7 +91,7 @@ def main() -> int:
     # the pipeline's parts alone, on the same shapes
     d = 784 * args.hidden + args.hidden + args.hidden * 10 + 10
     k = args.clients
-    pipe = IntegerPipeline(dim=d, bits=32, scale=2.0 ** 16, clip_norm=1.0)
+    pipe = IntegerPipeline(dim=d, bits=31, scale=2.0 ** 16, clip_norm=1.0)
     x = torch.randn(k, d, generator=torch.Generator().manual_seed(0))
     x = x / x.norm(dim=1, keepdim=True)
     gens = [torch.Generator().manual_seed(i) for i in range(k)]

@@ -99,7 +99,8 @@ class SecureSumOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    bits: int = Field(32, ge=8, le=62, description="b: the secure sum is modulo 2^b")
+    bits: int = Field(31, ge=8, le=62, description="b: the secure sum is modulo 2^b (31: the largest that "
+                                                  "Flower 1.42's SecAgg+ carries unchanged)")
     scale: float | None = Field(
         None, gt=0, description="γ, integer units per unit of the update; default: the largest power of two "
                                 "with γS <= 2^16 whose wrap-around bound is below 1e-9")
