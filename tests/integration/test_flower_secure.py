@@ -237,6 +237,7 @@ def test_secure_deployment_equals_the_simulation(tmp_path: Path, mnist_fixture: 
     assert got["status"] == "finished" and got["rounds"] == 2, got["log"][-3000:]
     assert got["params_sha256"] == want["params_sha256"]
     final = RunStore(store).get(got["run_id"]).result
+    assert final is not None
     for observer in ("server", "public"):
         assert _certified(final, observer) == pytest.approx(_certified(want, observer), rel=1e-12)
     assert final["privacy"]["client_epsilons_rdp"]["server"] == pytest.approx(
@@ -411,6 +412,7 @@ def test_killed_node_is_out_of_the_sum_and_of_the_ledger(tmp_path: Path, mnist_f
     assert len(partial) == 1 and "without clients [4]" in partial[0]
     sim = run_experiment(load_config(path), RunStore(tmp_path / "sim.sqlite")).final
     final = rec.result
+    assert final is not None
     # the public sees the planned noise (the server topped up client 4's share)
     assert _certified(final, "public") == pytest.approx(_certified(sim, "public"), rel=1e-9)
     # against the server: client 4 is charged for round 1 only (its round-2 vector never entered

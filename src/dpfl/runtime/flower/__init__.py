@@ -7,6 +7,10 @@
   algorithm's ``client_step`` (clip, noise, randomize) before anything leaves the node.
 * :mod:`.validate` — rejection of bad uploads (shape, NaN/Inf, declared noise that does not
   match the plan), independent of Flower.
+* :mod:`.secagg` / :mod:`.masks` — secure aggregation: DP-FedAvg's integer uploads summed by
+  Flower's SecAgg+ (``privacy.secure_aggregation``, visible participation; one SecAgg+ run per
+  round among the sampled clients' nodes, see :mod:`.cohort`), with masks expanded by ChaCha20
+  instead of Flower's 32-bit-seeded MT19937.
 * :mod:`.local` — start a SuperLink and N SuperNodes on 127.0.0.1 as separate processes and run
   a config on them (``dpfl federate``); on real machines use Flower's own commands (README).
 
