@@ -166,8 +166,8 @@ def test_secagg_parameters() -> None:
 
 
 def test_bits_above_31_and_rotation_are_refused(mnist_fixture: Path) -> None:
-    default_bits = {"name": "dp-fedavg", "options": {"noise_multiplier": 1.0, "clip_norm": 0.5}}
-    cfg = parse_config(_raw(mnist_fixture, "b32", algorithm=default_bits))
+    bits32 = {"name": "dp-fedavg", "options": {"noise_multiplier": 1.0, "clip_norm": 0.5, "secure_sum": {"bits": 32}}}
+    cfg = parse_config(_raw(mnist_fixture, "b32", algorithm=bits32))
     with pytest.raises(ConfigError, match=r"algorithm\.options\.secure_sum\.bits = 32"):
         secure_bits_for(cfg, build_experiment(cfg).algorithm, reproducible=True)
     rot = {"name": "dp-fedavg", "options": {"noise_multiplier": 1.0, "clip_norm": 0.5,
