@@ -223,3 +223,21 @@ def test_the_calibration_keeps_the_noise_drawable(mnist_fixture: Path) -> None:
     # a user scale that would need an inexact draw is refused, naming the setting
     with pytest.raises(ConfigError, match="secure_sum.scale"):
         dry_run(_cfg(mnist_fixture, {}, secure_sum={"bits": 62, "scale": 2.0 ** 34}))
+
+
+def test_rotation_signs_do_not_depend_on_the_randomness_source(mnist_fixture: Path) -> None:
+    """A client and the server draw the noise from independent OS-CSPRNG streams in a deployment;
+    the rotation must still be the same on both sides, or the decoded sum is garbage."""
+    import torch
+
+    from dpfl.client.context import RoundInfo
+    from dpfl.rng import SeedSequence
+    from dpfl.rounds import build_plan
+
+    algo = build_plan(_cfg(mnist_fixture, {}, secure_sum={"rotation": True}), [20] * N, 7850).algorithm
+    pipe = algo.pipeline(algo.plan(RoundInfo(3, N, torch.tensor([0, 1]), SeedSequence(1))))
+    one = algo._rotation_signs(pipe, RoundInfo(3, N, torch.tensor([0]), SeedSequence.secure_mode()))
+    two = algo._rotation_signs(pipe, RoundInfo(3, N, torch.tensor([1]), SeedSequence.secure_mode()))
+    other_round = algo._rotation_signs(pipe, RoundInfo(4, N, torch.tensor([1]), SeedSequence.secure_mode()))
+    assert one is not None and two is not None and other_round is not None
+    assert torch.equal(one, two) and not torch.equal(one, other_round)

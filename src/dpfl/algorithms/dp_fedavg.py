@@ -45,6 +45,7 @@ References:
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -619,10 +620,16 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
         return Uploads(info.clients, clipped, local.num_samples, local.train_loss, declared, diagnostics=diagnostics)
 
     def _rotation_signs(self, pipe: IntegerPipeline, info: RoundInfo) -> torch.Tensor | None:
-        """The round's public rotation (stream (t, SERVER, "rotation"); sent to clients in deployment)."""
+        """The round's rotation signs: public, a fixed function of the round number (SHA-256 of
+        "dpfl-rotation" and t seeds the generator), so every client and the server compute the same
+        signs whatever randomness source draws the noise (the OS CSPRNG in a deployment). They need
+        no secrecy: the wrap-around bound does not rely on them, and the sensitivity is enforced
+        after the rotation."""
         if not pipe.rotation:
             return None
-        return pipe.rotation_signs(info.seeds.generator(info.round_idx, SERVER, "rotation"))
+        digest = hashlib.sha256(b"dpfl-rotation" + int(info.round_idx).to_bytes(8, "little")).digest()
+        gen = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") >> 1)
+        return pipe.rotation_signs(gen)
 
     def _secure_upload(self, clipped: torch.Tensor, plan: NoisePlan, info: RoundInfo) -> torch.Tensor:
         """Secure aggregation, client side (:mod:`dpfl.privacy.mechanisms.integer`): the clipped update

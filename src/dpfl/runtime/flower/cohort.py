@@ -189,9 +189,7 @@ def secure_bits_for(config: Any, algorithm: Algorithm, *, reproducible: bool) ->
 
     Raises:
         ConfigError: ``algorithm.options.secure_sum.bits`` above 31 (Flower's SecAgg+ quantizer
-            casts to int32), or ``secure_sum.rotation`` without ``reproducible`` (the rotation's
-            signs come from the server's stream (t, SERVER, "rotation"), which clients drawing from
-            the OS CSPRNG cannot recompute).
+            casts to int32).
     """
     if not config.privacy.secure_aggregation:
         return None
@@ -205,10 +203,7 @@ def secure_bits_for(config: Any, algorithm: Algorithm, *, reproducible: bool) ->
                           f"SecAgg+, whose quantizer casts to int32, so residues modulo 2^b pass unchanged only for "
                           f"b <= {MAX_BITS}; set `algorithm.options.secure_sum.bits: {MAX_BITS}` (or fewer: the "
                           "calibration refuses a modulus whose wrap-around bound is too high)")
-    if bool(secure.rotation) and not reproducible:
-        raise ConfigError("algorithm.options.secure_sum.rotation = true is not supported on a deployment: the "
-                          "rotation's public signs are drawn from the server's stream, which the clients (noise from "
-                          "the OS CSPRNG) cannot recompute; set `rotation: false`")
+    del reproducible  # the rotation's signs are a public function of the round (any randomness source)
     return bits
 
 
