@@ -9,9 +9,9 @@ from dpfl.privacy.accounting.certify import Certificate
 from dpfl.rounds.result import PrivacySummary
 
 
-def _cert(observer: str, eps: float) -> Certificate:
+def _cert(observer: str, eps: float, notes: tuple[str, ...] = ()) -> Certificate:
     return Certificate(epsilon=eps, delta=1e-5, method="pld", observer=observer, privacy_unit="client",
-                       relation="add_remove", epsilon_rdp=eps, epsilon_pld=eps, epsilon_pure=None)
+                       relation="add_remove", epsilon_rdp=eps, epsilon_pld=eps, epsilon_pure=None, notes=notes)
 
 
 def _summary(server: float, public: float) -> PrivacySummary:
@@ -38,3 +38,13 @@ def test_run_and_report_print_the_reading() -> None:
 
     text = _privacy_summary(_summary(1750.36, 7.55))
     assert "no meaningful protection" in text
+
+
+def test_the_hint_knows_whether_the_server_already_sees_only_a_secure_sum() -> None:
+    skellam = "PLD: not available for the Skellam mechanism (dp-accounting has no Skellam PLD); certified by RDP."
+    visible = PrivacySummary(certified={"server": _cert("server", 25.2, (skellam,))}, claimed_epsilon=8.3,
+                             claim_notion="004", claim_comparable=True, delta=1e-5).readings()
+    assert "hidden participation" in visible[0] and "gives it only the sum" not in visible[0]
+    hidden = PrivacySummary(certified={"server": _cert("server", 11.2, (skellam, "hidden participation: …"))},
+                            claimed_epsilon=8.3, claim_notion="004", claim_comparable=True, delta=1e-5).readings()
+    assert "secure aggregation" not in hidden[0] and "add noise" in hidden[0]
