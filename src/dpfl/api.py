@@ -17,8 +17,10 @@ finished returns the stored result. :func:`account` is the dry run of the same p
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -338,7 +340,9 @@ def train(model: nn.Module, data: FederatedData, algorithm: str = "dp-fedavg", *
         engine: "auto" (vectorized when the model's layers allow it, else sequential),
             "vectorized", "sequential" or "ray".
         store: the run store (as ``dpfl run --store``): the run is stored, checkpointed and
-            resumed from there; a finished run is returned from it (``restart`` runs it again).
+            resumed from there; a finished run is returned from it, with a notice saying so
+            (``restart`` runs it again). ``None``: no store — the run trains in a temporary folder
+            that is removed afterwards (nothing to resume, nothing returned from an earlier run).
         notice: where notices go (formula ranges, budget stops; default ``print``; None: nowhere).
         loss: a per-sample loss ``(outputs [..., C], targets [...]) -> losses [...]`` (no
             reduction) replacing cross-entropy; it is part of the run's identity by its
@@ -356,10 +360,19 @@ def train(model: nn.Module, data: FederatedData, algorithm: str = "dp-fedavg", *
     config = _config(data, model, algorithm, options, rounds, sampling, local, privacy, seed, chosen, threads,
                      checkpoint_every, eval_every, _named(name, loss, f"{algorithm}-{data.name}-{type(model).__name__}"))
     exp = _build(model, data, config, train=True, loss=loss)
-    run_store = store if isinstance(store, RunStore) else RunStore(store if store is not None else DEFAULT_STORE)
-    res = run_experiment(config, run_store, progress=progress, notice=notice, restart=restart, experiment=exp)
+    with contextlib.ExitStack() as stack:
+        if store is None:  # no store: a temporary one, gone when the run has been read back
+            folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="dpfl-run-")))
+            run_store = RunStore(folder / "run.sqlite")
+        else:
+            run_store = store if isinstance(store, RunStore) else RunStore(store)
+        res = run_experiment(config, run_store, progress=progress, notice=notice, restart=restart, experiment=exp)
+        if res.stored_notice is not None and notice is not None:
+            notice(res.stored_notice)
+        saved = load_checkpoint(res.final["model_path"]) if "model_path" in res.final else None
+        if store is None:
+            res.final.pop("model_path", None)  # the file is gone with the temporary store
     trained = copy.deepcopy(model)
-    saved = load_checkpoint(res.final["model_path"]) if "model_path" in res.final else None
     params = saved["global_params"] if saved is not None else exp.init_params
     views = exp.problem.layout.views(params.to(exp.init_params.device))
     with torch.no_grad():

@@ -203,3 +203,27 @@ def test_a_user_loss_trains_and_is_part_of_the_run(tmp_path: Path) -> None:
     with torch.no_grad():
         expected = float(smoothed(custom.model(data.x_test), data.y_test).mean())
     assert custom.final["test_loss"] == pytest.approx(expected, rel=1e-5)
+
+
+def test_a_stored_result_says_it_is_one_and_store_none_stores_nothing(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    data = dpfl.FederatedData.from_tensors(*_data(), partition={"kind": "iid", "num_clients": 5})
+    torch.manual_seed(3)
+    model = ResidualCNN()
+    said: list[str] = []
+    first = dpfl.train(model, data, "fedavg", rounds=2, local=LOCAL, notice=said.append)  # the default store
+    assert not any("stored result" in m for m in said)
+    again = dpfl.train(model, data, "fedavg", rounds=2, local=LOCAL, notice=said.append)
+    assert again.final["params_sha256"] == first.final["params_sha256"]
+    assert any(m.startswith(f"stored result of run {first.run_id}") and "restart=True" in m for m in said)
+    # store=None: no store at all — trained (not the stored result), nothing written here
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    said.clear()
+    fresh = dpfl.train(model, data, "fedavg", rounds=2, local=LOCAL, store=None, notice=said.append)
+    assert fresh.status == "finished" and len(fresh.history) == 2
+    assert not any("stored result" in m for m in said) and "model_path" not in fresh.final
+    assert fresh.final["params_sha256"] == first.final["params_sha256"]  # the same run, trained again
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    for (_, p), (_, q) in zip(first.model.named_parameters(), fresh.model.named_parameters(), strict=True):
+        assert torch.equal(p, q)

@@ -54,9 +54,12 @@ def test_run_stores_rounds_result_and_plot(mnist_fixture: Path, tmp_path: Path, 
     assert record.config["rounds"] == 4
     assert f"run {record.run_id}" in out and "final test accuracy" in out
     assert (tmp_path / "runs" / "plots" / f"{record.run_id}.png").stat().st_size > 1000
-    # same command again: nothing recomputed, the stored result is shown
+    assert "stored result" not in out
+    # same command again: nothing recomputed, the stored result is shown and says it is one
     assert main(["run", str(cfg), "--store", str(store_path), "--set", "rounds=4"]) == 0
     assert len(store.list()) == 1
+    again = capsys.readouterr().out
+    assert f"stored result of run {record.run_id} (finished " in again and "--restart" in again
     assert main(["runs", "--store", str(store_path)]) == 0
     assert record.run_id in capsys.readouterr().out
 

@@ -122,6 +122,8 @@ def _run(args: argparse.Namespace) -> int:
         print(f"dpfl: warning: {err}", file=sys.stderr)
         plot = "not written"
     acc = final.get("test_accuracy")
+    if result.stored_notice is not None:
+        print(result.stored_notice)
     print(f"run {result.run_id} ({config.name}): {result.status} after {result.rounds_done} rounds"
           f" in {time.perf_counter() - started:.1f} s")
     if acc is not None:

@@ -236,6 +236,8 @@ class RunResult:
         final: the stored final record (metrics, ``params_sha256``, ``model_path``, ...; its
             ``"privacy"`` entry is :attr:`privacy` as JSON).
         history: per-round metrics as stored.
+        stored: a result read back from the store (a finished or stopped run of the same id),
+            not trained by this call: ``"<status> <UTC time> in <store>"``; None when trained now.
     """
 
     run_id: str
@@ -243,6 +245,15 @@ class RunResult:
     rounds_done: int
     final: dict[str, Any]
     history: list[dict[str, Any]] = field(default_factory=list)
+    stored: str | None = None
+
+    @property
+    def stored_notice(self) -> str | None:
+        """One line saying the result is a stored one and how to train again (None if trained now)."""
+        if self.stored is None:
+            return None
+        return (f"stored result of run {self.run_id} ({self.stored}), not trained again; restart=True "
+                "(`dpfl run --restart`) trains it anew")
 
     @property
     def privacy(self) -> PrivacySummary | None:

@@ -11,6 +11,7 @@ is keyed by (round, client, purpose), see :mod:`dpfl.rng`).
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -236,7 +237,9 @@ def run_on(
     clean_orphans(store.path.parent / "models", prefix=f"{rid}.pt")
     existing = store.find(rid)
     if existing is not None and existing.problem is None and existing.status in ("finished", "stopped") and not restart:
-        return RunResult(rid, existing.status, len(store.rounds(rid)), existing.result or {}, store.rounds(rid))
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(existing.updated_at))
+        return RunResult(rid, existing.status, len(store.rounds(rid)), existing.result or {}, store.rounds(rid),
+                         stored=f"{existing.status} {when} in {store.path}")
     if restart and ckpt_path.exists():
         ckpt_path.unlink()
     if existing is not None and existing.problem is not None and not restart:
