@@ -52,8 +52,31 @@ def _local(args: argparse.Namespace) -> int:
                          connect_timeout=args.connect_timeout, reproducible=args.reproducible, echo=True,
                          timeout=args.timeout)
     summary = {k: v for k, v in result.items() if k != "log"}
+    lines, certified = _privacy_of(summary)
+    if certified:
+        summary["certified_epsilon"] = certified
     print(json.dumps(summary, indent=2))
+    if lines:
+        print(lines)
     return 0 if summary.get("status") in ("finished", "stopped") else 1
+
+
+def _privacy_of(summary: dict) -> tuple[str, dict[str, float | str | None]]:
+    """The stored run's privacy, as ``dpfl run`` prints it, and the certified ε per observer for
+    the JSON summary ("" and {} when the run or its store cannot be read here)."""
+    from dpfl.commands.run import _privacy_summary
+    from dpfl.rounds.result import PrivacySummary, json_epsilon
+    from dpfl.store import RunStore
+
+    run_id, store = summary.get("run_id"), summary.get("store")
+    if not run_id or not store or not Path(str(store)).is_file():
+        return "", {}
+    record = RunStore(str(store)).find(str(run_id))
+    privacy = PrivacySummary.of(record.result if record is not None else None)
+    if privacy is None or not privacy.certified:
+        return "", {}
+    certified = {obs: json_epsilon(c.epsilon) for obs, c in privacy.certified.items()}
+    return _privacy_summary(privacy), certified
 
 
 def _app(args: argparse.Namespace) -> int:
