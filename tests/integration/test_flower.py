@@ -50,6 +50,8 @@ from dpfl.rounds import run_experiment  # noqa: E402
 from dpfl.runtime.flower.local import LocalFederation  # noqa: E402
 from dpfl.store import RunStore  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("prompt_superexec")
+
 
 def _config(tmp: Path, data: Path, name: str, algorithm: dict, num_clients: int = 3, rounds: int = 3,
             sampling: dict | None = None) -> Path:
@@ -74,18 +76,8 @@ NBAFL = {"name": "nbafl", "options": {"epsilon": 60.0, "clip_norm": 10.0, "prox_
 DPFEDAVG = {"name": "dp-fedavg", "options": {"noise_multiplier": 1.0, "clip_norm": 0.5}}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _prompt_superexec() -> Iterator[None]:
-    """Every federation of this module: Flower's SuperExec (it starts the ServerApp and ClientApp
-    processes) polls for work every 0.1 s instead of every second (``LocalFederation`` passes the
-    environment on)."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("FLWR_SUPEREXEC_TASK_POLL_INTERVAL", "0.1")
-        yield
-
-
 @pytest.fixture(scope="module")
-def federation(_prompt_superexec: None, tmp_path_factory: pytest.TempPathFactory,
+def federation(prompt_superexec: None, tmp_path_factory: pytest.TempPathFactory,
                mnist_fixture: Path) -> Iterator[LocalFederation]:
     """SuperNodes holding clients 0, 1 and 2 and a shuffler SuperNode, shared by the tests that
     need nothing else: their runs go one after another, each with its own store. (Starting a

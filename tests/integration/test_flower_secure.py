@@ -59,6 +59,8 @@ from dpfl.store import RunStore  # noqa: E402
 SECURE = {"name": "dp-fedavg", "options": {"noise_multiplier": 1.0, "clip_norm": 0.5, "secure_sum": {"bits": 31}}}
 POISSON = {"kind": "poisson", "sample_rate": 0.7}  # seed 5: cohorts [0, 2], [0, 1]
 
+pytestmark = pytest.mark.usefixtures("prompt_superexec")
+
 
 def _raw(data: Path, name: str, *, num_clients: int = 3, rounds: int = 2, sampling: dict | None = None,
          algorithm: dict | None = None, privacy: dict | None = None, seed: int = 5) -> dict:
@@ -213,15 +215,8 @@ def test_a_cohort_of_one_never_uploads_in_the_clear(tmp_path: Path, mnist_fixtur
 # (a) and (d): a federation of 3 SuperNodes
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _prompt_superexec() -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("FLWR_SUPEREXEC_TASK_POLL_INTERVAL", "0.1")
-        yield
-
-
 @pytest.fixture(scope="module")
-def federation(_prompt_superexec: None, tmp_path_factory: pytest.TempPathFactory,
+def federation(prompt_superexec: None, tmp_path_factory: pytest.TempPathFactory,
                mnist_fixture: Path) -> Iterator[LocalFederation]:
     with LocalFederation(3, data_dir=mnist_fixture, workdir=tmp_path_factory.mktemp("fed")) as fed:
         yield fed
