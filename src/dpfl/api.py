@@ -191,10 +191,61 @@ def _check_clients(clients: Mapping[int, Sequence[int]] | Sequence[Sequence[int]
     return tuple(parts)
 
 
+def _code_bytes(obj: Any, seen: set[int] | None = None) -> bytes:
+    """The code that defines ``obj``'s behaviour: its source when Python can find it, else its
+    compiled code (bytecode, constants and names, nested code included) — so editing a model's
+    ``forward`` or a loss function makes another run even where no source file exists (a REPL,
+    ``exec``)."""
+    import inspect
+    import types
+
+    seen = set() if seen is None else seen
+    if id(obj) in seen:
+        return b""
+    seen.add(id(obj))
+    try:
+        return inspect.getsource(obj).encode()
+    except (OSError, TypeError):
+        pass
+    if isinstance(obj, types.CodeType):
+        parts = [obj.co_code, repr(obj.co_names).encode()]
+        for const in obj.co_consts:
+            parts.append(_code_bytes(const, seen) if isinstance(const, types.CodeType) else repr(const).encode())
+        return b"|".join(parts)
+    if isinstance(obj, (types.FunctionType, types.MethodType)):
+        return _code_bytes(getattr(obj, "__func__", obj).__code__, seen)
+    if isinstance(obj, type):
+        return b"|".join(_code_bytes(v, seen) for _, v in sorted(vars(obj).items())
+                         if isinstance(v, (types.FunctionType, staticmethod, classmethod, property)))
+    if isinstance(obj, (staticmethod, classmethod)):
+        return _code_bytes(obj.__func__, seen)
+    if isinstance(obj, property):
+        return b"|".join(_code_bytes(f, seen) for f in (obj.fget, obj.fset) if f is not None)
+    return _code_bytes(type(obj), seen) + repr(obj).encode()  # a callable object: its class and state
+
+
+def _code_digest(obj: Any) -> str:
+    """SHA-256 (12 hex digits) of :func:`_code_bytes`; for a module, of every class it is built
+    from (torch's own layers by name: their code is the installed torch's)."""
+    h = hashlib.sha256()
+    if isinstance(obj, nn.Module):
+        classes = sorted({type(m) for m in obj.modules()}, key=lambda c: f"{c.__module__}.{c.__qualname__}")
+        for cls in classes:
+            h.update(f"{cls.__module__}.{cls.__qualname__}".encode())
+            if not cls.__module__.startswith("torch."):
+                h.update(_code_bytes(cls))
+    else:
+        h.update(_code_bytes(obj))
+    return h.hexdigest()[:12]
+
+
 def _model_fingerprint(model: nn.Module) -> str:
+    """The weights, the architecture (``repr``) and the code of every class the model is built
+    from: editing ``forward`` is another run."""
     h = _digest(*[p for _, p in sorted(model.state_dict().items())])
     h.update(repr(model).encode())
     h.update(type(model).__qualname__.encode())
+    h.update(_code_digest(model).encode())
     return h.hexdigest()[:12]
 
 
@@ -239,7 +290,7 @@ def _named(name: str | None, loss: Any, default: str) -> str:
     if loss is None:
         return base
     qual = f"{getattr(loss, '__module__', '?')}.{getattr(loss, '__qualname__', type(loss).__name__)}"
-    return f"{base} loss={qual}"
+    return f"{base} loss={qual}#{_code_digest(loss)[:8]}"  # its code too: an edited loss is another run
 
 
 def _choose_engine(engine: str, model: nn.Module, data: FederatedData, say: Callable[[str], None] | None) -> str:
@@ -346,7 +397,7 @@ def train(model: nn.Module, data: FederatedData, algorithm: str = "dp-fedavg", *
         notice: where notices go (formula ranges, budget stops; default ``print``; None: nowhere).
         loss: a per-sample loss ``(outputs [..., C], targets [...]) -> losses [...]`` (no
             reduction) replacing cross-entropy; it is part of the run's identity by its
-            qualified name (give the run a ``name`` when two losses share one).
+            qualified name and its code (an edited loss is another run).
 
     Raises:
         ConfigError: a bad setting, a model whose output does not match the classes, a model

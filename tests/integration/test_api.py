@@ -227,3 +227,57 @@ def test_a_stored_result_says_it_is_one_and_store_none_stores_nothing(tmp_path: 
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
     for (_, p), (_, q) in zip(first.model.named_parameters(), fresh.model.named_parameters(), strict=True):
         assert torch.equal(p, q)
+
+
+def test_editing_forward_or_the_loss_is_another_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run id covers the model's and the loss's code: an edited ``forward`` (same weights, same
+    repr, same class name) or an edited loss trains again instead of returning the stored run."""
+    import importlib
+    import sys
+
+    pkg = tmp_path / "usermod"
+    pkg.mkdir()
+    src = ("import torch\nfrom torch import nn\n\n"
+           "class Net(nn.Module):\n"
+           "    def __init__(self):\n        super().__init__()\n        self.fc = nn.Linear(64, 4)\n\n"
+           "    def forward(self, x):\n        return self.fc(x.flatten(1)){}\n")
+    (pkg / "netdef.py").write_text(src.format(""))
+    monkeypatch.syspath_prepend(str(pkg))
+    import netdef  # type: ignore[import-not-found]
+
+    data = dpfl.FederatedData.from_tensors(*_data(), partition={"kind": "iid", "num_clients": 5})
+    store = tmp_path / "s.sqlite"
+    torch.manual_seed(4)
+    model = netdef.Net()
+    weights = {k: v.clone() for k, v in model.state_dict().items()}
+    said: list[str] = []
+    first = dpfl.train(model, data, "fedavg", rounds=1, local=LOCAL, store=store, notice=said.append)
+    (pkg / "netdef.py").write_text(src.format(" * 2.0"))  # the same weights, repr and name
+    importlib.reload(netdef)
+    edited = netdef.Net()
+    edited.load_state_dict(weights)
+    again = dpfl.train(edited, data, "fedavg", rounds=1, local=LOCAL, store=store, notice=said.append)
+    assert again.run_id != first.run_id and not any("stored result" in m for m in said)
+    sys.modules.pop("netdef", None)
+
+    # a loss with the same qualified name but other code is another run
+    def ce(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1),
+                                           reduction="none").reshape(y.shape)
+
+    first_loss = dpfl.train(model, data, "fedavg", rounds=1, local=LOCAL, store=store, notice=None, loss=ce)
+
+    def ce(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:  # noqa: F811 - the edited loss, same name
+        return nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1), reduction="none",
+                                           label_smoothing=0.1).reshape(y.shape)
+
+    second_loss = dpfl.train(model, data, "fedavg", rounds=1, local=LOCAL, store=store, notice=None, loss=ce)
+    assert first_loss.run_id != second_loss.run_id
+    # code without a source file (exec) is hashed by its compiled code, which also changes
+    from dpfl.api import _code_digest
+
+    one: dict = {}
+    two: dict = {}
+    exec("def f(x):\n    return x + 1\n", one)  # noqa: S102 - the point of the test
+    exec("def f(x):\n    return x + 2\n", two)  # noqa: S102
+    assert _code_digest(one["f"]) != _code_digest(two["f"])
