@@ -48,6 +48,7 @@ pytest.importorskip("flwr")
 from dpfl.config import load_config  # noqa: E402
 from dpfl.rounds import run_experiment  # noqa: E402
 from dpfl.runtime.flower.local import LocalFederation  # noqa: E402
+from dpfl.runtime.flower.warm import process_alive  # noqa: E402
 from dpfl.store import RunStore  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("prompt_superexec")
@@ -119,14 +120,6 @@ def test_nbafl_and_dp_fedavg_on_flower_equal_the_simulator(tmp_path: Path, mnist
     assert "all 3 clients connected" in got_nb["log"]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 @pytest.mark.slow  # 40-60 s until Flower's SuperLink declares the killed node unavailable (module docstring)
 def test_client_killed_mid_round_is_dropped_and_the_ledger_stays_true(tmp_path: Path, mnist_fixture: Path) -> None:
     dp = _config(tmp_path, mnist_fixture, "dpfedavg-drop", DPFEDAVG)
@@ -148,9 +141,9 @@ def test_client_killed_mid_round_is_dropped_and_the_ledger_stays_true(tmp_path: 
         assert len(processes) >= 3  # the SuperNode, its flower-superexec and the blocked ClientApp
         fed.kill_node(2)
         end = time.monotonic() + 30
-        while any(_alive(p) for p in processes) and time.monotonic() < end:
+        while any(process_alive(p) for p in processes) and time.monotonic() < end:
             time.sleep(0.1)
-        assert not [p for p in processes if _alive(p)], "a process of the killed SuperNode outlived it"
+        assert not [p for p in processes if process_alive(p)], "a process of the killed SuperNode outlived it"
         out, _ = proc.communicate(timeout=900)
     assert "dpfl-result" in out, out[-3000:]
     rec = RunStore(store).list()[0]

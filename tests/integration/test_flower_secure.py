@@ -54,6 +54,7 @@ from dpfl.runtime.flower import masks  # noqa: E402
 from dpfl.runtime.flower.cohort import FlowerCohort, secure_bits_for  # noqa: E402
 from dpfl.runtime.flower.local import LocalFederation  # noqa: E402
 from dpfl.runtime.flower.secagg import secagg_shares  # noqa: E402
+from dpfl.runtime.flower.warm import process_alive  # noqa: E402
 from dpfl.store import RunStore  # noqa: E402
 
 SECURE = {"name": "dp-fedavg", "options": {"noise_multiplier": 1.0, "clip_norm": 0.5, "secure_sum": {"bits": 31}}}
@@ -369,14 +370,6 @@ def test_server_sees_uniform_masked_vectors_not_residues(tmp_path: Path, mnist_f
 # (c) a SuperNode killed mid-round
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 @pytest.mark.slow  # 40-60 s until Flower's SuperLink declares the killed node unavailable
 def test_killed_node_is_out_of_the_sum_and_of_the_ledger(tmp_path: Path, mnist_fixture: Path) -> None:
     path = _config(tmp_path, mnist_fixture, "secure-drop", num_clients=5)
@@ -394,7 +387,7 @@ def test_killed_node_is_out_of_the_sum_and_of_the_ledger(tmp_path: Path, mnist_f
         processes = fed.node_processes(4)
         fed.kill_node(4)
         end = time.monotonic() + 30
-        while any(_alive(p) for p in processes) and time.monotonic() < end:
+        while any(process_alive(p) for p in processes) and time.monotonic() < end:
             time.sleep(0.1)
         out, _ = proc.communicate(timeout=900)
     assert "dpfl-result" in out, out[-3000:]

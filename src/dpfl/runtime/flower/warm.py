@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["IDLE_SECONDS", "WarmClient", "train_round"]
+__all__ = ["IDLE_SECONDS", "WarmClient", "process_alive", "train_round"]
 
 IDLE_SECONDS = 1800.0
 _MAX_HEADER = 64 << 20  # the run config travels in the header
@@ -152,7 +152,8 @@ def _same_user(conn: socket.socket) -> bool:
 # --------------------------------------------------------------------------- the worker
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -182,7 +183,7 @@ def serve(path: Path, parent_pid: int, idle_seconds: float = IDLE_SECONDS) -> No
         os._exit(0)
 
     def watch() -> None:
-        while _alive(parent_pid) and time.monotonic() - last[0] < idle_seconds:
+        while process_alive(parent_pid) and time.monotonic() - last[0] < idle_seconds:
             time.sleep(0.5)
         leave()
 
