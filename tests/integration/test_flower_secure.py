@@ -23,7 +23,12 @@ What is checked:
   completes by SecAgg+ reconstruction (its pairwise masks from the neighbours' shares), the server
   is charged only for the survivors (client 4 for round 1 only; the survivors for a round-2 sum of
   4 Skellam shares, i.e. more than in the simulation), the public's noise is the plan's.
-* (d) ``participation: hidden`` on a deployment is refused with a clear message.
+* (d) (~15 s) ``participation: hidden`` (the clients' own coins), 3 ClientApps of a Flower
+  simulation, 2 rounds, q = 0.7, ``reproducible = true``: every round's secure sum runs among all
+  three nodes with the same FitIns for each (the server sends no coin), the masked vectors of
+  sampled and of non-sampled clients have the same shape and are uniform (the chi-square test of
+  (b)), the model equals an in-process run of the same coins and noise bit for bit, and the
+  server's certificate is the public's.
 """
 
 from __future__ import annotations
@@ -244,15 +249,6 @@ def test_secure_deployment_equals_the_simulation(tmp_path: Path, mnist_fixture: 
     assert not _notices(store, "dropout") and not _notices(store, "secure-sum-failed")
 
 
-def test_hidden_participation_is_refused_on_a_deployment(tmp_path: Path, mnist_fixture: Path,
-                                                         federation: LocalFederation) -> None:
-    path = _config(tmp_path, mnist_fixture, "hidden", sampling=POISSON,
-                   privacy={"delta": 0.01, "secure_aggregation": True, "participation": "hidden"})
-    with pytest.raises(ConfigError) as err:
-        federation.run(path, store=tmp_path / "flower.sqlite", round_timeout=60, connect_timeout=120, timeout=600)
-    assert "participation: hidden" in str(err.value) and "secret coin" in str(err.value)
-
-
 # ---------------------------------------------------------------------------------------------
 # (b) what the server receives in the masked stage
 
@@ -414,3 +410,69 @@ def test_killed_node_is_out_of_the_sum_and_of_the_ledger(tmp_path: Path, mnist_f
     assert per_client["0"] > want["0"] and per_client["4"] < per_client["0"]
     print(f"\nserver epsilons: deployed {per_client}, simulation {want}")
 
+
+
+# ---------------------------------------------------------------------------------------------
+# (d) hidden participation: the clients' own coins
+
+
+def test_hidden_participation_on_flower_hides_who_was_sampled(tmp_path: Path, mnist_fixture: Path) -> None:
+    pytest.importorskip("ray")
+    import torch
+    from flwr.server import ServerApp
+    from flwr.simulation import run_simulation
+    from secure_transports import OwnCoinsTransport
+
+    from dpfl.runtime.flower.client_app import app as client_app
+    from dpfl.runtime.flower.cohort import discover_nodes
+
+    path = _config(tmp_path, mnist_fixture, "hidden", sampling=POISSON,
+                   privacy={"delta": 0.01, "secure_aggregation": True, "participation": "hidden"})
+    config = load_config(path)
+    store = tmp_path / "flower.sqlite"
+    results: list[Any] = []
+    failed: list[BaseException] = []
+    server_app = ServerApp()
+
+    @server_app.main()
+    def main(grid: Grid, context: Any) -> None:
+        try:
+            exp = build_experiment(config)
+            nodes = discover_nodes(grid, 3, 120.0)
+            cohort = FlowerCohort(grid, nodes, json.dumps(config.model_dump(mode="json")), exp.data.sizes(),
+                                  exp.problem.layout.numel, 300.0, reproducible=True, secure_bits=31, own_coins=True)
+            cohort.workflow_type = RecordingWorkflow
+            results.append(run_experiment(config, RunStore(store), remote=cohort))
+        except BaseException as err:  # noqa: BLE001 (reported by the test)
+            failed.append(err)
+
+    RecordingWorkflow.sent, RecordingWorkflow.received, RecordingWorkflow.modulus = [], [], []
+    run_simulation(server_app=server_app, client_app=client_app, num_supernodes=3,
+                   backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+                                   "init_args": {"address": "local", "num_cpus": 2, "include_dashboard": False,
+                                                 "log_to_driver": False}})
+    assert not failed, failed
+    assert results and results[0].status == "finished"
+    final = results[0].final
+    assert _certified(final, "server") == pytest.approx(_certified(final, "public"), rel=1e-12)
+    assert final["privacy"]["certified"]["observers"]["server"]["basis"] == "ex-ante"
+    # the same coins, noise and training in process: the same model, bit for bit
+    want = run_experiment(config, RunStore(tmp_path / "inproc.sqlite"), remote=OwnCoinsTransport(config)).final
+    assert final["params_sha256"] == want["params_sha256"]
+    seeds = build_experiment(config).seeds
+    kinds: dict[bool, list[float]] = {True: [], False: []}
+    assert len(RecordingWorkflow.received) == 2
+    for t, (sent, received) in enumerate(zip(RecordingWorkflow.sent, RecordingWorkflow.received, strict=True)):
+        assert len(sent) == 3 and sorted(received) == sorted(sent)  # every node, every round
+        configs = [{k: v for k, v in ins.config.items() if k not in ("client", "state")} for ins in sent.values()]
+        assert all(c == configs[0] for c in configs) and configs[0]["own-coins"] is True  # no coin from the server
+        shapes = {vec.shape for _, vec in received.values()}
+        assert len(shapes) == 1
+        for nid, (_, vec) in received.items():
+            client = int(sent[nid].config["client"])
+            coin = float(torch.rand((), generator=seeds.generator(t, client, "coin"), dtype=torch.float64)) < 0.7
+            chi = _chi_square(vec >> 27, 64)
+            print(f"round {t + 1}, client {client}, coin {int(coin)}: chi-square of the masked vector {chi:.1f} (df 63)")
+            kinds[coin].append(chi)
+    assert kinds[True] and kinds[False]  # both kinds of client were seen (seed 5)
+    assert max(kinds[True] + kinds[False]) < 140

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from dp_accounting.rdp import rdp_privacy_accountant as rdp_acc
 from scipy.special import comb
+from secure_transports import OwnCoinsTransport
 
 from dpfl.config import parse_config
 from dpfl.errors import ConfigError
@@ -241,3 +242,70 @@ def test_rotation_signs_do_not_depend_on_the_randomness_source(mnist_fixture: Pa
     other_round = algo._rotation_signs(pipe, RoundInfo(4, N, torch.tensor([1]), SeedSequence.secure_mode()))
     assert one is not None and two is not None and other_round is not None
     assert torch.equal(one, two) and not torch.equal(one, other_round)
+
+
+# ---------------------------------------------------------------------------------------------
+# hidden participation with the clients' own coins (what a deployment does), in process
+
+
+def test_the_clients_own_coins_sample_them_and_hide_it(mnist_fixture: Path, tmp_path: Path) -> None:
+    """Each client's coin is its own Poisson sample: a client whose coin is 0 uploads exactly its
+    Skellam share on a zero update (same shape, same modulus), one whose coin is 1 its encoded
+    update; the server is certified the public's figure, which equals the simulation's."""
+    import torch
+
+    from dpfl.rounds import build_plan
+
+    cfg = _cfg(mnist_fixture, {"participation": "hidden"})
+    transport = OwnCoinsTransport(cfg)
+    res = run_experiment(cfg, RunStore(tmp_path / "d.sqlite"), remote=transport)
+    assert res.status == "finished"
+    obs = _secure(res)
+    sim = _secure(run_experiment(cfg, RunStore(tmp_path / "s.sqlite")))
+    assert obs["server"]["epsilon"] == pytest.approx(obs["public"]["epsilon"], rel=1e-12)
+    assert obs["public"]["epsilon"] == pytest.approx(sim["public"]["epsilon"], rel=1e-12)
+    assert obs["server"]["basis"] == "ex-ante"
+    algo = build_plan(cfg, [20] * N, 7850).algorithm
+    seeds = transport.exp.seeds
+    sampled = 0
+    for t, clients, residues in transport.rows:
+        plan = algo.plan_for_cohort(t, N)
+        pipe = algo.pipeline(plan)
+        assert residues.shape == (N, pipe.padded_dim) and int(residues.min()) >= 0 and int(residues.max()) < pipe.modulus
+        for row, c in zip(residues, clients.tolist(), strict=True):
+            coin = float(torch.rand((), generator=seeds.generator(t, c, "coin"), dtype=torch.float64)) < Q
+            from dpfl.privacy.mechanisms.integer import skellam_noise
+
+            share = skellam_noise((pipe.padded_dim,), plan.share_variance, seeds.generator(t, c, "noise"))
+            signal = pipe.decode(pipe.to_residues(row - share), None)
+            assert bool(signal.abs().max() > 0) == coin, (t, c)
+            sampled += coin
+    # the coins are Bernoulli(q): 48 coins, mean within 4 standard errors of q
+    n = ROUNDS * N
+    assert abs(sampled / n - Q) <= 4 * math.sqrt(Q * (1 - Q) / n)
+
+
+def test_own_coins_after_a_dropout_charge_the_server_the_survivors_shares(mnist_fixture: Path, tmp_path: Path) -> None:
+    """A client lost before its masked vector: the server's sum carries N − 1 shares (its top-up
+    does not protect against it), the public's the planned μ; both still amplified by the coins."""
+    cfg = _cfg(mnist_fixture, {"participation": "hidden"})
+    store = RunStore(tmp_path / "d.sqlite")
+    res = run_experiment(cfg, store, remote=OwnCoinsTransport(cfg, drop=lambda t: [3] if t == 1 else []))
+    assert res.status == "finished"
+    rounds = store.rounds(res.run_id)
+    assert [r["arrived"] for r in rounds] == [N, N - 1, N, N]
+    obs = _secure(res)
+    full = dry_run(cfg).privacy
+    assert full is not None and full.certified is not None
+    assert obs["public"]["epsilon"] == pytest.approx(full.certified["public"].epsilon, rel=1e-12)
+    assert obs["server"]["basis"] == "ex-ante"
+    # independently: three rounds of Sk(μ) and one of Sk(μ(N−1)/N), each amplified by q (Zhu & Wang)
+    from dpfl.rounds import build_plan
+
+    sec = build_plan(cfg, [20] * N, 7850).algorithm.calibration().secure_sum
+    d2, d1, mu = sec.l2_sensitivity, sec.l1_sensitivity, sec.variance
+    rdp = np.array([3 * _zhu_wang(a, Q, lambda o: _akl(o, mu, d2, d1))
+                    + _zhu_wang(a, Q, lambda o: _akl(o, mu * (N - 1) / N, d2, d1)) for a in ORDERS])
+    want = rdp_acc.compute_epsilon(np.array(ORDERS, dtype=float), rdp, DELTA)[0]
+    assert obs["server"]["epsilon"] > obs["public"]["epsilon"]
+    assert want * 0.98 <= obs["server"]["epsilon"] <= want * (1 + 1e-9)

@@ -600,6 +600,8 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
         gens = [info.seeds.generator(info.round_idx, int(c), "noise", device=dev) for c in info.clients.tolist()]
         if plan.secure is not None:
             diagnostics["update_norm"] = norms.detach().to(torch.float64).cpu()
+            if info.own_coins:
+                clipped = clipped * self._coins(plan, info).to(clipped.dtype).to(dev).unsqueeze(1)
             residues = self._secure_upload(clipped, plan, info)
             declared["noise_variance"] = torch.full((rows,), plan.share_variance, dtype=torch.float64)
             return Uploads(info.clients, residues, local.num_samples, local.train_loss, declared,
@@ -618,6 +620,20 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
             declared["count"] = counts
             declared["count_noise_std"] = torch.full((rows,), client_cs, dtype=torch.float64)
         return Uploads(info.clients, clipped, local.num_samples, local.train_loss, declared, diagnostics=diagnostics)
+
+    def _coins(self, plan: NoisePlan, info: RoundInfo) -> torch.Tensor:
+        """Hidden participation on real clients (``info.own_coins``): each row's secret coin, 1 with
+        probability q (Poisson sampling done by the client itself, stream (t, k, "coin"): the OS
+        CSPRNG in a deployment), 0 otherwise. A row whose coin is 0 uploads the encoding of a zero
+        update plus its noise share: its message has the size, the masking and — it trained like
+        the others — the timing of a sampled client's, so the server cannot tell them apart."""
+        if plan.secure is None or not plan.secure.hidden:
+            raise ConfigError("a round of the clients' own coins needs secure aggregation with "
+                              "`privacy.participation: hidden`.")
+        q = self._sample_rate()
+        coins = [float(torch.rand((), generator=info.seeds.generator(info.round_idx, int(c), "coin"),
+                                  dtype=torch.float64)) < q for c in info.clients.tolist()]
+        return torch.tensor(coins, dtype=torch.float64)
 
     def _rotation_signs(self, pipe: IntegerPipeline, info: RoundInfo) -> torch.Tensor | None:
         """The round's rotation signs: public, a fixed function of the round number (SHA-256 of

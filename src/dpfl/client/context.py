@@ -123,6 +123,10 @@ class RoundInfo:
     # client step, the aggregate, the gate and the cohort. None where nobody fixed it (a real
     # client, a unit test): the algorithm then computes it from the same public facts.
     plan: Any = None
+    # Hidden participation on real clients: the rows are the whole population and each client
+    # decides with its own secret coin of probability q (stream (t, k, "coin")) whether its update
+    # enters the secure sum; nobody else learns the outcome. False in simulation and elsewhere.
+    own_coins: bool = False
 
     @property
     def cohort(self) -> int:
@@ -131,7 +135,7 @@ class RoundInfo:
 
     def for_clients(self, clients: torch.Tensor) -> RoundInfo:
         """The same round seen for a subset of its rows (the cohort size is kept)."""
-        return RoundInfo(self.round_idx, self.num_clients, clients, self.seeds, self.cohort, self.plan)
+        return RoundInfo(self.round_idx, self.num_clients, clients, self.seeds, self.cohort, self.plan, self.own_coins)
 
     def with_plan(self, plan: Any) -> RoundInfo:
         """The same round with its plan fixed."""

@@ -170,6 +170,9 @@ class UploadCohort:
         self.transport = transport
         self.algorithm = algorithm
         self.tag: str | None = getattr(transport, "tag", "remote")
+        # the transport asks every client and each decides with its own secret coin (hidden
+        # participation): the loop does not sample, the round's rows are the whole population
+        self.own_coins = bool(getattr(transport, "own_coins", False))
 
     def collect(self, params: torch.Tensor, info: RoundInfo, emit: EmitFn) -> Collected:
         uploads = self.transport(params, info, self.algorithm, emit)

@@ -4,7 +4,8 @@
 
     for t in rounds:
       algorithm.should_stop(t)                       e.g. CRD lowered T
-      clients = algorithm.sample(t, N, seeds)        stream (t, SERVER, "sample")
+      clients = algorithm.sample(t, N, seeds)        stream (t, SERVER, "sample"); all N when the
+                                                     clients sample themselves (hidden participation)
       info.plan = algorithm.plan(info)               private: the round's frozen plan, read by all
       gate.before_round(info)                        releases + claim; stop before exceeding
                                                      the target ε / the filter's budget; strict mode
@@ -136,8 +137,10 @@ def run_rounds(
             out.stop_reason = reason
             emit("early-end", reason, t)
             break
-        clients = algorithm.sample(t, num_clients, seeds)
-        info = RoundInfo(t, num_clients, clients, seeds)
+        own_coins = bool(getattr(cohort, "own_coins", False))
+        # hidden participation on real clients: every client is asked, each samples itself
+        clients = torch.arange(num_clients) if own_coins else algorithm.sample(t, num_clients, seeds)
+        info = RoundInfo(t, num_clients, clients, seeds, own_coins=own_coins)
         planner = getattr(algorithm, "plan", None)
         if planner is not None:  # a private algorithm: its round plan, fixed once for every part
             info = info.with_plan(planner(info))
@@ -162,8 +165,12 @@ def run_rounds(
                     late = [(t, int(c)) for c in clients.tolist()] + cohort.outstanding()
                     for r in sorted({r for r, _ in late}):
                         who = sorted({c for q, c in late if q == r})
+                        # the clients' own coins: the server does not know who is in the sum, so
+                        # the round's charge is its shared (amplified) release, not one per client
+                        charges = (planned_server[r] if own_coins and r == t
+                                   else server_charges(planned_server.get(r, []), who))
                         ahead["rounds"].append({"round": r, "participants": who, "claimed_epsilon": None, "releases": [
-                            x.to_dict() for x in server_charges(planned_server.get(r, []), who)]})
+                            x.to_dict() for x in charges]})
                     checkpoint(t, ahead, round_start_state)
             collected = cohort.collect(state.params, info, emit)
             participants = collected.clients

@@ -59,7 +59,7 @@ def check_secure_aggregation(config: RunConfig, algorithm: Any, *, remote: Any, 
     """Refuse ``privacy.secure_aggregation`` where nothing provides it: an algorithm without an
     integer pipeline, a deployment whose cohort does not run a secure sum (``remote`` without a
     true ``secure_sum`` attribute; hidden participation needs ``hidden_participation`` too: the
-    clients' own coins), a wrapped server step (audit canaries). Simulation of DP-FedAvg computes
+    clients' own coins, ``own_coins``), a wrapped server step (audit canaries). Simulation of DP-FedAvg computes
     the integer pipeline and the modular sum the server would obtain.
 
     Raises:
@@ -222,7 +222,6 @@ def run_on(
     secure_rng: bool = False,
 ) -> RunResult:
     """Run a built experiment on ``cohort``, stored in ``store`` (see :func:`run_experiment`)."""
-    config = exp.config
     # a run on real clients, or with a wrapped server step, is another run than the simulation of
     # the same config: its id carries the cohort's tag
     rid = exp.run_id + (f"-{cohort.tag}" if cohort.tag else "")
@@ -233,13 +232,32 @@ def run_on(
             exp.engine.seeds = exp.seeds
     ckpt_path = checkpoint_path(store, rid, checkpoint_dir)
     owner = store.path.name
-    clean_orphans(ckpt_path.parent, prefix=ckpt_path.name)  # left by a writer killed mid-write
-    clean_orphans(store.path.parent / "models", prefix=f"{rid}.pt")
+    stored = _stored_result(store, rid, restart)
+    if stored is not None:
+        return stored
+    with store.lease(rid):  # one writer per run: refused while a live process writes it
+        return _leased(exp, cohort, store, rid, ckpt_path, owner, progress, notice, restart, secure_rng)
+
+
+def _stored_result(store: RunStore, rid: str, restart: bool) -> RunResult | None:
     existing = store.find(rid)
     if existing is not None and existing.problem is None and existing.status in ("finished", "stopped") and not restart:
         when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(existing.updated_at))
         return RunResult(rid, existing.status, len(store.rounds(rid)), existing.result or {}, store.rounds(rid),
                          stored=f"{existing.status} {when} in {store.path}")
+    return None
+
+
+def _leased(exp: Experiment, cohort: Cohort, store: RunStore, rid: str, ckpt_path: Path, owner: str,
+            progress: ProgressFn | None, notice: NoticeFn | None, restart: bool, secure_rng: bool) -> RunResult:
+    """The run, with its lease held: start it or resume it, store whatever stops it."""
+    stored = _stored_result(store, rid, restart)  # finished by the writer that held the lease before
+    if stored is not None:
+        return stored
+    config = exp.config
+    clean_orphans(ckpt_path.parent, prefix=ckpt_path.name)  # left by a writer killed mid-write
+    clean_orphans(store.path.parent / "models", prefix=f"{rid}.pt")
+    existing = store.find(rid)
     if restart and ckpt_path.exists():
         ckpt_path.unlink()
     if existing is not None and existing.problem is not None and not restart:

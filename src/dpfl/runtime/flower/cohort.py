@@ -8,8 +8,8 @@ replies with an error is a dropout; a reply that fails :func:`dpfl.runtime.valid
 is rejected. Both are logged with the client's id and the round goes on with the rest; the
 runner then records what the round really released (``releases_for_arrivals``).
 
-Secure aggregation (``privacy.secure_aggregation`` with DP-FedAvg's integer pipeline, visible
-participation; built with ``secure_bits``, see :func:`secure_bits_for`): a round is one run of
+Secure aggregation (``privacy.secure_aggregation`` with DP-FedAvg's integer pipeline; built with
+``secure_bits``, see :func:`secure_bits_for`): a round is one run of
 Flower's ``SecAggPlusWorkflow`` among the nodes of the sampled clients (:meth:`FlowerCohort.secure_round`),
 the masks expanded with ChaCha20 (:mod:`.masks`). Each client trains and uploads its residues
 modulo 2^b (b <= 31) through the workflow's "collect masked vectors" stage (legacy FitIns/FitRes,
@@ -21,6 +21,15 @@ sparse graph of ``2*ceil(log2 n) + 1`` neighbours; the reconstruction threshold 
 reconstruct both a client's private mask seed and its pairwise key (Bell et al. 2020), and at most
 ``shares - threshold`` neighbours of each client may drop out. Every stage waits at most the round
 timeout.
+
+Hidden participation (``privacy.participation: hidden``, ``own_coins``): the loop does not sample;
+every round's secure sum runs among all N clients' nodes, and each client flips its own secret coin
+of probability q (stream (t, k, "coin"): the OS CSPRNG unless the run is ``reproducible``). Every
+client trains; one whose coin is 0 uploads the encoding of a zero update plus its Skellam share
+μ/N, so each message has the same size, the same masking and a training's timing whatever the coin
+(DP-FedAvg's ``client_step``). The server learns the modular sum and who replied, never who was
+sampled: its release is the public's, amplified by the clients' own Poisson sample. Cost: N
+uploads and N trainings per round instead of qN.
 
 Dropouts and the ledger: the round's ``Uploads.clients`` are exactly the clients whose masked
 vector reached the server (the workflow's survivors of the masked stage; a client lost after it,
@@ -238,20 +247,26 @@ class FlowerCohort:
     """See the module docstring.
 
     ``secure_bits`` (:func:`secure_bits_for`): run each round as a SecAgg+ secure sum of
-    residues modulo ``2**secure_bits``; the cohort then declares ``secure_sum = True`` (and
-    ``hidden_participation = False``: only visible participation is supported).
+    residues modulo ``2**secure_bits``; the cohort then declares ``secure_sum = True``. With
+    ``own_coins`` as well (``privacy.participation: hidden``): every client of the population joins
+    every round's secure sum and samples itself with its own secret coin
+    (``hidden_participation = own_coins = True``; the loop then does not sample).
     """
 
     tag = "flower"
     workflow_type: type[SecAggPlusWorkflow] = SecAggPlusWorkflow
     """The SecAgg+ workflow class (a test may record its stages with a subclass)."""
-    hidden_participation = False
 
     def __init__(self, grid: Grid, nodes: dict[int, int], config_json: str, client_sizes: torch.Tensor,
                  num_params: int, round_timeout: float, *, reproducible: bool = False,
-                 shuffler: Shuffler | None = None, secure_bits: int | None = None) -> None:
+                 shuffler: Shuffler | None = None, secure_bits: int | None = None, own_coins: bool = False) -> None:
+        if own_coins and secure_bits is None:
+            raise ConfigError("hidden participation (the clients' own coins) needs a secure sum: without one the "
+                              "server would read every upload and so every coin.")
         self.secure_bits = secure_bits
         self.secure_sum = secure_bits is not None
+        self.own_coins = bool(own_coins)
+        self.hidden_participation = self.own_coins
         self.grid = grid
         self.nodes = nodes
         self.config_json = config_json
@@ -407,7 +422,9 @@ class FlowerCohort:
     def secure_round(self, params: torch.Tensor, info: RoundInfo, algo: Algorithm,
                      emit: Callable[[str, str, Any], None]) -> Uploads:
         """One SecAgg+ run among the cohort's nodes: the modular sum of the residues of the
-        clients whose masked vector reached the server, and their ids (module docstring)."""
+        clients whose masked vector reached the server, and their ids (module docstring). With
+        ``own_coins`` the cohort is the whole population and the ids are every client whose masked
+        vector arrived, sampled by its coin or not (the server cannot tell which)."""
         assert self.secure_bits is not None
         t = info.round_idx
         cohort = [int(c) for c in info.clients.tolist()]
@@ -424,7 +441,7 @@ class FlowerCohort:
             config: dict[str, Scalar] = {
                 "round": int(t), "client": member, "cohort-size": len(cohort), "num-clients": int(info.num_clients),
                 "config": self.config_json, "state": json.dumps(algo.client_state(member, info)),
-                "reproducible": self.reproducible, SECURE_SUM_KEY: int(self.secure_bits)}
+                "reproducible": self.reproducible, SECURE_SUM_KEY: int(self.secure_bits), "own-coins": self.own_coins}
             fitins[self.nodes[member]] = FitIns(glob, config)
         sums: list[SecureSum] = []
         strategy = _CohortStrategy(settings, fitins, sums.append)

@@ -11,8 +11,9 @@ exactly as :func:`dpfl.rounds.run_experiment` does in simulation (it *is* that
 function, with a :class:`dpfl.runtime.flower.cohort.FlowerCohort`); the run is stored under the
 simulation's run id with the suffix ``-flower``.
 
-With ``privacy.secure_aggregation`` (DP-FedAvg, visible participation) every round is a SecAgg+
-secure sum among the sampled clients' nodes (:mod:`.cohort`); ``algorithm.options.secure_sum.bits``
+With ``privacy.secure_aggregation`` (DP-FedAvg) every round is a SecAgg+ secure sum among the
+sampled clients' nodes (visible participation) or among all clients' nodes, each sampling itself
+with its own secret coin (``privacy.participation: hidden``) (:mod:`.cohort`); ``algorithm.options.secure_sum.bits``
 must be at most 31 (checked before any node is contacted). Importing this module replaces
 Flower's SecAgg+ mask generator with ChaCha20 (:mod:`.masks`).
 """
@@ -56,7 +57,8 @@ def main(grid: Grid, context: Context) -> None:
     nodes = discover_nodes(grid, exp.data.num_clients, float(rc.get("connect-timeout", 120.0)), shuffler=found)
     cohort = FlowerCohort(grid, nodes, json.dumps(config.model_dump(mode="json")), exp.data.sizes(),
                           exp.problem.layout.numel, float(rc.get("round-timeout", 120.0)), reproducible=reproducible,
-                          shuffler=found[0] if found else None, secure_bits=secure_bits)
+                          shuffler=found[0] if found else None, secure_bits=secure_bits,
+                          own_coins=secure_bits is not None and config.privacy.participation == "hidden")
     del exp
 
     def progress(done: int, total: int, metrics: dict, seconds: float) -> None:

@@ -90,7 +90,9 @@ def train_round(rc: dict[str, Any], params: np.ndarray, cid: int, data_dir: str 
     local = exp.engine.train(start, [cid], t)
     # the client's noise: from the OS CSPRNG unless the run asks for reproducible noise (testing)
     noise_seeds = exp.seeds if bool(rc.get("reproducible", False)) else SeedSequence.secure_mode()
-    info = RoundInfo(t, exp.data.num_clients, torch.tensor([cid]), noise_seeds, cohort_size=int(rc["cohort-size"]))
+    # own-coins: hidden participation, this client samples itself with its own secret coin
+    info = RoundInfo(t, exp.data.num_clients, torch.tensor([cid]), noise_seeds, cohort_size=int(rc["cohort-size"]),
+                     own_coins=bool(rc.get("own-coins", False)))
     up = algo.client_step(start, local, info)
     vector = up.params[0].detach().cpu()
     # a private algorithm's client keeps its training loss: the loss is a function of its data with
