@@ -1,4 +1,5 @@
-"""000 report verdicts are computed from the stored numbers (Figs. 7, 14, 15), and the reduced grids."""
+"""000 report verdicts are computed from the stored numbers (Figs. 7, 14, 15) by the shared rules of
+``verdicts.py``, and the reduced grids."""
 
 from __future__ import annotations
 
@@ -65,7 +66,11 @@ def test_fig14_15_verdicts_follow_the_numbers(tmp_path: Path) -> None:
               for b, loss, rounds in ((0.5, 0.60, 40), (0.7, 0.50, 60), (0.8, 0.45, 80), (0.9, 0.47, 95))}
     text = get_recipe("000/fig14").report(_ctx("000/fig14", tmp_path, finals))
     assert "| β = 0.8 gives the lowest loss | ε=2: β within the margin of the lowest loss: [0.8] | **agrees** |" in text
-    assert "ε=2: 1 concordant / 5 discordant" in text  # loss mostly falls as β grows
+    # the loss mostly falls as β grows, but 0.45 → 0.47 from β = 0.8 to 0.9 (one seed each) is a rise of 0.02,
+    # four times the 0.005 margin: a real reversal refutes "a larger β gives a lower loss" under the one trend
+    # rule (the old count, 1 concordant against 5 discordant pairs, agreed)
+    assert "**disagrees**" in _claim(text, "| a larger β (more careful adjustment of T) gives a lower loss")
+    assert "moves the other way beyond the margin (0.8 → 0.9)" in text
     text = get_recipe("000/fig15").report(_ctx("000/fig15", tmp_path, finals))
     assert "**agrees**" in _claim(text, "| a larger β consumes more rounds")
     finals[("udp-crd", 2.0, 200, 0.9)] = (0.47, 50)
@@ -73,15 +78,21 @@ def test_fig14_15_verdicts_follow_the_numbers(tmp_path: Path) -> None:
     assert "**disagrees**" in _claim(text, "| a larger β consumes more rounds")
 
 
-def test_fig14_best_beta_within_the_margin_is_inconclusive_and_fig15_needs_a_strict_rise(tmp_path: Path) -> None:
+def test_fig14_best_beta_within_the_margin_is_inconclusive_and_fig15_is_a_trend(tmp_path: Path) -> None:
     # the committed reduced numbers: β = 0.9 lowest by 0.004 — the old rule said "β = 0.8 best: disagrees"
     finals = {("udp-crd", 2.0, 200, b): (loss, rounds)
               for b, loss, rounds in ((0.5, 0.480, 70), (0.6, 0.470, 73), (0.7, 0.460, 75), (0.8, 0.454, 82),
                                       (0.9, 0.450, 82))}
     text = get_recipe("000/fig14").report(_ctx("000/fig14", tmp_path, finals))
     assert "**inconclusive**" in _claim(text, "| β = 0.8 gives the lowest loss")
-    # 82 → 82 rounds: the old non-decreasing rule passed a tie for "more rounds"
+    # 70 → 82 rounds with 82 → 82 in the last step: the paper's claim "a larger β consumes more rounds" is a
+    # trend, judged like Fig. 14's: a 12-round rise beyond the 0.5-round margin and no reversal beyond it
+    # agrees (the old strict rule asked for a rise beyond the margin at every step and said inconclusive)
     text = get_recipe("000/fig15").report(_ctx("000/fig15", tmp_path, finals))
+    assert "**agrees**" in _claim(text, "| a larger β consumes more rounds")
+    # no change from the first to the last β: nothing to agree with
+    flat = {k: (loss, 75) for k, (loss, _) in finals.items()}
+    text = get_recipe("000/fig15").report(_ctx("000/fig15", tmp_path, flat))
     assert "**inconclusive**" in _claim(text, "| a larger β consumes more rounds")
 
 
@@ -102,7 +113,7 @@ def test_sweep_larger_eps_lower_loss_is_strict_and_seeds_set_the_margin(tmp_path
     equal = {(e, t): [v] for e in (4.0, 8.0) for t, v in ((50, 0.5), (100, 0.4), (200, 0.45))}
     text = _sweep_report()(ctx(equal))
     assert "**inconclusive**" in _claim(text, "| a larger ε gives a lower loss")
-    assert "0/3 pairs lower beyond the margin" in text
+    assert "the loss falls with ε (trend rule) at 0/3 T" in text
     # third-digit optimum from one seed each: best T 100 → 200 by 0.001 is not a move
     close = {(4.0, 50): [0.50], (4.0, 100): [0.400], (4.0, 200): [0.401], (4.0, 300): [0.45],
              (8.0, 50): [0.45], (8.0, 100): [0.351], (8.0, 200): [0.350], (8.0, 300): [0.40]}
@@ -113,6 +124,14 @@ def test_sweep_larger_eps_lower_loss_is_strict_and_seeds_set_the_margin(tmp_path
     noisy = {(4.0, t): [v - 0.1, v, v + 0.1] for t, v in ((50, 0.43), (100, 0.40), (200, 0.43))}
     text = _sweep_report()(ctx(noisy))
     assert "**inconclusive**" in _claim(text, "| test loss against T is convex")
+    # a larger ε lower at every T by a trend per T: 3 ε, falling at each T beyond the margin, one reversal at
+    # T = 100 (8 → 12) beyond it refutes the claim at that T, hence for the figure
+    falls = {(e, t): [v] for t in (50, 100) for e, v in ((4.0, 0.50), (8.0, 0.45), (12.0, 0.40))}
+    text = _sweep_report()(ctx(falls))
+    assert "**agrees**" in _claim(text, "| a larger ε gives a lower loss")
+    falls[(12.0, 100)] = [0.47]
+    text = _sweep_report()(ctx(falls))
+    assert "**disagrees**" in _claim(text, "| a larger ε gives a lower loss") and "q=1 T=100: not reproduced" in text
 
 
 def test_reduced_grids_of_figs_7_12_13() -> None:

@@ -1,7 +1,9 @@
-"""Verdict rules shared by the paper recipes: pure functions over small tables of numbers.
+"""Verdict rules shared by the paper recipes: one function per kind of claim, pure functions over
+small tables of numbers.
 
 A reproduction report compares settings (ε, T, K, β, …) whose measured values carry run-to-run
-noise. The rules here decide a claim only when the data can carry it:
+noise. Every claim of one kind goes through the same function here, whichever recipe asks, and
+every function uses one noise model:
 
 * a difference between two settings counts only beyond its **margin**
   ``max(tolerance, 2 SE of the difference)`` (SE from the seeds of each setting; one seed gives no
@@ -9,9 +11,31 @@ noise. The rules here decide a claim only when the data can carry it:
   **inconclusive**, not a pass and not a fail;
 * a strict claim ("lower", "<") is not met by a tie;
 * a trend or "collapse" check over cells that are all at chance level decides nothing
-  (**inconclusive**);
-* Spearman's ρ uses average ranks for ties (:func:`scipy.stats.spearmanr`), so equal values
-  never produce an ordering that is not in the data.
+  (**inconclusive**).
+
+The kinds of claim and their functions:
+
+============================================  ==========================================
+claim                                         function
+============================================  ==========================================
+a is better than b                            :func:`claim_better`
+the value rises / falls with x                :func:`trend` (reversals judged by the margin)
+the value rises / falls at every step of x    :func:`monotone`
+an interior optimum in x (optimal T, K, C …)  :func:`interior_optimum`
+the optimum moves up / down with a parameter  :func:`near_best` + :func:`order_of_sets`
+a is better than b for larger x               :func:`better_for_larger`
+a equals b ("same accuracy", "not affected")  :func:`equivalent` (TOST over seeds)
+a is not worse than b by more than a bound    :func:`not_worse` (one-sided TOST)
+the value lies in a range                     :func:`in_range`
+the value is at chance ("collapses")          :func:`at_chance`
+the claim holds at every setting              :func:`every`
+============================================  ==========================================
+
+Monotonicity is judged with the margins, never with a rank correlation of raw means: one dip
+inside the noise does not fail a rise, one reversal beyond its margin does. Equality is never
+concluded from the absence of a difference: it needs an equivalence test with seeds as
+replications (two one-sided t-tests against a stated bound); with one seed an equality is
+neither confirmed nor refuted (inconclusive).
 
 Every function is pure (numbers in, a small frozen result out) and imports nothing from dpfl.
 """
@@ -29,16 +53,23 @@ __all__ = [
     "NOT_REPRODUCED",
     "REPRODUCED",
     "Comparison",
+    "Equivalence",
     "Estimate",
     "Trend",
     "all_at_chance",
+    "at_chance",
     "better_for_larger",
     "claim_better",
     "compare",
+    "equivalent",
+    "every",
+    "in_range",
     "interior_minimum",
+    "interior_optimum",
     "margin",
     "monotone",
     "near_best",
+    "not_worse",
     "order_of_sets",
     "spearman",
     "trend",
@@ -155,6 +186,9 @@ def all_at_chance(values: Sequence[Estimate | float], chance: float, *, toleranc
 def spearman(xs: Sequence[float], ys: Sequence[float]) -> float:
     """Spearman's ρ with average ranks for ties (:func:`scipy.stats.spearmanr`).
 
+    Descriptive only: no verdict rests on it (a rank correlation of raw means fails a clean rise
+    with one dip inside the noise; :func:`trend` judges reversals by their margins instead).
+
     Returns ``nan`` with fewer than 3 points or when either side is constant.
     """
     from scipy.stats import spearmanr
@@ -168,61 +202,73 @@ def spearman(xs: Sequence[float], ys: Sequence[float]) -> float:
 
 @dataclass(frozen=True)
 class Trend:
-    """A monotone-trend verdict.
+    """A "rises / falls with x" verdict.
 
     Attributes:
         verdict: reproduced / not reproduced / inconclusive.
-        rho: Spearman's ρ of x against the means (average ranks; ``nan`` if undefined).
-        change: last minus first mean along sorted x (in the claimed direction's sign convention:
-            positive = in the claimed direction).
+        change: last minus first mean along sorted x, signed so that positive is the claimed
+            direction (with several points at an end x: the least favourable pair of ends).
         margin: ``max(tolerance, 2 SE)`` of that change.
+        reversals: the pairs ``(x_i, x_j)``, ``x_i < x_j``, whose values move against the claimed
+            direction beyond their margin (each one refutes the claim).
         reason: one short phrase saying why.
     """
 
     verdict: Verdict
-    rho: float
     change: float
     margin: float
+    reversals: tuple[tuple[float, float], ...]
     reason: str
 
 
 def trend(points: Sequence[tuple[float, Estimate | float]], *, increasing: bool, tolerance: float,
-          min_rho: float = 0.8, chance: float | None = None, chance_tolerance: float | None = None) -> Trend:
-    """The claim "the value rises (``increasing``) / falls with x".
+          chance: float | None = None, chance_tolerance: float | None = None) -> Trend:
+    """The claim "the value rises (``increasing``) / falls with x" — not necessarily at every step.
 
-    Rule: with ``chance`` given and every point at chance (:func:`all_at_chance` with
-    ``chance_tolerance``, default ``tolerance``) → inconclusive.
-    Otherwise the change from the first to the last x (sorted) must exceed its margin in the
-    claimed direction and, with ≥ 3 points, Spearman's ρ (average ranks) must be ≥ ``min_rho``
-    in that direction → reproduced; a change inside the margin → inconclusive; else not reproduced.
+    Rule, with the noise model of :func:`compare` (every pair judged against its own margin):
+
+    * with ``chance`` given and every point at chance (:func:`all_at_chance` with
+      ``chance_tolerance``, default ``tolerance``) → inconclusive;
+    * some pair ``x_i < x_j`` moves against the claimed direction beyond its margin → **not
+      reproduced** (a real reversal; a dip inside the noise is not one);
+    * otherwise the change from the smallest to the largest x beyond its margin in the claimed
+      direction → **reproduced**; inside the margin → inconclusive.
+
+    Several points may share an x (e.g. distances); pairs with equal x are not compared, and the
+    change is judged on every pair of a smallest-x and a largest-x point.
     """
     pts = sorted(((float(x), _as_estimate(v)) for x, v in points), key=lambda p: p[0])
-    if len(pts) < 2:
-        return Trend(INCONCLUSIVE, math.nan, math.nan, math.nan, "fewer than 2 points")
+    if len({x for x, _ in pts}) < 2:
+        return Trend(INCONCLUSIVE, math.nan, math.nan, (), "fewer than 2 values of x")
     sign = 1.0 if increasing else -1.0
+    want = "higher" if increasing else "lower"
     ctol = tolerance if chance_tolerance is None else chance_tolerance
     if chance is not None and all_at_chance([e for _, e in pts], chance, tolerance=ctol):
-        return Trend(INCONCLUSIVE, math.nan, math.nan, math.nan, f"every point at chance ({chance:g})")
-    first, last = pts[0][1], pts[-1][1]
-    c = compare(last, first, tolerance=tolerance)
-    rho = spearman([x for x, _ in pts], [e.mean for _, e in pts]) if len(pts) >= 3 else math.nan
-    change = sign * c.diff
-    if c.outcome == "tie":
-        return Trend(INCONCLUSIVE, rho, change, c.margin, "first-to-last change inside the margin")
-    if change < 0:
-        return Trend(NOT_REPRODUCED, rho, change, c.margin, "changes the other way")
-    if len(pts) >= 3 and not (sign * rho >= min_rho):
-        return Trend(NOT_REPRODUCED, rho, change, c.margin, f"not monotone enough (ρ below {min_rho:g})")
-    return Trend(REPRODUCED, rho, change, c.margin, "changes in the claimed direction beyond the margin")
+        return Trend(INCONCLUSIVE, math.nan, math.nan, (), f"every point at chance ({chance:g})")
+    reversals = tuple((xi, xj) for i, (xi, ei) in enumerate(pts) for xj, ej in pts[i + 1:]
+                      if xi < xj and compare(ej, ei, tolerance=tolerance).outcome not in (want, "tie"))
+    lo_x, hi_x = pts[0][0], pts[-1][0]
+    ends = [compare(ej, ei, tolerance=tolerance) for xi, ei in pts if xi == lo_x for xj, ej in pts if xj == hi_x]
+    worst = min(ends, key=lambda c: (c.outcome == want, sign * c.diff))
+    change, m = sign * worst.diff, worst.margin
+    if reversals:
+        shown = ", ".join(f"{a:g} → {b:g}" for a, b in reversals[:4]) + (" …" if len(reversals) > 4 else "")
+        return Trend(NOT_REPRODUCED, change, m, reversals,
+                     f"moves the other way beyond the margin ({shown})")
+    if all(c.outcome == want for c in ends):
+        return Trend(REPRODUCED, change, m, (), "changes in the claimed direction beyond the margin, "
+                     "no reversal beyond it")
+    return Trend(INCONCLUSIVE, change, m, (), "first-to-last change inside the margin")
 
 
 def monotone(points: Sequence[tuple[float, Estimate | float]], *, increasing: bool,
              tolerance: float) -> tuple[Verdict, int, int, int]:
-    """The claim "the value rises (``increasing``) / falls at every step of x" (strict).
+    """The claim "the value rises (``increasing``) / falls at **every** step of x" (strict).
 
     Each adjacent pair (sorted by x) is compared with :func:`compare`: reproduced when every step
     moves in the claimed direction beyond its margin; not reproduced when any step moves the other
-    way beyond it; otherwise (some step inside its margin) inconclusive.
+    way beyond it; otherwise (some step inside its margin) inconclusive. A claim that the value
+    rises *with* x (not at each step) is :func:`trend`.
 
     Returns:
         (verdict, steps in the claimed direction, steps the other way, steps in all).
@@ -238,32 +284,43 @@ def monotone(points: Sequence[tuple[float, Estimate | float]], *, increasing: bo
     return verdict, good, bad, len(outs)
 
 
-def interior_minimum(points: Sequence[tuple[float, Estimate | float]], *, tolerance: float) -> tuple[Verdict, str]:
-    """The claim "the value has an interior minimum over x" (an optimal T, K, C, …).
+def interior_optimum(points: Sequence[tuple[float, Estimate | float]], *, tolerance: float,
+                     lower_is_better: bool = True) -> tuple[Verdict, str]:
+    """The claim "the value has an interior optimum over x" (an optimal T, K, C, …): a minimum
+    (``lower_is_better``, a loss) or a maximum (an accuracy).
 
-    Rule: reproduced when the lowest mean lies strictly inside the grid and is below **both** grid
-    edges beyond the margin; not reproduced when the lowest mean lies at an edge and is below every
-    interior point beyond the margin; otherwise inconclusive (the minimum is not resolved).
+    Rule: reproduced when the best mean lies strictly inside the grid and is better than **both**
+    grid edges beyond the margin; not reproduced when the best mean lies at an edge and is better
+    than every interior point beyond the margin; otherwise inconclusive (the optimum is not
+    resolved). Non-finite values (a diverged run) are left out.
 
     Returns:
-        (verdict, a short description naming the argmin).
+        (verdict, a short description naming the best x as ``argmin`` / ``argmax``).
     """
+    sign = 1.0 if lower_is_better else -1.0
+    arg = "argmin" if lower_is_better else "argmax"
+    better = "lower" if lower_is_better else "higher"
     pts = sorted(((float(x), _as_estimate(v)) for x, v in points if math.isfinite(_as_estimate(v).mean)),
                  key=lambda p: p[0])
     if len(pts) < 3:
         return INCONCLUSIVE, "fewer than 3 finite points"
-    i = min(range(len(pts)), key=lambda j: pts[j][1].mean)
+    i = min(range(len(pts)), key=lambda j: sign * pts[j][1].mean)
     x_best, best = pts[i]
     if 0 < i < len(pts) - 1:
         edges = [compare(best, pts[j][1], tolerance=tolerance) for j in (0, len(pts) - 1)]
-        if all(c.outcome == "lower" for c in edges):
-            return REPRODUCED, f"argmin {x_best:g}, below both edges beyond the margin"
-        return INCONCLUSIVE, (f"argmin {x_best:g} inside the grid, but within the margin of an edge "
-                              f"(edge − min: {', '.join(f'{-c.diff:.4g} vs {c.margin:.4g}' for c in edges)})")
+        if all(c.outcome == better for c in edges):
+            return REPRODUCED, f"{arg} {x_best:g}, better than both edges beyond the margin"
+        return INCONCLUSIVE, (f"{arg} {x_best:g} inside the grid, but within the margin of an edge "
+                              f"(edge − best: {', '.join(f'{-c.diff:.4g} vs {c.margin:.4g}' for c in edges)})")
     inner = [compare(best, pts[j][1], tolerance=tolerance) for j in range(1, len(pts) - 1)]
-    if all(c.outcome == "lower" for c in inner):
-        return NOT_REPRODUCED, f"argmin {x_best:g} at the grid's edge, below every interior point beyond the margin"
-    return INCONCLUSIVE, f"argmin {x_best:g} at the grid's edge, but an interior point is within the margin"
+    if all(c.outcome == better for c in inner):
+        return NOT_REPRODUCED, f"{arg} {x_best:g} at the grid's edge, better than every interior point beyond the margin"
+    return INCONCLUSIVE, f"{arg} {x_best:g} at the grid's edge, but an interior point is within the margin"
+
+
+def interior_minimum(points: Sequence[tuple[float, Estimate | float]], *, tolerance: float) -> tuple[Verdict, str]:
+    """:func:`interior_optimum` of a value where lower is better (a loss)."""
+    return interior_optimum(points, tolerance=tolerance, lower_is_better=True)
 
 
 def better_for_larger(a: Sequence[tuple[float, Estimate | float]], b: Sequence[tuple[float, Estimate | float]], *,
@@ -325,3 +382,170 @@ def order_of_sets(lo: Sequence[float], hi: Sequence[float]) -> Literal["up", "do
     if len(set(lo)) == 1 and set(lo) == set(hi):
         return "same"
     return "undecided"
+
+
+# --------------------------------------------------------------------------- equality, bounds, ranges
+
+
+@dataclass(frozen=True)
+class Equivalence:
+    """The outcome of an equivalence (or non-inferiority) test of ``a`` against ``b``.
+
+    Attributes:
+        verdict: reproduced (equal within the bound) / not reproduced / inconclusive.
+        diff: ``mean_a − mean_b`` (for :func:`not_worse`: signed so that positive is a worse).
+        low, high: the (1 − 2α) confidence interval of ``diff`` (Welch, seeds as replications);
+            ``nan`` without replication.
+        bound: the equivalence bound the claim states.
+        reason: one short phrase saying why.
+    """
+
+    verdict: Verdict
+    diff: float
+    low: float
+    high: float
+    bound: float
+    reason: str
+
+    def text(self, digits: int = 4) -> str:
+        """``+0.0123 (90% CI −0.0010 … +0.0256; bound ±0.0200)`` or, without replication, ``+0.0123 (one seed)``."""
+        if math.isnan(self.low):
+            return f"{self.diff:+.{digits}f} (bound {self.bound:.{digits}g}; {self.reason})"
+        return (f"{self.diff:+.{digits}f} (CI {self.low:+.{digits}f} … {self.high:+.{digits}f}; bound "
+                f"{self.bound:.{digits}g}; {self.reason})")
+
+
+def _welch(a: Estimate, b: Estimate | float, alpha: float) -> tuple[float, float, float] | None:
+    """(diff, SE, one-sided t quantile at 1 − α) of ``a − b``; ``b`` a plain number is exact (no
+    noise). None without replication (``a`` — or ``b`` if an estimate — from fewer than 2 seeds)."""
+    from scipy.stats import t as student
+
+    if a.n < 2 or math.isnan(a.se):
+        return None
+    if isinstance(b, Estimate):
+        if b.n < 2 or math.isnan(b.se):
+            return None
+        diff, se = a.mean - b.mean, math.hypot(a.se, b.se)
+        num = (a.se**2 + b.se**2) ** 2
+        den = a.se**4 / (a.n - 1) + b.se**4 / (b.n - 1)
+        df = num / den if den > 0 else math.inf
+    else:
+        diff, se, df = a.mean - float(b), a.se, float(a.n - 1)
+    q = 0.0 if se == 0 else float(student.ppf(1.0 - alpha, df))
+    return diff, se, q
+
+
+def _check_bound(bound: float, tolerance: float, alpha: float) -> None:
+    if not (math.isfinite(bound) and bound > 0):
+        raise ValueError(f"`bound` must be finite and > 0. Found {bound!r}.")
+    if not (math.isfinite(tolerance) and tolerance >= 0):
+        raise ValueError(f"`tolerance` must be finite and >= 0. Found {tolerance!r}.")
+    if not 0 < alpha < 0.5:
+        raise ValueError(f"`alpha` must be in (0, 0.5). Found {alpha!r}.")
+
+
+def equivalent(a: Estimate, b: Estimate | float, *, bound: float, tolerance: float,
+               alpha: float = 0.05) -> Equivalence:
+    """The claim "a equals b" (within ``bound``): two one-sided tests (TOST) with seeds as
+    replications.
+
+    Rule: with at least 2 seeds on each side, the (1 − 2α) Welch confidence interval of
+    ``a − b`` lies inside ``(−bound, bound)`` → **reproduced**; ``|a − b|`` exceeds the bound by
+    more than ``max(tolerance, t·SE)`` → **not reproduced**; otherwise inconclusive. With a single
+    seed on either side: **inconclusive** — the difference of two single runs has no standard
+    error, and rounds of one run are not replications (they are autocorrelated), so neither
+    equality nor its refutation is tested.
+
+    Args:
+        a, b: the two settings; ``b`` a plain number is an exact reference value (no noise).
+        bound: the equivalence bound the claim states (> 0).
+        tolerance: the margin floor of :func:`compare` (what one seed's difference must exceed).
+        alpha: the level of each one-sided test.
+
+    Raises:
+        ValueError: ``bound`` not > 0, ``tolerance`` negative, ``alpha`` outside (0, 0.5).
+    """
+    _check_bound(bound, tolerance, alpha)
+    w = _welch(a, b, alpha)
+    diff = a.mean - (b.mean if isinstance(b, Estimate) else float(b))
+    if math.isnan(diff):
+        return Equivalence(INCONCLUSIVE, diff, math.nan, math.nan, bound, "no finite difference")
+    if w is None:
+        return Equivalence(INCONCLUSIVE, diff, math.nan, math.nan, bound,
+                           "one seed: no replications, no test of equality either way")
+    _, se, q = w
+    low, high = diff - q * se, diff + q * se
+    if -bound < low and high < bound:
+        return Equivalence(REPRODUCED, diff, low, high, bound, f"{100 * (1 - 2 * alpha):g}% CI inside ±bound (TOST)")
+    if abs(diff) - bound > max(tolerance, q * se):
+        return Equivalence(NOT_REPRODUCED, diff, low, high, bound, "|Δ| beyond the bound by more than the margin")
+    return Equivalence(INCONCLUSIVE, diff, low, high, bound, "CI crosses the bound")
+
+
+def not_worse(a: Estimate, b: Estimate | float, *, bound: float, tolerance: float, lower_is_better: bool,
+              alpha: float = 0.05) -> Equivalence:
+    """The claim "a is not worse than b by more than ``bound``" (a comes close to b, or is
+    better): the one-sided half of :func:`equivalent` (a non-inferiority test).
+
+    Rule: with replication, the upper (1 − α) confidence limit of how much worse a is lies below
+    the bound → **reproduced**; a is worse by more than ``bound + max(tolerance, t·SE)`` → **not
+    reproduced**; otherwise inconclusive. With a single seed on either side: inconclusive (as in
+    :func:`equivalent`). ``Equivalence.diff`` is "how much worse a is".
+    """
+    _check_bound(bound, tolerance, alpha)
+    w = _welch(a, b, alpha)
+    raw = a.mean - (b.mean if isinstance(b, Estimate) else float(b))
+    worse = raw if lower_is_better else -raw
+    if math.isnan(worse):
+        return Equivalence(INCONCLUSIVE, worse, math.nan, math.nan, bound, "no finite difference")
+    if w is None:
+        return Equivalence(INCONCLUSIVE, worse, math.nan, math.nan, bound,
+                           "one seed: no replications, no test either way")
+    _, se, q = w
+    low, high = worse - q * se, worse + q * se
+    if high < bound:
+        return Equivalence(REPRODUCED, worse, low, high, bound, f"upper {100 * (1 - alpha):g}% limit below the bound")
+    if worse - bound > max(tolerance, q * se):
+        return Equivalence(NOT_REPRODUCED, worse, low, high, bound, "worse beyond the bound by more than the margin")
+    return Equivalence(INCONCLUSIVE, worse, low, high, bound, "the confidence limit crosses the bound")
+
+
+def in_range(x: Estimate | float, low: float, high: float, *, tolerance: float) -> tuple[Verdict, str]:
+    """The claim "the value lies in [low, high]" (a stated range, e.g. a gain of 3–5 points).
+
+    Rule: the mean inside the range → reproduced; outside it by more than its margin
+    ``max(tolerance, 2 SE)`` → not reproduced; outside by less (a value the noise cannot place
+    on either side of the boundary) → inconclusive.
+
+    Raises:
+        ValueError: ``low > high``.
+    """
+    if not low <= high:
+        raise ValueError(f"`low` must be <= `high`. Found {low!r} > {high!r}.")
+    e = _as_estimate(x)
+    m = margin(e, 0.0, tolerance)
+    if math.isnan(e.mean):
+        return INCONCLUSIVE, "no finite value"
+    if low <= e.mean <= high:
+        return REPRODUCED, f"{e.mean:.4g} inside [{low:g}, {high:g}]"
+    gap = (low - e.mean) if e.mean < low else (e.mean - high)
+    side = "below" if e.mean < low else "above"
+    if gap > m:
+        return NOT_REPRODUCED, f"{e.mean:.4g} {side} [{low:g}, {high:g}] by {gap:.4g}, beyond the margin {m:.4g}"
+    return INCONCLUSIVE, f"{e.mean:.4g} {side} [{low:g}, {high:g}] by {gap:.4g}, within the margin {m:.4g}"
+
+
+def at_chance(x: Estimate | float, chance: float, *, tolerance: float) -> tuple[Verdict, str]:
+    """The claim "the value is at chance" (a model that collapsed): :func:`in_range` of
+    ``[chance − tolerance, chance + tolerance]``, the noise margin then ``2 SE`` alone."""
+    return in_range(x, chance - tolerance, chance + tolerance, tolerance=0.0)
+
+
+def every(verdicts: Sequence[str]) -> Verdict | None:
+    """A claim made for every setting: not reproduced if one setting refutes it, reproduced if all
+    reproduce it, else inconclusive; None when there is no setting to judge."""
+    if not verdicts:
+        return None
+    if NOT_REPRODUCED in verdicts:
+        return NOT_REPRODUCED
+    return REPRODUCED if all(v == REPRODUCED for v in verdicts) else INCONCLUSIVE
