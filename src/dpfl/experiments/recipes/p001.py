@@ -1185,8 +1185,9 @@ def _fig4_report(ctx: ReportContext) -> str:
             verdicts.append(f"- Fig. 4 {ds}: paper — accuracy stays high for ε > {thr:g} and drops below. Ours: "
                             + why + " → " + (f"inconclusive at smoke scale (measured: {verdict})"
                                              if ctx.scale == "smoke" else _bold(verdict))
-                            + f" (rule: every ε > {thr:g} within max({HIGH_TOL:g}, 2 SE) points of the largest ε, "
-                            "every ε below it lower beyond that margin).")
+                            + f" (rule: every ε > {thr:g} equal to the largest ε within ±{HIGH_TOL:g} points by an "
+                            "equivalence test over seeds, every ε below it lower beyond max("
+                            f"{HIGH_TOL:g}, 2 SE)).")
     axes[0].set_xlabel("clients n (k = n · f_r per round)")
     axes[0].set_title("(a–b) effect of n")
     axes[1].set_xlabel("ε per weight")
