@@ -796,9 +796,15 @@ def _report_fig11(ctx: ReportContext) -> str:
                          "only and the loss must fall with K: a finding about the printed formulas, not an empirical "
                          f"refutation. Measured (uplink noise only): {_verdict(verdict)} ({why}). The trade-off where "
                          "the downlink noise exists: `003/fig11-downlink`.")
-    lines += ["", _RULE + " Interior optimum: as in 003/fig10.", "", "Runs with K < N use `downlink_noise: none`: Lemma "
-              "4 has no value at these ε and T (ε >= −T ln(1 − K/N), eq. 69) or gives σ_D = 0.",
-              "", FIG11_EPS_NOTE]
+    lines += ["", _RULE + " Interior optimum: as in 003/fig10."]
+    if ctx.recipe.key != "003/fig11":  # 003/fig11-downlink: Lemma 4's σ_D at every K < N, Theorem 1's at K = N
+        lines += ["", "Every run uses `downlink_noise: paper`: Lemma 4 (eq. 21–22) at K < N, Theorem 1 at K = N; the "
+                  "columns σ_U and σ_D are the noise each run added. Not a figure of the paper: the setting is chosen "
+                  "so that the mechanism of Remark 5 exists (see 003/fig11 for the paper's settings, where it does not).",
+                  "", _eps_gap_line(ctx)]
+        return "\n".join(lines)
+    lines += ["", "Runs with K < N use `downlink_noise: none`: Lemma 4 has no value at these ε and T (ε >= −T ln(1 − "
+              "K/N), eq. 69) or gives σ_D = 0.", "", FIG11_EPS_NOTE]
     if with_l:
         lines += ["", f"The series with L = {FIG11_EXPOSURES} (003 §II-B: at most L uplink exposures per client, L <= T; "
                   f"the other series have L = T) puts T = 25 above L·sqrt(N) = {FIG11_EXPOSURES * math.sqrt(50):.1f}, "
