@@ -26,7 +26,7 @@ from dpfl.errors import ConfigError
 # Purposes are short fixed names so that two call sites never collide by accident.
 PURPOSES = frozenset(
     {"sample", "batch", "noise", "server_noise", "topup", "topup_count", "init", "partition", "shuffle",
-     "randomizer", "range", "misc", "rounding", "absent_shares", "coin"}
+     "randomizer", "range", "misc", "rounding", "absent_shares", "coin", "share_sum"}
 )
 
 

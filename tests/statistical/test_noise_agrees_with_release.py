@@ -215,12 +215,18 @@ def test_ldp_fl_private_ranges_are_noised_at_the_std_they_declare(monkeypatch: p
 # --------------------------------------------------------------------------- DP-FedAvg, secure aggregation
 
 
+@pytest.mark.parametrize("summed", [False, True], ids=["shares-per-row", "shares-summed"])
 @pytest.mark.parametrize("participation", ["visible", "hidden"])
-def test_dp_fedavg_secure_sum_carries_the_skellam_variance_it_declares(participation: str) -> None:
+def test_dp_fedavg_secure_sum_carries_the_skellam_variance_it_declares(participation: str, summed: bool) -> None:
     """The decoded broadcast minus the noise-free mean has per-coordinate variance μ/(γm)² — the
     Skellam variance of the public release in integer units, decoded — within 2% over P
-    coordinates (the rounding adds at most K/4 integer units² per coordinate: 1e-9 of μ here).
-    Each upload is a residue modulo 2^b, and its share's variance is what the client declares."""
+    coordinates (the rounding adds at most K/4 integer units² per coordinate: 1e-9 of μ here),
+    whether each row draws its share (a client, the sequential engine) or the server step draws
+    their sum at once (``summed_shares``: the vectorized engine). Each upload is a residue modulo
+    2^b, and its share's variance is what the client declares; with summed shares a row carries
+    no noise (its residues are the encoded update)."""
+    import dataclasses
+
     from dpfl.privacy.accounting.ledger import SkellamRelease
 
     raw = {
@@ -236,11 +242,15 @@ def test_dp_fedavg_secure_sum_carries_the_skellam_variance_it_declares(participa
                            BuildContext(cfg, len(SIZES), torch.tensor(SIZES), P))
     assert isinstance(algo, PrivateAlgorithm)
     info, local, clean = _round_inputs(algo, 0.001)  # every row of norm 0.2 <= S = 0.5
+    info = dataclasses.replace(info, summed_shares=summed)
     plan = algo.round_plan(info)
     releases = algo.releases(info, local.num_samples, True)
     (public,) = [r for r in releases if r.observer == "public"]
     assert isinstance(public, SkellamRelease) and public.amplifiable
     uploads = algo.client_step(torch.zeros(P), local, info)
+    encoded = algo.pipeline(plan).to_residues(algo.pipeline(plan).encode(
+        clean.clone(), [info.seeds.generator(0, int(c), "rounding") for c in info.clients.tolist()], None))
+    assert torch.equal(uploads.params, encoded) == summed  # no share on the row iff summed
     assert uploads.params.dtype == torch.int64 and int(uploads.params.min()) >= 0
     assert int(uploads.params.max()) < 2 ** plan.secure.bits
     assert float(uploads.declared["noise_variance"][0]) == pytest.approx(plan.share_variance)

@@ -650,13 +650,14 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
     def _secure_upload(self, clipped: torch.Tensor, plan: NoisePlan, info: RoundInfo) -> torch.Tensor:
         """Secure aggregation, client side (:mod:`dpfl.privacy.mechanisms.integer`): the clipped update
         scaled, rotated, conditionally rounded (stream (t, k, "rounding")), plus the client's Skellam
-        share Sk(μ/shares) (stream (t, k, "noise")), as residues modulo 2^b [rows, d']."""
+        share Sk(μ/shares) (stream (t, k, "noise"); in simulation with ``info.summed_shares`` the
+        server step draws the rows' shares as one sum instead), as residues modulo 2^b [rows, d']."""
         pipe = self.pipeline(plan)
         signs = self._rotation_signs(pipe, info)
         rounding = [info.seeds.generator(info.round_idx, int(c), "rounding") for c in info.clients.tolist()]
         ints = pipe.encode(clipped.detach().cpu(), rounding, signs)
         share = plan.share_variance
-        if ints.shape[0]:  # integer arithmetic on the CPU, whatever device trained
+        if ints.shape[0] and not info.summed_shares:  # integer arithmetic on the CPU, whatever device trained
             gens = [info.seeds.generator(info.round_idx, int(c), "noise") for c in info.clients.tolist()]
             ints = ints + skellam_noise_rows(pipe.padded_dim, share, gens)
         return pipe.to_residues(ints)
@@ -666,7 +667,8 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
         """Secure aggregation, server side: the modular sum of the residues that arrived; the shares
         of clients whose vectors are not in it (hidden participation: the clients outside the secret
         sample, drawn in simulation as one Skellam of their summed variance, stream (t, SERVER,
-        "absent_shares")); the server's top-up to μ for sampled clients that did not arrive (or the
+        "absent_shares")); in simulation with ``info.summed_shares`` the arrived rows' shares too, as
+        one Skellam of their summed variance (stream (t, SERVER, "share_sum")); the server's top-up to μ for sampled clients that did not arrive (or the
         whole μ in an empty visible round; stream (t, SERVER, "topup")); decoded, over m."""
         sec = plan.secure
         assert sec is not None
@@ -686,6 +688,10 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
         if absent > 0:
             gen = info.seeds.generator(info.round_idx, SERVER, "absent_shares")
             total = total + skellam_noise((pipe.padded_dim,), absent, gen)
+        if info.summed_shares and uploads.secure_sum is None and arrived:
+            # simulation: the arrived rows' shares, one Skellam of their summed variance (RoundInfo)
+            gen = info.seeds.generator(info.round_idx, SERVER, "share_sum")
+            total = total + skellam_noise((pipe.padded_dim,), arrived * share, gen)
         topup = max(0.0, sec.variance - arrived * share - absent)
         if topup > 0:
             gen = info.seeds.generator(info.round_idx, SERVER, "topup")

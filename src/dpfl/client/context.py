@@ -127,6 +127,12 @@ class RoundInfo:
     # decides with its own secret coin of probability q (stream (t, k, "coin")) whether its update
     # enters the secure sum; nobody else learns the outcome. False in simulation and elsewhere.
     own_coins: bool = False
+    # Simulation's shortcut under secure aggregation (the vectorized and Ray engines): nobody sees
+    # a single upload, only the modular sum, so the server step draws the sum of the rows' noise
+    # shares as one Skellam of their summed variance (sums of Skellams are Skellam: the same
+    # distribution) instead of one per row. False: each row draws its own share from its stream,
+    # as a client does (the sequential engine, real clients).
+    summed_shares: bool = False
 
     @property
     def cohort(self) -> int:
@@ -135,7 +141,7 @@ class RoundInfo:
 
     def for_clients(self, clients: torch.Tensor) -> RoundInfo:
         """The same round seen for a subset of its rows (the cohort size is kept)."""
-        return RoundInfo(self.round_idx, self.num_clients, clients, self.seeds, self.cohort, self.plan, self.own_coins)
+        return dataclasses.replace(self, clients=clients, cohort_size=self.cohort)
 
     def with_plan(self, plan: Any) -> RoundInfo:
         """The same round with its plan fixed."""

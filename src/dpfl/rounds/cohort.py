@@ -15,6 +15,7 @@ The round loop (:mod:`dpfl.rounds.loop`) is the same for every runtime; only the
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -130,6 +131,8 @@ class InProcessCohort:
         return Collected(info.clients, local.num_samples, local.train_loss, local)
 
     def aggregate(self, params: torch.Tensor, collected: Collected, info: RoundInfo) -> RoundOutput:
+        if self.engine.name != "sequential":  # the reference engine draws every client's share itself
+            info = dataclasses.replace(info, summed_shares=True)
         return self.step.server_step(params, collected.payload, info)
 
     def empty_round(self, params: torch.Tensor, info: RoundInfo) -> RoundOutput:
