@@ -3,6 +3,13 @@ notices and final result. Plots and reports read only from here.
 
 Writes are small transactions, so a run killed at any moment leaves every completed round's row
 intact; WAL mode lets ``dpfl runs`` read while a run writes.
+
+A run has one writer at a time: the writer holds the run's **lease** (:meth:`RunStore.lease`, a
+row of table ``leases``: pid, host, process start time, taken and refreshed times), refreshes it
+every :data:`LEASE_REFRESH_SECONDS` and deletes it when it ends. A second writer is refused while
+the lease is live; a lease is stale, and taken over, when its process is gone (same host: its pid
+is dead or now belongs to another process) or when it was not refreshed for
+:data:`LEASE_STALE_SECONDS` (the only test possible for a writer on another host).
 """
 
 from __future__ import annotations
@@ -10,7 +17,10 @@ from __future__ import annotations
 import builtins
 import json
 import os
+import secrets
+import socket
 import sqlite3
+import threading
 import time
 import urllib.parse
 from collections.abc import Iterator
@@ -22,6 +32,10 @@ from typing import Any
 from dpfl.errors import ConfigError
 
 DEFAULT_STORE = Path("runs") / "dpfl.sqlite"
+LEASE_REFRESH_SECONDS = 30.0
+"""How often a writer refreshes its run's lease."""
+LEASE_STALE_SECONDS = 600.0
+"""A lease not refreshed for this long is stale whatever its host (20 missed refreshes)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -42,6 +56,15 @@ CREATE TABLE IF NOT EXISTS rounds (
     round INTEGER NOT NULL,
     metrics_json TEXT NOT NULL,
     PRIMARY KEY (run_id, round)
+);
+CREATE TABLE IF NOT EXISTS leases (
+    run_id TEXT PRIMARY KEY,
+    token TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    host TEXT NOT NULL,
+    process_start TEXT,
+    taken_at REAL NOT NULL,
+    refreshed_at REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS notices (
     run_id TEXT NOT NULL,
@@ -159,6 +182,55 @@ class RunStore:
                     now,
                 ),
             )
+
+    def lease(self, run_id: str) -> RunLease:
+        """Take the write lease of run ``run_id`` (use as a context manager; it is released on
+        exit and refreshed meanwhile by a background thread).
+
+        Raises:
+            ConfigError: a live process holds it: "run ID is being written by pid P on host H
+                since T; wait or stop it".
+        """
+        token = secrets.token_hex(8)
+        host, pid, started = socket.gethostname(), os.getpid(), _process_start(os.getpid())
+        with self._connect(write=True) as db:
+            db.execute("BEGIN IMMEDIATE")  # read and take in one write transaction: no two winners
+            row = db.execute("SELECT pid, host, process_start, taken_at, refreshed_at FROM leases WHERE run_id=?",
+                             (run_id,)).fetchone()
+            if row is not None and _lease_live(*row, now=time.time()):
+                since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(row[3]))
+                raise ConfigError(f"run {run_id} is being written by pid {row[0]} on host {row[1]} since {since} "
+                                  f"(store {self.path}); wait or stop it")
+            now = time.time()
+            db.execute("INSERT OR REPLACE INTO leases (run_id, token, pid, host, process_start, taken_at, refreshed_at) "
+                       "VALUES (?, ?, ?, ?, ?, ?, ?)", (run_id, token, pid, host, started, now, now))
+        return RunLease(self, run_id, token)
+
+    def lease_holder(self, run_id: str) -> dict[str, Any] | None:
+        """The lease row of run ``run_id`` (``pid``, ``host``, ``taken_at``, ``refreshed_at``,
+        ``live``), or ``None`` when nobody holds it."""
+        if not self.exists():
+            return None
+        with self._connect() as db:
+            try:
+                row = db.execute("SELECT pid, host, process_start, taken_at, refreshed_at FROM leases WHERE run_id=?",
+                                 (run_id,)).fetchone()
+            except sqlite3.OperationalError:  # a store written before leases existed
+                return None
+        if row is None:
+            return None
+        return {"pid": row[0], "host": row[1], "taken_at": row[3], "refreshed_at": row[4],
+                "live": _lease_live(*row, now=time.time())}
+
+    def _refresh_lease(self, run_id: str, token: str) -> bool:
+        """Refresh a held lease; ``False`` if it is no longer ours (taken over as stale)."""
+        with self._connect(write=True) as db:
+            cur = db.execute("UPDATE leases SET refreshed_at=? WHERE run_id=? AND token=?", (time.time(), run_id, token))
+            return cur.rowcount == 1
+
+    def _release_lease(self, run_id: str, token: str) -> None:
+        with self._connect(write=True) as db:
+            db.execute("DELETE FROM leases WHERE run_id=? AND token=?", (run_id, token))
 
     def log_round(self, run_id: str, round_idx: int, metrics: dict[str, Any]) -> None:
         with self._connect(write=True) as db:
@@ -295,6 +367,76 @@ class RunStore:
             result=decoded["result"],
             problem="; ".join(problems) or None,
         )
+
+
+class RunLease:
+    """A run's write lease (:meth:`RunStore.lease`): refreshed every
+    :data:`LEASE_REFRESH_SECONDS` by a daemon thread until :meth:`release`."""
+
+    def __init__(self, store: RunStore, run_id: str, token: str) -> None:
+        self.store, self.run_id, self.token = store, run_id, token
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._refresh, name=f"dpfl-lease-{run_id}", daemon=True)
+        self._thread.start()
+
+    def _refresh(self) -> None:
+        while not self._stop.wait(LEASE_REFRESH_SECONDS):
+            try:
+                if not self.store._refresh_lease(self.run_id, self.token):
+                    return
+            except Exception:  # a busy or vanished store: the next refresh tries again  # noqa: BLE001
+                continue
+
+    def release(self) -> None:
+        """Stop refreshing and delete the lease (only if it is still this writer's)."""
+        self._stop.set()
+        self._thread.join(timeout=10)
+        try:
+            self.store._release_lease(self.run_id, self.token)
+        except ConfigError:  # the store became unwritable: the lease goes stale with this process
+            pass
+
+    def __enter__(self) -> RunLease:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """Fields 3.. of /proc/PID/stat (state first), or ``None`` (no such process, or no /proc)."""
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[-1].split()
+    except OSError:
+        return None
+
+
+def _process_start(pid: int) -> str | None:
+    """The start time of process ``pid`` in clock ticks since boot (/proc; ``None`` elsewhere):
+    tells the process from a later one that reuses its pid."""
+    fields = _proc_stat(pid)
+    return fields[19] if fields is not None and len(fields) > 19 else None
+
+
+def _lease_live(pid: int, host: str, process_start: str | None, taken_at: float, refreshed_at: float, *,
+                now: float) -> bool:
+    """Whether a lease row still belongs to a live writer (see the module docstring)."""
+    if now - refreshed_at > LEASE_STALE_SECONDS:
+        return False
+    if host != socket.gethostname():
+        return True  # another machine's process: only the refresh time tells
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    fields = _proc_stat(pid)
+    if fields is None:  # no /proc (not Linux: the pid exists), or it ended just now
+        return not Path("/proc/self").is_dir()
+    if fields[0] == "Z":  # a zombie has ended
+        return False
+    return process_start is None or len(fields) <= 19 or fields[19] == process_start
 
 
 def _file_among_parents(path: Path) -> Path | None:
