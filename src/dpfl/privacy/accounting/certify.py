@@ -31,6 +31,7 @@ References:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -74,6 +75,7 @@ __all__ = [
     "calibrate_noise_multiplier",
     "certify",
     "epsilon_from_rdp",
+    "epsilons_from_rdp",
     "pld_epsilon",
     "rdp_epsilon",
     "rdp_vector",
@@ -398,8 +400,59 @@ def rdp_vector(event: dpe.DpEvent, relation: str, orders: Sequence[float] = DEFA
 
 
 def epsilon_from_rdp(orders: Sequence[float], rdp: np.ndarray, delta: float) -> float:
-    """ε at δ from an RDP curve (dp_accounting's conversion)."""
-    return float(rdp_acc.compute_epsilon(np.asarray(orders), np.asarray(rdp), delta)[0])
+    """ε at δ from an RDP curve: dp_accounting's ``compute_epsilon``, bit for bit (see
+    :func:`epsilons_from_rdp`)."""
+    orders_t = orders if type(orders) is tuple else tuple(float(a) for a in orders)
+    r = np.asarray(rdp, dtype=np.float64)
+    if r.ndim == 1 and r.shape[0] == len(orders_t) and not isinstance(delta, bool) and 0.0 < delta < 1.0:
+        lowest, first, second, pad = _conversion_terms(orders_t, float(delta))
+        if r.shape[0] and r.min() >= lowest:  # NaN fails this too
+            bound = ((r + first) - second) + pad
+            best = float(bound[bound.argmin()])
+            return best if best > 0 else 0.0
+    return float(epsilons_from_rdp(orders_t, r.reshape(1, -1), delta)[0])
+
+
+@functools.lru_cache(maxsize=64)
+def _conversion_terms(orders: tuple[float, ...], delta: float) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+    """What dp_accounting's ``compute_epsilon`` computes per order α, once: log1p(−1/α) and
+    log(δα)/(α − 1) with :mod:`math` (0 where α <= 1.01, where its bound does not apply: there
+    the pad is ∞, elsewhere 0 — adding 0.0 changes no bound), and the smallest RDP value left to
+    it (an order whose RDP is below about δ² takes its KL branch, ε = 0: 4δ² is a safe margin)."""
+    if min(orders) < 1:
+        raise ValueError(f"Renyi divergence order must be at least 1. Found {min(orders)}.")
+    first = np.array([math.log1p(-1 / a) if a > 1.01 else 0.0 for a in orders])
+    second = np.array([math.log(delta * a) / (a - 1) if a > 1.01 else 0.0 for a in orders])
+    pad = np.array([0.0 if a > 1.01 else math.inf for a in orders])
+    return 4.0 * delta**2, first, second, pad
+
+
+def epsilons_from_rdp(orders: Sequence[float], rdp: np.ndarray, delta: float) -> np.ndarray:
+    """ε at δ of every row of ``rdp`` ([rows, orders]): dp_accounting's ``compute_epsilon``
+    (the minimum over the orders of the bound of Canonne, Kamath, Steinke 2020, Prop. 12 /
+    Asoodeh et al. 2020, eq. 20) for all rows at once, bit for bit the same numbers: the
+    per-order terms are computed with :mod:`math` once (:func:`_conversion_terms`), and each
+    row's ``(r + log1p(−1/α)) − log(δα)/(α − 1)`` with the same IEEE operations in the same
+    order; the first minimum is taken, and a negative minimum is 0. A row with an entry below
+    4δ² (the KL branch, a negative value) or a NaN, and any order below 1 or δ outside (0, 1),
+    go through dp_accounting's own function; an all-zero row is ε = 0 (nothing was released)."""
+    orders_t = orders if type(orders) is tuple else tuple(float(a) for a in orders)
+    r = np.asarray(rdp, dtype=np.float64)
+    if r.ndim != 2 or r.shape[1] != len(orders_t):
+        raise ConfigError(f"an RDP matrix needs one column per order ({len(orders_t)}). Found shape {r.shape}.")
+    out = np.zeros(r.shape[0])
+    nonzero = np.any(r != 0, axis=1)
+    fast = np.zeros(r.shape[0], dtype=bool)
+    if r.shape[0] and not isinstance(delta, bool) and 0.0 < delta < 1.0 and min(orders_t) >= 1:
+        lowest, first, second, pad = _conversion_terms(orders_t, float(delta))
+        fast = r.min(axis=1) >= lowest  # NaN fails this too
+        if np.any(fast):
+            bound = ((r[fast] + first) - second) + pad
+            best = bound[np.arange(bound.shape[0]), bound.argmin(axis=1)]
+            out[fast] = np.where(best > 0, best, 0.0)
+    for k in np.flatnonzero(nonzero & ~fast):
+        out[k] = float(rdp_acc.compute_epsilon(np.asarray(orders_t), r[k], delta)[0])
+    return out
 
 
 def rdp_epsilon(

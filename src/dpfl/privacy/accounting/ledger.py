@@ -31,12 +31,19 @@ arrive than the noise was split over, the weaker guarantee is what gets recorded
 every round must report the same description or :class:`PrivacyPreconditionError` is raised —
 sampling and accounting cannot disagree.
 
-**Cost policy.** RDP is kept incrementally: each distinct event's RDP curve is computed once
-(cached) and added to per-client rows, so certifying after every round costs a few vector
-operations and one ε conversion per distinct history (≈ milliseconds at 1000 rounds). PLD is
-recomposed from the grouped events of a history (``SelfComposedDpEvent`` per distinct event) and
-cached per distinct history; :meth:`PrivacyLedger.record_round` stores an RDP certificate every
-round and the tightest (RDP/PLD) one every ``pld_every`` rounds and on demand
+**Cost policy.** The ledger is vectorized over clients: a release about many clients costs a few
+array operations, never a Python step per client. Each observer keeps a shared stream (events
+and RDP curve) and, per charged client, a row of an RDP matrix to which each release adds its
+event's curve (computed once per distinct event, cached) for all its clients at once; the
+receipts themselves are a log of (event, clients), so a client's release multiset is a count of
+identical releases. Certification groups the clients by multiset on demand (cached until the
+next receipt) and composes once per distinct multiset: RDP ε of every distinct curve in one
+vectorized conversion (dp-accounting's formula, bit for bit), PLD recomposed from the grouped
+events (``SelfComposedDpEvent`` per distinct event) and cached per multiset. Checking a round
+before it runs (:meth:`PrivacyLedger.would_exceed`, :meth:`PrivacyLedger.within_budget`) adds
+its curves to copies of the rows and answers from the pointwise maximum first (ε is
+non-decreasing in every order's RDP). :meth:`PrivacyLedger.record_round` stores an RDP
+certificate every round and the tightest (RDP/PLD) one every ``pld_every`` rounds and on demand
 (:meth:`PrivacyLedger.certify`). :meth:`PrivacyLedger.would_exceed` uses RDP by default, which
 can only stop a run earlier than PLD would, never later.
 
@@ -55,7 +62,7 @@ import dataclasses
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import dp_accounting as dpa
@@ -70,6 +77,7 @@ from dpfl.privacy.accounting.certify import (
     Certificate,
     epsilon_from_json,
     epsilon_from_rdp,
+    epsilons_from_rdp,
     json_epsilon,
     pld_epsilon,
     rdp_vector,
@@ -80,6 +88,7 @@ from dpfl.privacy.accounting.events import (
     amplification_support,
     compose,
     gaussian_event,
+    leaves,
     noise_multiplier,
     pure_epsilon,
     sampled_event,
@@ -547,36 +556,139 @@ def _signature(counts: Counter[dpe.DpEvent]) -> frozenset[tuple[dpe.DpEvent, int
     return frozenset(counts.items())
 
 
-@dataclass
+@dataclass(frozen=True)
+class _Histories:
+    """The charged clients' own receipts, grouped: what certification reads from the receipt log.
+
+    Row r (a client, in the order clients were first charged) holds ``counts[starts[r]:starts[r+1]]``
+    receipts of the events ``columns[...]``, in the order the client first received each (the
+    insertion order of a per-client ``Counter``, which fixes the order a PLD composes them in).
+    ``group[r]`` numbers the row's release multiset; ``representatives`` is the first row of each
+    multiset, in row order.
+    """
+
+    starts: np.ndarray
+    columns: np.ndarray
+    counts: np.ndarray
+    group: np.ndarray
+    representatives: np.ndarray
+
+    @classmethod
+    def of(cls, log: Sequence[tuple[int, np.ndarray]], num_rows: int, num_events: int) -> _Histories:
+        if not log:
+            empty = np.zeros(0, dtype=np.int64)
+            return cls(np.zeros(num_rows + 1, dtype=np.int64), empty, empty, np.zeros(num_rows, dtype=np.int64), empty)
+        rows = np.concatenate([idx for _, idx in log])
+        cols = np.repeat(np.array([c for c, _ in log], dtype=np.int64), [idx.size for _, idx in log])
+        # one entry per (row, event), sorted by row then event: the canonical form of a multiset
+        keys, first, counts = np.unique(rows * num_events + cols, return_index=True, return_counts=True)
+        prow, pcol = np.divmod(keys, num_events)
+        starts = np.searchsorted(prow, np.arange(num_rows + 1))
+        canonical = np.stack([pcol, counts], axis=1)
+        seen: dict[bytes, int] = {}
+        group = np.empty(num_rows, dtype=np.int64)
+        reps: list[int] = []
+        for r in range(num_rows):
+            g = seen.setdefault(canonical[starts[r]:starts[r + 1]].tobytes(), len(reps))
+            if g == len(reps):
+                reps.append(r)
+            group[r] = g
+        order = np.lexsort((first, prow))  # within a row: first receipt first
+        return cls(starts, pcol[order], counts[order], group, np.asarray(reps, dtype=np.int64))
+
+    def counter(self, row: int, events: Sequence[dpe.DpEvent]) -> Counter[dpe.DpEvent]:
+        s, e = int(self.starts[row]), int(self.starts[row + 1])
+        return Counter({events[int(c)]: int(k) for c, k in zip(self.columns[s:e], self.counts[s:e], strict=True)})
+
+
 class _ObserverState:
-    n_orders: int
-    shared_counts: Counter[dpe.DpEvent] = field(default_factory=Counter)
-    shared_rdp: np.ndarray = field(init=False)
-    index: dict[int, int] = field(default_factory=dict)
-    ids: list[int] = field(default_factory=list)
-    rows: np.ndarray = field(init=False)
-    counts: list[Counter[dpe.DpEvent]] = field(default_factory=list)
+    """One observer's receipts: the shared (broadcast) stream and every charged client's own.
 
-    def __post_init__(self) -> None:
-        self.shared_rdp = np.zeros(self.n_orders)
-        self.rows = np.zeros((16, self.n_orders))
+    Clients get a row when first charged (``pos[client]``, -1 before; ``ids`` in that order).
+    ``rows`` holds each row's RDP curve, accumulated release by release (one vector addition per
+    release for all its clients). The receipts themselves are a log of (event column, rows): a
+    client's release multiset is the count of each event over its rows, grouped on demand
+    (:class:`_Histories`, cached until the next receipt) — no per-client Python objects.
+    """
 
-    def row(self, cid: int) -> int:
-        i = self.index.get(cid)
-        if i is None:
-            i = len(self.ids)
-            if i >= self.rows.shape[0]:
-                self.rows = np.vstack([self.rows, np.zeros_like(self.rows)])
-            self.index[cid] = i
-            self.ids.append(cid)
-            self.counts.append(Counter())
-        return i
+    def __init__(self, n_orders: int, num_clients: int) -> None:
+        self.n_orders = n_orders
+        self.shared_counts: Counter[dpe.DpEvent] = Counter()
+        self.shared_rdp = np.zeros(n_orders)
+        self.pos = np.full(num_clients, -1, dtype=np.int64)
+        self.id_of = np.zeros(16, dtype=np.int64)
+        self.n = 0
+        self.rows = np.zeros((16, n_orders))
+        self.events: list[dpe.DpEvent] = []
+        self.column: dict[dpe.DpEvent, int] = {}
+        self.log: list[tuple[int, np.ndarray]] = []
+        self._histories: _Histories | None = None
+
+    @property
+    def ids(self) -> np.ndarray:
+        """Client ids of the rows, in the order they were first charged."""
+        return self.id_of[: self.n]
+
+    def row_of(self, cid: int | None) -> int | None:
+        if cid is None or not 0 <= cid < self.pos.shape[0]:
+            return None
+        r = int(self.pos[cid])
+        return r if r >= 0 else None
+
+    def rows_of(self, clients: Sequence[int]) -> np.ndarray:
+        """Rows of ``clients`` (distinct), giving new clients rows in the order listed."""
+        cids = np.asarray(clients, dtype=np.int64)
+        idx = self.pos[cids]
+        fresh = idx < 0
+        if fresh.any():
+            new = cids[fresh]
+            m = self.n + new.size
+            if m > self.rows.shape[0]:
+                cap = max(2 * self.rows.shape[0], m)
+                self.rows = np.vstack([self.rows, np.zeros((cap - self.rows.shape[0], self.n_orders))])
+                self.id_of = np.concatenate([self.id_of, np.zeros(cap - self.id_of.shape[0], dtype=np.int64)])
+            self.pos[new] = np.arange(self.n, m)
+            self.id_of[self.n:m] = new
+            self.n = m
+            idx = self.pos[cids]
+        return idx
+
+    def charge(self, clients: Sequence[int], event: dpe.DpEvent, vec: np.ndarray) -> None:
+        """One release about ``clients``: its RDP added to their rows, its event logged."""
+        idx = self.rows_of(clients)
+        self.rows[idx] += vec
+        col = self.column.setdefault(event, len(self.events))
+        if col == len(self.events):
+            self.events.append(event)
+        self.log.append((col, idx))
+        self._histories = None
+
+    def histories(self) -> _Histories:
+        if self._histories is None:
+            self._histories = _Histories.of(self.log, self.n, max(len(self.events), 1))
+        return self._histories
+
+    def own_counts(self, row: int) -> Counter[dpe.DpEvent]:
+        """The receipts of row ``row``, in the order the client first received each event."""
+        return self.histories().counter(row, self.events)
 
     def to_counts(self, cid: int | None) -> Counter[dpe.DpEvent]:
+        """The shared receipts, then client ``cid``'s own (None: the shared ones only)."""
         total: Counter[dpe.DpEvent] = Counter(self.shared_counts)
-        if cid is not None and cid in self.index:
-            total.update(self.counts[self.index[cid]])
+        row = self.row_of(cid)
+        if row is not None:
+            total.update(self.own_counts(row))
         return total
+
+    def copy(self) -> _ObserverState:
+        out = _ObserverState.__new__(_ObserverState)
+        out.n_orders, out.n = self.n_orders, self.n
+        out.shared_counts = Counter(self.shared_counts)
+        out.shared_rdp = self.shared_rdp.copy()
+        out.pos, out.id_of, out.rows = self.pos.copy(), self.id_of.copy(), self.rows.copy()
+        out.events, out.column, out.log = list(self.events), dict(self.column), list(self.log)
+        out._histories = self._histories  # immutable, and the receipts are the same
+        return out
 
 
 #: Above this many distinct *sampled* events, PLD groups noise multipliers on a geometric grid.
@@ -636,6 +748,33 @@ def _amplified(event: dpe.DpEvent, relation: str) -> bool:
 
 def _events_from_counts(counts: Counter[dpe.DpEvent]) -> dpe.DpEvent:
     return compose(e if c == 1 else dpa.SelfComposedDpEvent(e, c) for e, c in counts.items())
+
+
+def _tightest(eps_pld: float | None, eps_rdp: float, eps_pure: float | None) -> tuple[float, str]:
+    """The smallest valid bound and its method (PLD first on ties, then RDP, then pure)."""
+    eps, best = math.inf, "rdp"
+    for name, value in (("pld", eps_pld), ("rdp", eps_rdp), ("pure", eps_pure)):
+        if value is not None and value < eps:
+            eps, best = value, name
+    return eps, best
+
+
+def _pure_kind(event: dpe.DpEvent) -> str:
+    """How an event enters :func:`.events.pure_epsilon`: "pure" (randomized response or nothing),
+    "zero" (a randomized response without noise: ε = ∞ when met first), "none" (not pure DP: the
+    composition has no pure bound unless a "zero" comes first)."""
+    kinds = set()
+    for leaf, _ in leaves(event):
+        if isinstance(leaf, dpa.NoOpDpEvent):
+            continue
+        if isinstance(leaf, dpa.RandomizedResponseDpEvent):
+            kinds.add("zero" if leaf.noise_parameter == 0 and leaf.num_buckets != 1 else "pure")
+        else:
+            kinds.add("none")
+    for kind in ("zero", "none"):
+        if kind in kinds:
+            return kind
+    return "pure"
 
 
 # --------------------------------------------------------------------------- the ledger
@@ -698,7 +837,10 @@ class PrivacyLedger:
         self.pld_every = pld_every
         self.pld_discretization = float(pld_discretization)
         self.rdp_orders = tuple(float(o) for o in rdp_orders)
-        self._state: dict[str, _ObserverState] = {obs: _ObserverState(len(self.rdp_orders)) for obs in OBSERVERS}
+        self._state: dict[str, _ObserverState] = {
+            obs: _ObserverState(len(self.rdp_orders), num_clients) for obs in OBSERVERS}
+        self._version = 0  # receipts recorded so far (keys the per-client RDP cache)
+        self._full_rdp_cache: dict[str, tuple[int, np.ndarray]] = {}
         self._rounds: list[dict[str, Any]] = []
         self._history: list[dict[str, Any]] = []
         # a round under "all" sampling with fewer participants than clients (dropouts)
@@ -778,11 +920,11 @@ class PrivacyLedger:
 
     def _targets(
         self, release: Release, participants: tuple[int, ...]
-    ) -> tuple[dpe.DpEvent | None, list[int], dpe.DpEvent]:
+    ) -> tuple[dpe.DpEvent | None, Sequence[int], dpe.DpEvent]:
         """(event for the shared stream or None, clients charged individually, their event)."""
         event = release.event()
         if release.client_ids is not None:
-            return None, list(release.client_ids), event
+            return None, release.client_ids, event
         hidden_from_server = release.observer == "server" and release.amplifiable and isinstance(release, SkellamRelease)
         if (release.observer == "public" and self.sample_secret) or hidden_from_server:
             if self.sampling["kind"] != "all" and not (release.amplifiable and self.privacy_unit == "client"):
@@ -792,10 +934,10 @@ class PrivacyLedger:
                     f"{self.privacy_unit}); record it per participant (dpfl.privacy.accounting.cohorts)."
                 )
             if self._sampler is not None:
-                return self._sampler.wrap_event(event, self.num_clients), [], event
-            return sampled_event(event, self.sampling, self.num_clients), [], event
+                return self._sampler.wrap_event(event, self.num_clients), (), event
+            return sampled_event(event, self.sampling, self.num_clients), (), event
         # a broadcast whose cohort is known to the observer: charged to those who took part
-        return None, list(participants), event
+        return None, participants, event
 
     def _apply(self, releases: Sequence[Release], participants: tuple[int, ...]) -> None:
         for rel in releases:
@@ -805,11 +947,8 @@ class PrivacyLedger:
                 st.shared_counts[shared] += 1
                 st.shared_rdp += rdp_vector(shared, self.relation, self.rdp_orders)
             if clients and not isinstance(event, dpa.NoOpDpEvent):
-                vec = rdp_vector(event, self.relation, self.rdp_orders)
-                rows = [st.row(c) for c in clients]
-                st.rows[rows] += vec
-                for r in rows:
-                    st.counts[r][event] += 1
+                st.charge(clients, event, rdp_vector(event, self.relation, self.rdp_orders))
+        self._version += 1
 
     def _note_participation(self, parts: tuple[int, ...]) -> None:
         """Without client sampling, a round with fewer participants than clients (dropouts)
@@ -882,22 +1021,37 @@ class PrivacyLedger:
             return 0.0
         return epsilon_from_rdp(self.rdp_orders, rdp, self.delta)
 
-    def _worst_rdp(self, observer: str, state: _ObserverState | None = None) -> tuple[float, int | None]:
+    def _eps_rows(self, rdp: np.ndarray) -> np.ndarray:
+        """:meth:`_eps` of every row of ``rdp`` at once (the same numbers)."""
+        return epsilons_from_rdp(self.rdp_orders, rdp, self.delta)
+
+    def _worst_rdp(self, observer: str) -> tuple[float, int | None]:
         """(worst client's RDP ε, that client's id or None when every client is alike)."""
-        st = state if state is not None else self._state[observer]
-        n = len(st.ids)
-        if n == 0:
-            return self._eps(st.shared_rdp), None
-        rows = st.rows[:n]
+        st = self._state[observer]
+        return self._worst(st.shared_rdp, st.rows[: st.n], st.ids)
+
+    def _worst(self, shared: np.ndarray, rows: np.ndarray, ids: np.ndarray) -> tuple[float, int | None]:
+        """(worst RDP ε over clients whose own curves are ``rows`` on top of ``shared``, its client)."""
+        if rows.shape[0] == 0:
+            return self._eps(shared), None
         top = rows.max(axis=0)
         dominant = np.flatnonzero(np.all(rows == top, axis=1))
         if dominant.size:
-            return self._eps(top + st.shared_rdp), st.ids[int(dominant[0])]
+            return self._eps(top + shared), int(ids[int(dominant[0])])
         uniq, inverse = np.unique(rows, axis=0, return_inverse=True)
-        eps = [self._eps(u + st.shared_rdp) for u in uniq]
+        eps = self._eps_rows(uniq + shared)
         k = int(np.argmax(eps))
-        who = st.ids[int(np.flatnonzero(inverse.reshape(-1) == k)[0])]
+        who = int(ids[int(np.flatnonzero(inverse.reshape(-1) == k)[0])])
         return float(eps[k]), who
+
+    def _exceeds(self, shared: np.ndarray, rows: np.ndarray, ids: np.ndarray, target: float) -> bool:
+        """Whether :meth:`_worst` is above ``target``. ε is non-decreasing in every order's RDP,
+        so when the pointwise maximum of the curves is within the target, so is every client."""
+        if rows.shape[0]:
+            envelope = self._eps(rows.max(axis=0) + shared)
+            if envelope <= target:
+                return False
+        return self._worst(shared, rows, ids)[0] > target
 
     def client_epsilons(self, observer: Observer, method: Literal["rdp", "best"] = "rdp") -> dict[int, float]:
         """Certified ε of every client that has its own receipts, against ``observer``.
@@ -907,12 +1061,20 @@ class PrivacyLedger:
         """
         self._check_observer(observer)
         st = self._state[observer]
+        if st.n == 0:
+            return {}
+        uniq, inverse = np.unique(st.rows[: st.n], axis=0, return_inverse=True)
+        rdp = self._eps_rows(uniq + st.shared_rdp)[inverse.reshape(-1)]
+        ids = st.ids.tolist()
+        if method == "rdp":
+            return {cid: float(e) for cid, e in zip(ids, rdp, strict=True)}
+        # the tightest per client: its own RDP curve, the PLD and pure bounds of its multiset
+        hist = st.histories()
+        per_group = [self._tight_parts(observer, int(ids[r])) for r in hist.representatives]
         out: dict[int, float] = {}
-        for cid in st.ids:
-            if method == "rdp":
-                out[cid] = self._eps(st.rows[st.index[cid]] + st.shared_rdp)
-            else:
-                out[cid] = self.certify(observer, cid).epsilon
+        for r, cid in enumerate(ids):
+            eps_pld, eps_pure = per_group[int(hist.group[r])]
+            out[cid] = _tightest(eps_pld, float(rdp[r]), eps_pure)[0]
         return out
 
     # ------------------------------------------------------------------ certificates
@@ -937,11 +1099,48 @@ class PrivacyLedger:
             self._pld_notes[sig] = notes
         return self._pld_cache[sig], list(self._pld_notes[sig])
 
+    def _tight_parts(self, observer: str, cid: int | None) -> tuple[float | None, float | None]:
+        """(PLD ε, pure ε) of the receipts of ``cid`` (None: the shared ones) against ``observer``."""
+        counts = self._state[observer].to_counts(cid)
+        if not counts:
+            return None, 0.0
+        return self._pld_for(counts)[0], pure_epsilon(_events_from_counts(counts))
+
+    def _rdp_bounds(self, observer: str, who: Sequence[int | None]) -> list[float]:
+        """``self._certificate(observer, cid, "rdp").epsilon`` for every ``cid`` of ``who`` (the
+        smaller of the RDP and pure bounds), the RDP ε of all of them in one conversion."""
+        st = self._state[observer]
+        curves = np.tile(st.shared_rdp, (len(who), 1))
+        kinds: list[set[str]] = []
+        shared_kinds = {_pure_kind(e) for e in st.shared_counts}
+        col_kinds = [_pure_kind(e) for e in st.events]
+        hist = st.histories() if st.n else None
+        for i, cid in enumerate(who):
+            row = st.row_of(cid)
+            own: set[str] = set()
+            if row is not None and hist is not None:
+                curves[i] = st.shared_rdp + st.rows[row]
+                own = {col_kinds[int(c)] for c in hist.columns[hist.starts[row]:hist.starts[row + 1]]}
+            kinds.append(shared_kinds | own)
+        eps_rdp = self._eps_rows(curves)
+        out: list[float] = []
+        for i, cid in enumerate(who):
+            if not kinds[i]:  # no receipts at all
+                out.append(0.0)
+                continue
+            # pure composition applies only when every release is pure DP: skip building the
+            # composition when some release certainly is not (the same None it would return)
+            certainly_not_pure = "none" in kinds[i] and "zero" not in kinds[i]
+            eps_pure = None if certainly_not_pure else pure_epsilon(_events_from_counts(st.to_counts(cid)))
+            out.append(_tightest(None, float(eps_rdp[i]), eps_pure)[0])
+        return out
+
     def _certificate(self, observer: str, cid: int | None, method: str) -> Certificate:
         st = self._state[observer]
         rdp = st.shared_rdp.copy()
-        if cid is not None and cid in st.index:
-            rdp = rdp + st.rows[st.index[cid]]
+        row = st.row_of(cid)
+        if row is not None:
+            rdp = rdp + st.rows[row]
         eps_rdp = self._eps(rdp)
         counts = st.to_counts(cid)
         notes: list[str] = []
@@ -949,11 +1148,7 @@ class PrivacyLedger:
         if method == "best" and counts:
             eps_pld, notes = self._pld_for(counts)
         eps_pure = pure_epsilon(_events_from_counts(counts)) if counts else 0.0
-        candidates = [("pld", eps_pld), ("rdp", eps_rdp), ("pure", eps_pure)]
-        eps, best = math.inf, "rdp"
-        for name, value in candidates:
-            if value is not None and value < eps:
-                eps, best = value, name
+        eps, best = _tightest(eps_pld, eps_rdp, eps_pure)
         if not counts:
             eps, best = 0.0, "rdp"
         who = "every client" if cid is None else f"client {cid}"
@@ -967,7 +1162,7 @@ class PrivacyLedger:
         # was never drawn included (its 0 holds only for these cohorts), is conditional on the
         # cohorts drawn. Shared receipts alone are events of the secret schedule (amplified, or
         # charged to every client whatever the sample): ex ante.
-        per_participant = bool(st.ids)
+        per_participant = st.n > 0
         basis: Basis = "given-cohorts" if per_participant and (sampled or self._partial_rounds) else "ex-ante"
         if observer == "server" and any(_amplified(e, self.relation) for e in st.shared_counts):
             notes.append("hidden participation: the server sees only the secure sum of every client's masked "
@@ -1013,23 +1208,21 @@ class PrivacyLedger:
         if client_id is not None:
             return self._certificate(observer, int(client_id), method)
         st = self._state[observer]
-        if not st.ids:
+        if st.n == 0:
             return self._certificate(observer, None, method)
         if method == "rdp":
             _, worst_cid = self._worst_rdp(observer)
             return self._certificate(observer, worst_cid, method)
-        # tightest per distinct history; the worst of those
-        seen: dict[frozenset[tuple[dpe.DpEvent, int]], int] = {}
-        for cid in st.ids:
-            seen.setdefault(_signature(st.counts[st.index[cid]]), cid)
-        who: list[int | None] = list(seen.values())
-        if len(st.ids) < self.num_clients and st.shared_counts:
+        # tightest per distinct history (release multiset; its first client, in the order
+        # clients were first charged); the worst of those
+        who: list[int | None] = [int(st.ids[r]) for r in st.histories().representatives]
+        if st.n < self.num_clients and st.shared_counts:
             who.append(None)
         # A history's tightest ε never exceeds its RDP-or-pure ε (the tightest is the minimum over
         # PLD, RDP and pure composition), so histories are priced in decreasing order of that
         # bound and the search stops once the bound is below the worst tightest ε found: the same
         # maximum, with one PLD per history that can still be the worst instead of one per history.
-        bounds = [(self._certificate(observer, cid, "rdp").epsilon, i) for i, cid in enumerate(who)]
+        bounds = list(zip(self._rdp_bounds(observer, who), range(len(who)), strict=True))
         worst: tuple[float, int, Certificate] | None = None
         for bound, i in sorted(bounds, key=lambda b: (-b[0], b[1])):
             if worst is not None and bound < worst[0]:
@@ -1086,48 +1279,75 @@ class PrivacyLedger:
             participants = sorted(named)
         parts = self._check_round(next_round_releases, self.sampling, participants)
         if method == "best":
-            trial = PrivacyLedger.from_dict(self.to_dict())
-            trial._sampler = self._sampler
+            trial = self._clone()
             trial.pld_every = 0
-            trial.record_round(-1, next_round_releases, sampling=self.sampling, participants=parts)
+            trial.record_round(-1, next_round_releases, sampling=self.sampling, participants=parts,
+                               certify_round=False)
             return bool(trial.certify(observer, None, "best").epsilon > target_epsilon)
-        states = self._trial_states(next_round_releases, parts)
-        worst = max(self._worst_rdp(obs, states[obs])[0] for obs in ((observer,) if observer else OBSERVERS))
-        return bool(worst > target_epsilon)
+        return any(self._exceeds(*self._trial(obs, next_round_releases, parts), target_epsilon)
+                   for obs in ((observer,) if observer else OBSERVERS))
+
+    def _clone(self) -> PrivacyLedger:
+        """A copy of the receipts, configuration and sampler (what :meth:`from_dict` of
+        :meth:`to_dict` rebuilds, without replaying), with its own PLD cache; no history."""
+        trial = PrivacyLedger.__new__(PrivacyLedger)
+        trial.__dict__.update(self.__dict__)
+        trial._state = {obs: st.copy() for obs, st in self._state.items()}
+        trial._rounds = list(self._rounds)
+        trial._history = []
+        trial._pld_cache, trial._pld_notes = {}, {}
+        trial._full_rdp_cache = {}
+        return trial
 
     # ------------------------------------------------------------------ Rényi filter
 
-    def _trial_states(self, releases: Sequence[Release], participants: Iterable[int]) -> dict[str, _ObserverState]:
-        """Each observer's RDP state after these releases (nothing is recorded)."""
-        parts = self._check_round(releases, self.sampling, participants)
-        out: dict[str, _ObserverState] = {}
-        for obs in OBSERVERS:
-            st = self._state[obs]
-            trial = _ObserverState(st.n_orders)
-            trial.shared_rdp = st.shared_rdp.copy()
-            trial.index = dict(st.index)
-            trial.ids = list(st.ids)
-            trial.rows = st.rows.copy()
-            trial.counts = [Counter() for _ in st.ids]
-            for rel in releases:
-                if rel.observer != obs:
-                    continue
-                shared, clients, event = self._targets(rel, parts)
-                if shared is not None and not isinstance(shared, dpa.NoOpDpEvent):
-                    trial.shared_rdp += rdp_vector(shared, self.relation, self.rdp_orders)
-                if clients and not isinstance(event, dpa.NoOpDpEvent):
-                    vec = rdp_vector(event, self.relation, self.rdp_orders)
-                    rows = [trial.row(c) for c in clients]  # may grow trial.rows: index after
-                    trial.rows[rows] += vec
-            out[obs] = trial
-        return out
+    def _trial(self, observer: str, releases: Sequence[Release],
+               parts: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(shared RDP curve, own RDP curve per charged client, their ids) of ``observer`` after
+        ``releases`` (already checked) — the same additions recording them would make, on copies
+        (clients charged for the first time are appended in the order they are charged)."""
+        st = self._state[observer]
+        shared = st.shared_rdp.copy()
+        rows, ids = st.rows[: st.n], st.ids
+        fresh: dict[int, int] = {}
+        copied = False
+        for rel in releases:
+            if rel.observer != observer:
+                continue
+            sh, clients, event = self._targets(rel, parts)
+            if sh is not None and not isinstance(sh, dpa.NoOpDpEvent):
+                shared += rdp_vector(sh, self.relation, self.rdp_orders)
+            if clients and not isinstance(event, dpa.NoOpDpEvent):
+                vec = rdp_vector(event, self.relation, self.rdp_orders)
+                cids = np.asarray(clients, dtype=np.int64)
+                idx = st.pos[cids]
+                new = [int(c) for c in cids[idx < 0] if int(c) not in fresh]
+                if not copied:
+                    rows, ids, copied = rows.copy(), ids.copy(), True
+                if new:
+                    fresh.update((c, rows.shape[0] + j) for j, c in enumerate(new))
+                    rows = np.vstack([rows, np.zeros((len(new), st.n_orders))])
+                    ids = np.concatenate([ids, np.asarray(new, dtype=np.int64)])
+                if fresh:
+                    idx = np.asarray([fresh[int(c)] if r < 0 else int(r) for c, r in zip(cids, idx, strict=True)],
+                                     dtype=np.int64)
+                rows[idx] += vec
+        return shared, rows, ids
 
-    def _per_client_rdp(self, st: _ObserverState) -> np.ndarray:
-        """[num_clients, orders]: every client's RDP curve (shared stream plus its own rows)."""
-        full = np.tile(st.shared_rdp, (self.num_clients, 1))
-        for cid, i in st.index.items():
-            full[cid] += st.rows[i]
+    def _full_rdp(self, shared: np.ndarray, rows: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """[num_clients, orders]: every client's RDP curve (shared stream plus its own row)."""
+        full = np.tile(shared, (self.num_clients, 1))
+        full[ids] += rows
         return full
+
+    def _recorded_full_rdp(self, observer: str) -> np.ndarray:
+        """:meth:`_full_rdp` of what is recorded (cached until the next receipt)."""
+        cached = self._full_rdp_cache.get(observer)
+        if cached is None or cached[0] != self._version:
+            st = self._state[observer]
+            cached = (self._version, self._full_rdp(st.shared_rdp, st.rows[: st.n], st.ids))
+            self._full_rdp_cache[observer] = cached
+        return cached[1]
 
     def within_budget(self, budget: PrivacyLedger, next_round_releases: Sequence[Release], *,
                       participants: Iterable[int]) -> bool:
@@ -1145,10 +1365,10 @@ class PrivacyLedger:
         """
         if budget.num_clients != self.num_clients or budget.rdp_orders != self.rdp_orders:
             raise ConfigError("a budget ledger must have the run's clients and RDP orders.")
-        trial = self._trial_states(next_round_releases, participants)
+        parts = self._check_round(next_round_releases, self.sampling, participants)
         for obs in OBSERVERS:
-            spent = self._per_client_rdp(trial[obs])
-            allowed = budget._per_client_rdp(budget._state[obs])
+            spent = self._full_rdp(*self._trial(obs, next_round_releases, parts))
+            allowed = budget._recorded_full_rdp(obs)
             if np.any(spent > allowed * (1 + 1e-9) + 1e-12):
                 return False
         return True
