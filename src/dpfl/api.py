@@ -21,6 +21,7 @@ import contextlib
 import copy
 import hashlib
 import tempfile
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,7 @@ import torch
 from torch import nn
 
 from dpfl.config import RunConfig, parse_config
+from dpfl.data.checks import check_client_sizes
 from dpfl.errors import ConfigError
 from dpfl.rounds.build import Experiment, assemble, partition_clients
 from dpfl.rounds.result import DryRunResult, PrivacySummary
@@ -170,15 +172,15 @@ def _check_clients(clients: Mapping[int, Sequence[int]] | Sequence[Sequence[int]
         lists = list(clients)
     if not lists:
         raise ConfigError("`clients` holds no client.")
-    parts = []
-    for cid, idx in enumerate(lists):
-        arr = np.asarray(idx, dtype=np.int64).reshape(-1)
-        if arr.size == 0:
-            raise ConfigError(f"`clients`: client {cid} holds no sample.")
+    parts = [np.asarray(idx, dtype=np.int64).reshape(-1) for idx in lists]
+    try:
+        check_client_sizes(parts)
+    except ConfigError as err:
+        raise ConfigError(f"`clients`: {err}") from None
+    for cid, arr in enumerate(parts):
         if arr.min() < 0 or arr.max() >= n:
             raise ConfigError(f"`clients`: client {cid} holds index {int(arr.max() if arr.max() >= n else arr.min())}, "
                               f"outside the {n} training samples.")
-        parts.append(arr)
     counts = np.bincount(np.concatenate(parts), minlength=n)
     if (counts > 1).any():
         dup = int(np.flatnonzero(counts > 1)[0])
@@ -331,6 +333,16 @@ def _build(model: nn.Module, data: FederatedData, config: RunConfig, *, train: b
     return assemble(config, ds, parts, copy.deepcopy(model), train=train, loss=loss)
 
 
+def _warn_unheard(notices: Sequence[Mapping[str, Any]], notice: Callable[[str], None] | None) -> None:
+    """A δ ≥ 1/n notice as a ``UserWarning`` when notices go nowhere (``notice=None``): it is
+    never silent."""
+    if notice is not None:
+        return
+    for n in notices:
+        if n["kind"] == "delta":
+            warnings.warn(n["message"], UserWarning, stacklevel=3)
+
+
 @dataclass(frozen=True)
 class TrainResult:
     """What :func:`train` returns.
@@ -395,13 +407,21 @@ def train(model: nn.Module, data: FederatedData, algorithm: str = "dp-fedavg", *
             (``restart`` runs it again). ``None``: no store — the run trains in a temporary folder
             that is removed afterwards (nothing to resume, nothing returned from an earlier run).
         notice: where notices go (formula ranges, budget stops; default ``print``; None: nowhere).
-        loss: a per-sample loss ``(outputs [..., C], targets [...]) -> losses [...]`` (no
-            reduction) replacing cross-entropy; it is part of the run's identity by its
+        loss: a per-sample loss replacing cross-entropy, written as for one batch: ``(outputs
+            [B, C], targets [B]) -> losses [B]``, e.g. ``lambda out, y: F.cross_entropy(out, y,
+            reduction="none")``. It is probed once when the run is built; one that handles
+            leading dimensions itself is called on a whole cohort's ``[K, B, C]``, else on
+            ``[K·B, C]`` (:mod:`dpfl.client.user_loss`). It is part of the run's identity by its
             qualified name and its code (an edited loss is another run).
+
+    δ at or above 1/n (n: clients for client-level DP, samples for record-level DP) is accepted
+    with a notice, and a ``UserWarning`` when ``notice`` is None.
 
     Raises:
         ConfigError: a bad setting, a model whose output does not match the classes, a model
-            with buffers, an option the algorithm does not take.
+            with buffers, an option the algorithm does not take, a loss that is not one loss
+            per sample, NaN or inf in the inputs, labels outside the classes, a client without
+            samples.
     """
     from dpfl.rounds.session import run_experiment
     from dpfl.sim.checkpoint import load_checkpoint
@@ -411,6 +431,7 @@ def train(model: nn.Module, data: FederatedData, algorithm: str = "dp-fedavg", *
     config = _config(data, model, algorithm, options, rounds, sampling, local, privacy, seed, chosen, threads,
                      checkpoint_every, eval_every, _named(name, loss, f"{algorithm}-{data.name}-{type(model).__name__}"))
     exp = _build(model, data, config, train=True, loss=loss)
+    _warn_unheard(exp.notices, notice)
     with contextlib.ExitStack() as stack:
         if store is None:  # no store: a temporary one, gone when the run has been read back
             folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="dpfl-run-")))
@@ -447,4 +468,5 @@ def account(model: nn.Module, data: FederatedData, algorithm: str = "dp-fedavg",
     config = _config(data, model, algorithm, options, rounds, sampling, local, privacy, seed, "sequential", None,
                      5, 1, _named(None, loss, f"{algorithm}-{data.name}-{type(model).__name__}"))
     exp = _build(model, data, config, train=False, loss=loss)
+    _warn_unheard(exp.notices, notice)
     return dry_run(config, notice, per_round=per_round, experiment=exp)

@@ -165,7 +165,9 @@ class PrivacyConfig(_Strict):
     """Run-level privacy settings (the algorithm's own noise settings live in its options).
 
     Attributes:
-        delta: δ of every certified (ε, δ); also the δ a paper's formula is evaluated at.
+        delta: δ of every certified (ε, δ); also the δ a paper's formula is evaluated at. A δ of
+            at least 1/n (n privacy units: clients, or records for record-level algorithms) is
+            accepted with a loud notice when the run is built (``rounds.build.delta_notices``).
         target_epsilon: stop before the round that would take the certified ε above this.
         strict: refuse to run a round whose certified ε against the observer the paper's claim is about
             (the algorithm's ``claim_observer``; both when None) would exceed the paper's claimed ε.

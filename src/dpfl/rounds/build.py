@@ -21,8 +21,10 @@ import torch
 from torch.func import functional_call
 
 from dpfl.algorithms.base import Algorithm
+from dpfl.algorithms.private import PrivateAlgorithm
 from dpfl.algorithms.registry import BuildContext, build_algorithm, build_sampler
 from dpfl.client.local import LocalTraining, check_local_optimizer
+from dpfl.client.user_loss import adapt_loss, check_loss_per_sample_grads
 from dpfl.config import RunConfig, run_id
 from dpfl.errors import ConfigError
 from dpfl.models import build_model, per_sample_loss
@@ -167,6 +169,16 @@ def resolve_reference(name: str, key: str) -> Any:
         raise ConfigError(f"`{key}`: {name!r} is not a `module:attribute` reference (e.g. 'mypkg.models:make_net').")
     try:
         module = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        missing = err.name or ""
+        if module_name == missing or module_name.startswith(f"{missing}."):  # the user's module itself
+            raise ConfigError(
+                f"`{key}`: cannot import module {module_name!r} of {name!r}: no module {missing!r} on Python's "
+                f"module search path (sys.path: PYTHONPATH and the installed packages; `dpfl` does not add the "
+                f"working directory). If it is a file or folder here, run with PYTHONPATH=. (e.g. `PYTHONPATH=. "
+                f"dpfl run CONFIG`), or install it.") from None
+        raise ConfigError(f"`{key}`: module {module_name!r} of {name!r} was found but importing it failed: "
+                          f"{err}") from None
     except ImportError as err:
         raise ConfigError(f"`{key}`: cannot import module {module_name!r} of {name!r}: {err}") from None
     obj: Any = module
@@ -252,6 +264,7 @@ def assemble(config: RunConfig, dataset: Any, parts: Sequence[Any], model: torch
             f"`sampling.clients_per_round` ({config.sampling.clients_per_round}) exceeds the number of clients ({len(parts)})."
         )
     device = check_device(config.device)
+    check_data(dataset, parts)
     data = ClientData(
         dataset.x_train.to(device),
         dataset.y_train.to(device),
@@ -259,6 +272,11 @@ def assemble(config: RunConfig, dataset: Any, parts: Sequence[Any], model: torch
     )
     model = model.to(device)
     check_model_output(model, dataset, config.model.name)
+    probe = None
+    if loss is not None:  # a user loss: probed once on the model's outputs for a few samples
+        with torch.no_grad():
+            probe = (model(dataset.x_train[:4].to(device)), dataset.y_train[:4].to(device))
+        loss = adapt_loss(loss, *probe)
     local = LocalTraining.from_config(config.local)
     problem = LocalProblem(
         model,
@@ -275,6 +293,8 @@ def assemble(config: RunConfig, dataset: Any, parts: Sequence[Any], model: torch
     if configure is not None:  # e.g. UDP's per-sample clipping, NbAFL's proximal term, BLUR
         problem = configure(problem)
     check_local_optimizer(algorithm, problem.local)
+    if probe is not None and problem.local.per_sample_clip is not None:
+        check_loss_per_sample_grads(problem.loss_kind, *probe)
     set_validation = getattr(algorithm, "set_validation", None)
     if set_validation is not None:  # server-held test data, e.g. CRD's stopping rule (000 Alg. 2)
         set_validation(dataset.x_test.to(device), dataset.y_test.to(device))
@@ -291,8 +311,39 @@ def assemble(config: RunConfig, dataset: Any, parts: Sequence[Any], model: torch
         init_params=problem.layout.flatten(model).to(device),
         x_test=dataset.x_test.to(device),
         y_test=dataset.y_test.to(device),
-        notices=[{"kind": "formula-range", **w.to_dict()} for w in range_notices],
+        notices=[{"kind": "formula-range", **w.to_dict()} for w in range_notices]
+        + delta_notices(config, algorithm, data.sizes()),
     )
+
+
+def check_data(dataset: Any, parts: Sequence[Any]) -> None:
+    """What a run's data must satisfy before any round: finite inputs (training and test), labels
+    in ``0..num_classes-1``, no client without samples (:mod:`dpfl.data.checks`, one pass each).
+
+    Raises:
+        ConfigError: the first problem found, naming the offending value and where it is.
+    """
+    from dpfl.data.checks import check_client_sizes, check_finite_inputs, check_labels
+
+    classes = int(dataset.num_classes)
+    check_client_sizes(parts)
+    check_finite_inputs(dataset.x_train, "training inputs")
+    check_finite_inputs(dataset.x_test, "test inputs")
+    check_labels(dataset.y_train, classes, "training labels")
+    check_labels(dataset.y_test, classes, "test labels")
+
+
+def delta_notices(config: RunConfig, algorithm: Any, sizes: torch.Tensor) -> list[dict[str, Any]]:
+    """A ``delta`` notice when δ ≥ 1/n, n the number of privacy units: clients for client-level
+    DP, training samples held by the clients for record-level DP (accepted, said loudly)."""
+    from dpfl.data.checks import delta_notice
+
+    unit = getattr(algorithm, "privacy_unit", None)
+    if not isinstance(algorithm, PrivateAlgorithm) or unit is None:
+        return []
+    units = int(sizes.numel()) if unit == "client" else int(sizes.sum())
+    message = delta_notice(float(config.privacy.delta), units, str(unit))
+    return [] if message is None else [{"kind": "delta", "message": message}]
 
 
 @torch.no_grad()
@@ -312,8 +363,36 @@ def check_model_output(model: torch.nn.Module, dataset: Any, name: str) -> None:
     want = (x.shape[0],) if getattr(model, "loss_kind", "cross_entropy") == "hinge" else (x.shape[0], int(dataset.num_classes))
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != want:
         got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        classes = int(dataset.num_classes)
+        stray = _labels_beyond(out, want, dataset)
+        if stray is not None and stray[0]:  # a few labels beyond the model's logits: name them, not the model
+            _, width, first, counts = stray
+            raise ConfigError(f"{first} lies outside 0..{width - 1}, the classes model {name!r} returns {width} logits "
+                              f"for ({counts}; with them the data set has {classes} classes): fix those labels, or "
+                              f"make the model return {classes} logits.")
         raise ConfigError(f"model {name!r} returns outputs of shape {got} for a batch of {x.shape[0]}; the data set "
-                          f"has {int(dataset.num_classes)} classes, so it must return {want} (one logit per class).")
+                          f"has {classes} classes, so it must return {want} (one logit per class)"
+                          + ("." if stray is None else f"; {stray[3]}, e.g. {stray[2]}."))
+
+
+def _labels_beyond(out: Any, want: tuple[int, ...], dataset: Any) -> tuple[bool, int, str, str] | None:
+    """For a model with W logits, fewer than the data set's classes: (whether the labels ≥ W are
+    rare — under 1% of all samples: stray labels rather than a model too narrow —, W, the first
+    such label and where it is, their counts). None when no label is ≥ W or the output is not
+    ``[B, W]``."""
+    if len(want) != 2 or not isinstance(out, torch.Tensor) or out.dim() != 2 or not 1 < out.shape[1] < want[1]:
+        return None
+    width = int(out.shape[1])
+    counts, first, total, beyond_total = [], "", 0, 0
+    for which, y in (("training", dataset.y_train), ("test", dataset.y_test)):
+        beyond = (y >= width).nonzero().reshape(-1)
+        counts.append(f"{beyond.numel()} of {y.numel()} {which}")
+        total, beyond_total = total + int(y.numel()), beyond_total + int(beyond.numel())
+        if not first and beyond.numel():
+            first = f"label {int(y[beyond[0]])} at {which} sample {int(beyond[0])}"
+    if not beyond_total:
+        return None
+    return beyond_total < 0.01 * total, width, first, f"{', '.join(counts)} labels are >= {width}"
 
 
 @torch.no_grad()
@@ -437,7 +516,8 @@ def build_plan(config: RunConfig, client_sizes: Any, num_params: int) -> Plan:
         algorithm = build_algorithm(config.algorithm, sampler, ctx)
     check_local_optimizer(algorithm, LocalTraining.from_config(config.local))
     return Plan(config, SeedSequence(config.seed), algorithm, sizes, int(num_params),
-                [{"kind": "formula-range", **w.to_dict()} for w in range_notices])
+                [{"kind": "formula-range", **w.to_dict()} for w in range_notices]
+                + delta_notices(config, algorithm, sizes))
 
 
 def plan_of(exp: Experiment) -> Plan:
