@@ -159,6 +159,19 @@ def _from_arrays(params: Any, train_loss: Any, num_samples: Any, final_grads: An
     return LocalResult(_tensor(params), _tensor(train_loss), _tensor(num_samples), grads)
 
 
+# Ray 2.55 warns on every ray.init that a future release will stop hiding GPUs from tasks
+# that reserve none (num_gpus=0). The engine's actors reserve no GPU and train on CPU, so either
+# behaviour is the same to them; the tip is not the user's to act on.
+_RAY_GPU_TIP = r"Tip: In future versions of Ray, Ray will no longer override accelerator"
+
+
+def _init_ray(ray: Any, **kwargs: Any) -> None:
+    """``ray.init(**kwargs)`` without Ray's FutureWarning about GPU visibility (only that one)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_RAY_GPU_TIP, category=FutureWarning)
+        ray.init(**kwargs)
+
+
 def _release(actors: list[Any], shutdown: bool) -> None:
     """Kill the engine's actors and, if the engine initialized Ray, shut its connection down."""
     try:
@@ -222,11 +235,11 @@ class RayEngine(Engine):
                         f"`num_cpus` ({num_cpus}) sizes a local Ray instance; it cannot be set when "
                         f"connecting to the cluster at {address!r}."
                     )
-                ray.init(address=address, log_to_driver=False)
+                _init_ray(ray, address=address, log_to_driver=False)
             else:
                 # "local": a new instance, never one found on the machine that nobody asked for
-                ray.init(address="local", num_cpus=num_cpus or os.cpu_count() or 1,
-                         include_dashboard=False, log_to_driver=False)
+                _init_ray(ray, address="local", num_cpus=num_cpus or os.cpu_count() or 1,
+                          include_dashboard=False, log_to_driver=False)
             started = True
         self._actors: list[Any] = []
         self._finalizer = weakref.finalize(self, _release, self._actors, started)
