@@ -19,7 +19,8 @@ What is checked:
   2^33 (chi-square over 64 buckets of the top bits, below 140; df 63: mean 63, sd 11.2); the
   server's unmasking called dpfl's ChaCha20 generator, and the decoded sums made the simulator's
   model: so the clients masked with it too (one generator on each side would not unmask).
-* (c, slow, ~120 s) 5 SuperNodes, client 4 killed in round 2 before its masked vector: the round
+* (c, slow, ~120 s each) 5 SuperNodes, visible and hidden participation (all clients in every sum,
+  Poisson q = 0.7 by the clients' own coins), client 4 killed in round 2 before its masked vector: the round
   completes by SecAgg+ reconstruction (its pairwise masks from the neighbours' shares), the server
   is charged only for the survivors (client 4 for round 1 only; the survivors for a round-2 sum of
   4 Skellam shares, i.e. more than in the simulation), the public's noise is the plan's.
@@ -367,8 +368,12 @@ def test_server_sees_uniform_masked_vectors_not_residues(tmp_path: Path, mnist_f
 
 
 @pytest.mark.slow  # 40-60 s until Flower's SuperLink declares the killed node unavailable
-def test_killed_node_is_out_of_the_sum_and_of_the_ledger(tmp_path: Path, mnist_fixture: Path) -> None:
-    path = _config(tmp_path, mnist_fixture, "secure-drop", num_clients=5)
+@pytest.mark.parametrize("participation", ["visible", "hidden"])
+def test_killed_node_is_out_of_the_sum_and_of_the_ledger(tmp_path: Path, mnist_fixture: Path,
+                                                         participation: str) -> None:
+    hidden = participation == "hidden"
+    path = _config(tmp_path, mnist_fixture, "secure-drop", num_clients=5, sampling=POISSON if hidden else None,
+                   privacy={"delta": 0.01, "secure_aggregation": True, "participation": participation})
     store = tmp_path / "flower.sqlite"
     signals = tmp_path / "signals"
     signals.mkdir()
@@ -395,9 +400,25 @@ def test_killed_node_is_out_of_the_sum_and_of_the_ledger(tmp_path: Path, mnist_f
     assert not _notices(store, "secure-sum-failed")
     partial = _notices(store, "round-partial")
     assert len(partial) == 1 and "without clients [4]" in partial[0]
-    sim = run_experiment(load_config(path), RunStore(tmp_path / "sim.sqlite")).final
     final = rec.result
     assert final is not None
+    if hidden:
+        # every node in every round's sum, whatever its coin; the server's figure is the in-process
+        # run's with the same coins, noise and loss of client 4's round-2 vector, bit for bit
+        from secure_transports import OwnCoinsTransport
+
+        twin = run_experiment(load_config(path), RunStore(tmp_path / "twin.sqlite"),
+                              remote=OwnCoinsTransport(load_config(path), drop=lambda t: [4] if t == 1 else [])).final
+        assert final["params_sha256"] == twin["params_sha256"]
+        for observer in ("server", "public"):
+            assert _certified(final, observer) == pytest.approx(_certified(twin, observer), rel=1e-12)
+        # the public's noise is the plan's; the server's round-2 sum carried 4 shares of mu/5
+        assert _certified(final, "public") == pytest.approx(
+            _certified(run_experiment(load_config(path), RunStore(tmp_path / "sim.sqlite")).final, "public"), rel=1e-9)
+        assert _certified(final, "server") > _certified(final, "public")
+        print(f"\nhidden: server {_certified(final, 'server'):.6g}, public {_certified(final, 'public'):.6g}")
+        return
+    sim = run_experiment(load_config(path), RunStore(tmp_path / "sim.sqlite")).final
     # the public sees the planned noise (the server topped up client 4's share)
     assert _certified(final, "public") == pytest.approx(_certified(sim, "public"), rel=1e-9)
     # against the server: client 4 is charged for round 1 only (its round-2 vector never entered
