@@ -9,8 +9,10 @@ and ``dpfl account`` of that config print the same numbers, which are the ledger
 The inverse forms take the paper's target ε (the algorithm calibrates the paper's noise); ``dp-fedavg
 --epsilon`` also gives the multiplier a rigorous accountant needs for the target, and ``ldp-fl
 --target-epsilon`` the largest per-weight ε whose dry run meets it. ``dp-fedavg
---secure-aggregation`` and ``ldp-fl --trusted-shuffler`` are what-ifs (no runtime implements
-them), labelled as such.
+--secure-aggregation`` is the config with ``privacy.secure_aggregation: true`` (DP-FedAvg's integer
+pipeline with distributed Skellam noise, as runs execute it; ``--participation hidden`` for hidden
+participation). ``ldp-fl --trusted-shuffler`` is a what-if (no runtime implements a shuffler),
+labelled as such.
 
 A shortcut prints a table (default) or one JSON object (``--json``) with at least
 ``epsilon_claimed`` (the paper's claim; the largest per-client claim for UDP), the worst
@@ -98,8 +100,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--rounds", type=int, required=True, help="T")
     p.add_argument("--clients", type=int, required=True, help="N, number of clients")
     p.add_argument("--secure-aggregation", action="store_true",
-                   help="what-if: the server sees only the sum of the uploads (no dpfl runtime "
-                        "implements secure aggregation yet; runs refuse it)")
+                   help="secure aggregation as dpfl runs it (`privacy.secure_aggregation: true`): each client "
+                        "uploads its clipped update as integers modulo 2^31 with a share of Skellam noise and the "
+                        "server obtains only their sum; priced by the Skellam mechanism's RDP, as `dpfl account "
+                        "CONFIG` prices such a config")
+    p.add_argument("--participation", choices=("visible", "hidden"),
+                   help="with --secure-aggregation: visible (default; the server knows whom it sampled) or hidden "
+                        "(every client joins each secure sum, a secret coin of probability p decides whether its "
+                        "update is in it)")
+    p.add_argument("--dim", type=int,
+                   help="with --secure-aggregation: d, the model's number of parameters (the integer pipeline's "
+                        "dimension, which enters the rounding bound and the L1 sensitivity; default 1)")
     _common(p)
     p.set_defaults(func=_lazy("_dpfedavg"))
 

@@ -72,7 +72,8 @@ def _one_of(args: argparse.Namespace, a: str, b: str) -> str:
 
 
 def _raw_config(name: str, options: dict[str, Any], *, rounds: int, delta: float, clients: int,
-                samples: int, sampling: dict[str, Any], local: dict[str, Any] | None = None) -> dict[str, Any]:
+                samples: int, sampling: dict[str, Any], local: dict[str, Any] | None = None,
+                privacy: dict[str, Any] | None = None) -> dict[str, Any]:
     """The run config a shortcut describes, as a YAML config would write it."""
     raw: dict[str, Any] = {
         "name": f"account-{name}",
@@ -80,7 +81,7 @@ def _raw_config(name: str, options: dict[str, Any], *, rounds: int, delta: float
         "partition": {"kind": "iid", "num_clients": clients, "samples_per_client": samples},
         "algorithm": {"name": name, "options": options},
         "sampling": sampling,
-        "privacy": {"delta": delta},
+        "privacy": {"delta": delta, **(privacy or {})},
     }
     if local is not None:
         raw["local"] = local
@@ -101,8 +102,8 @@ class _Dry:
     notices: list[str] = field(default_factory=list)
 
 
-def dry_run_shortcut(raw: dict[str, Any], client_sizes: list[int], num_params: int, *, per_round: bool = False,
-                     what_if_secure_aggregation: bool = False) -> _Dry:
+def dry_run_shortcut(raw: dict[str, Any], client_sizes: list[int], num_params: int, *,
+                     per_round: bool = False) -> _Dry:
     """Parse ``raw``, build its plan from shapes and dry-run it (what every shortcut does)."""
     from dpfl.config import parse_config
     from dpfl.rounds import build_plan, dry_run
@@ -110,8 +111,7 @@ def dry_run_shortcut(raw: dict[str, Any], client_sizes: list[int], num_params: i
     config = parse_config(raw)
     plan = build_plan(config, client_sizes, num_params)
     notices: list[str] = []
-    out = dry_run(config, notices.append, per_round=per_round, experiment=plan,
-                  what_if_secure_aggregation=what_if_secure_aggregation)
+    out = dry_run(config, notices.append, per_round=per_round, experiment=plan)
     if out.privacy is None or out.privacy.certified is None:
         raise ConfigError(f"algorithm {config.algorithm.name!r} released nothing in the dry run: there is no "
                           "privacy to account.")
@@ -177,14 +177,14 @@ def _fmt(x: Any) -> str:
     return f"{float(x):.4g}"
 
 
-def _print_privacy(console: Any, priv: Any, per_round: Any, what_if: str | None = None) -> None:
+def _print_privacy(console: Any, priv: Any, per_round: Any, label: str | None = None) -> None:
     """The claimed ε, the certificate table and the per-round ε (both forms of ``dpfl account``)."""
     from rich.table import Table
 
     console.print(f"  claimed epsilon: [bold]{_fmt(priv.claimed_max)}[/bold]  — {priv.claim_notion}")
     head = priv.headline
     if priv.certified is not None and head is not None:
-        title = f"certified epsilon at delta = {priv.delta:g}" + (f"  [what-if: {what_if}]" if what_if else "")
+        title = f"certified epsilon at delta = {priv.delta:g}" + (f" — {label}" if label else "")
         table = Table(title=title)
         for col in ("observer", "epsilon", "method", "rdp", "pld", "unit", "relation", "basis"):
             table.add_column(col)
@@ -216,15 +216,19 @@ def _emit(args: argparse.Namespace, result: dict[str, Any], dry: _Dry) -> int:
     from rich.console import Console
 
     console = Console()
-    what_if = result.get("what_if", {}).get("secure_aggregation") if "what_if" in result else None
     console.print(f"[bold]dpfl account {result['algorithm']}[/bold]  ({result['paper']}; dry run of "
                   f"{result['rounds']} rounds of config `{dry.config.algorithm.name}`: no training)")
     for key in ("noise_std", "downlink_noise_std", "noise_multiplier", "sensitivity", "sample_rate",
                 "epsilon_per_weight"):
         if result.get(key) is not None:
             console.print(f"  {key}: {_fmt(result[key])}")
+    sec = result.get("secure_aggregation")
     _print_privacy(console, dry.out.privacy, dry.out.per_round,
-                   "secure aggregation (no runtime implements it)" if what_if else None)
+                   f"secure aggregation, {sec['participation']} participation" if sec else None)
+    if sec:
+        console.print(f"  secure aggregation: {sec['mechanism']}; " + ", ".join(
+            f"{k} = {v if isinstance(v, int) else _fmt(v)}" for k, v in sec.items()
+            if k not in ("participation", "mechanism")))
     for key, value in result.get("inverse", {}).items():
         console.print(f"  inverse · {key}: {_fmt(value)}")
     for key, value in result.get("what_if", {}).items():
@@ -291,12 +295,21 @@ def _dpfedavg(args: argparse.Namespace) -> int:
     rounds = _rounds(args.rounds)
     clients = _positive_int("clients", args.clients)
     secure = bool(args.secure_aggregation)
+    participation = getattr(args, "participation", None)
+    dim_arg = getattr(args, "dim", None)
+    for name, value in (("participation", participation), ("dim", dim_arg)):
+        if value is not None and not secure:
+            raise ConfigError(f"`--{name}` describes secure aggregation: add `--secure-aggregation`. Found "
+                              f"`--{name} {value}` without it.")
+    dim = 1 if dim_arg is None else _positive_int("dim", dim_arg)
+    # secure aggregation as runs execute it: the config's integer pipeline and Skellam noise
+    privacy = {"secure_aggregation": True, "participation": participation or "visible"} if secure else None
 
     def run(noise: dict[str, float]) -> _Dry:
         # S = 1: the guarantee is scale-free (sensitivity S, noise S·sigma)
         raw = _raw_config("dp-fedavg", {**noise, "clip_norm": 1.0}, rounds=rounds, delta=delta, clients=clients,
-                          samples=1, sampling={"kind": "poisson", "sample_rate": float(q)})
-        return dry_run_shortcut(raw, [1] * clients, 1, per_round=args.per_round, what_if_secure_aggregation=secure)
+                          samples=1, sampling={"kind": "poisson", "sample_rate": float(q)}, privacy=privacy)
+        return dry_run_shortcut(raw, [1] * clients, dim, per_round=args.per_round)
 
     if mode == "epsilon":
         target = _positive("epsilon", args.epsilon)
@@ -306,7 +319,15 @@ def _dpfedavg(args: argparse.Namespace) -> int:
     z = float(dry.plan.algorithm.noise_multiplier)
     result = _result("dp-fedavg", "004 (DP-FedAvg), Algorithm 1 / Theorem 1", dry, {
         "noise_multiplier": z, "sample_rate": float(q), "clients": clients})
-    if mode == "epsilon":
+    if mode == "epsilon" and secure:
+        result["inverse"] = {
+            "epsilon_target": target,
+            "noise_multiplier_paper": z,
+            "noise_multiplier_certified": None,
+            "note": ("the certified inverse calibrates a Gaussian broadcast; under secure aggregation the broadcast "
+                     "is the Skellam sum: read the certified epsilon at the paper's multiplier above"),
+        }
+    elif mode == "epsilon":
         # the smallest multiplier the accountant certifies at the target for the algorithm's own
         # broadcast event (its plan's public release under its sampler, T rounds), then the dry
         # run of that config says what it gives
@@ -320,10 +341,17 @@ def _dpfedavg(args: argparse.Namespace) -> int:
             "epsilon_at_certified": check.headline.epsilon,
         }
     if secure:
-        result["what_if"] = {"secure_aggregation": (
-            "the server sees only the sum of the cohort's uploads, priced as the continuous Gaussian sum; "
-            "a config with `privacy.secure_aggregation: true` runs DP-FedAvg's integer pipeline with "
-            "distributed Skellam noise, priced by `dpfl account CONFIG`")}
+        sec = dry.plan.algorithm.calibration().secure_sum
+        result["secure_aggregation"] = {
+            "participation": participation or "visible",
+            "mechanism": "distributed Skellam noise on the integer sum modulo 2^b (Agarwal, Kairouz, Liu 2021)",
+            "dim": dim,
+            "bits": sec.bits,
+            "scale": sec.scale,
+            "variance": sec.variance,
+            "l2_sensitivity": sec.l2_sensitivity,
+            "l1_sensitivity": sec.l1_sensitivity,
+        }
     return _emit(args, result, dry)
 
 
@@ -489,19 +517,23 @@ def _ldpfl(args: argparse.Namespace) -> int:
 def _config(args: argparse.Namespace) -> int:
     """``dpfl account CONFIG``: :func:`dpfl.rounds.dry_run` of the config."""
     from dpfl.config import load_config
-    from dpfl.rounds import dry_run
+    from dpfl.rounds import build_experiment, build_plan, dry_run
+    from dpfl.rounds.build import plan_of
 
     config = load_config(args.config, args.set or [])
     colluding = _colluding_counts(getattr(args, "colluding", None), config)
     notices: list[str] = []
-    out = dry_run(config, notice=notices.append, per_round=bool(getattr(args, "per_round", False)))
+    experiment = build_experiment(config, train=False)
+    out = dry_run(config, notice=notices.append, per_round=bool(getattr(args, "per_round", False)),
+                  experiment=experiment)
     priv = out.privacy
     if priv is None:
         raise ConfigError(f"algorithm {config.algorithm.name!r} adds no noise: there is no privacy to account.")
     by_c: list[tuple[int, Any]] = []
+    shapes = plan_of(experiment)  # the data are read once: each line rebuilds only the algorithm
     for c in colluding:
         other = config.model_copy(update={"privacy": config.privacy.model_copy(update={"colluding_clients": c})})
-        got = dry_run(other).privacy
+        got = dry_run(other, experiment=build_plan(other, shapes.client_sizes, shapes.num_params)).privacy
         if got is not None and got.certified is not None:
             by_c.append((c, got.certified["server"]))
     if args.json:

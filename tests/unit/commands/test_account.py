@@ -107,12 +107,28 @@ def test_dp_fedavg_inverse(capsys: pytest.CaptureFixture[str]) -> None:
     assert _num(out["observers"]["server"]["epsilon"]) > 10 * out["observers"]["public"]["epsilon"]
 
 
-def test_dp_fedavg_secure_aggregation_is_a_labelled_what_if(capsys: pytest.CaptureFixture[str]) -> None:
+def test_dp_fedavg_secure_aggregation_prices_the_skellam_sum(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--secure-aggregation`` is the config with ``privacy.secure_aggregation: true``: the integer
+    pipeline's Skellam sum (RDP only), not a what-if; the server sees the sum, not each upload."""
     plain = _json(DPFEDAVG, capsys)
-    what_if = _json([*DPFEDAVG, "--secure-aggregation"], capsys)
-    assert "secure_aggregation" in what_if["what_if"] and "what_if" not in plain
-    assert what_if["observers"]["server"]["epsilon"] < plain["observers"]["server"]["epsilon"]
-    assert what_if["observers"]["public"]["epsilon"] == pytest.approx(plain["observers"]["public"]["epsilon"], rel=1e-12)
+    secure = _json([*DPFEDAVG, "--secure-aggregation"], capsys)
+    assert "what_if" not in secure and secure["config"]["privacy"]["secure_aggregation"] is True
+    sec = secure["secure_aggregation"]
+    assert sec["participation"] == "visible" and sec["dim"] == 1 and sec["variance"] > 0
+    for obs in ("server", "public"):
+        assert secure["observers"][obs]["method"] == "rdp" and secure["observers"][obs]["epsilon_pld"] is None
+    assert _num(secure["observers"]["server"]["epsilon"]) < _num(plain["observers"]["server"]["epsilon"])
+    hidden = _json([*DPFEDAVG, "--secure-aggregation", "--participation", "hidden", "--dim", "500"], capsys)
+    assert hidden["secure_aggregation"]["participation"] == "hidden" and hidden["secure_aggregation"]["dim"] == 500
+    # hidden participation: the server's view is the public's
+    assert hidden["observers"]["server"]["epsilon"] == pytest.approx(hidden["observers"]["public"]["epsilon"],
+                                                                     rel=1e-12)
+
+
+def test_secure_aggregation_options_need_the_flag() -> None:
+    for extra in (["--participation", "hidden"], ["--dim", "10"]):
+        with pytest.raises(ConfigError, match="--secure-aggregation"):
+            _run([a for a in DPFEDAVG if a != "--json"] + extra)
 
 
 def test_udp_exact_form(capsys: pytest.CaptureFixture[str]) -> None:
@@ -253,7 +269,8 @@ def test_table_output(capsys: pytest.CaptureFixture[str]) -> None:
     assert _run([a for a in DPFEDAVG if a != "--json"] + ["--secure-aggregation"]) == 0
     text = capsys.readouterr().out
     assert "certified epsilon" in text and "public" in text and "claimed epsilon" in text
-    assert "what-if" in text
+    assert "secure aggregation: distributed Skellam" in text
+    assert "what-if" not in text
 
 
 def test_per_round(capsys: pytest.CaptureFixture[str]) -> None:

@@ -137,13 +137,19 @@ def test_a_shortcut_is_the_dry_run_of_its_config(case: str, capsys: pytest.Captu
             assert got_part == want_part, part
 
 
-def test_secure_aggregation_what_if_is_the_dry_runs(capsys: pytest.CaptureFixture[str]) -> None:
-    argv, config, sizes, num_params = CASES["dp-fedavg"]
-    out = _shortcut([*argv, "--secure-aggregation"], capsys)
-    want = dry_run(config, experiment=build_plan(config, sizes, num_params), what_if_secure_aggregation=True).privacy
+@pytest.mark.parametrize("participation", ["visible", "hidden"])
+def test_secure_aggregation_is_the_dry_run_of_the_secure_config(participation: str,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    argv, config, sizes, _ = CASES["dp-fedavg"]
+    out = _shortcut([*argv, "--secure-aggregation", "--participation", participation, "--dim", "300"], capsys)
+    sa = config.model_copy(update={"privacy": config.privacy.model_copy(
+        update={"secure_aggregation": True, "participation": participation})})
+    want = dry_run(sa, experiment=build_plan(sa, sizes, 300)).privacy
     assert want is not None and want.certified is not None
     for obs, cert in want.certified.items():
-        assert _same(out["observers"][obs]["epsilon"], cert.epsilon)
+        for key in ("epsilon", "epsilon_rdp", "epsilon_pld"):
+            assert _same(out["observers"][obs][key], getattr(cert, key)), (obs, key)
+    assert parse_config(out["config"]).privacy == sa.privacy
 
 
 def test_a_dp_fedavg_config_with_secure_aggregation_is_priced_as_the_skellam_sum() -> None:
