@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import itertools
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -130,8 +131,8 @@ def _checked_ids(client_ids: Iterable[int] | None) -> tuple[int, ...] | None:
     """Sorted distinct ids (``None`` stays ``None``: a broadcast about the whole cohort)."""
     if client_ids is None:
         return None
-    ids = tuple(sorted({int(c) for c in client_ids}))
-    if any(c < 0 for c in ids):
+    ids = tuple(sorted(set(map(int, client_ids))))
+    if ids and ids[0] < 0:
         raise ConfigError(f"client ids must be >= 0. Found {ids[:5]}.")
     return ids
 
@@ -177,7 +178,7 @@ class Release(abc.ABC):
         """The same release (same numbers, same observer) about ``client_ids`` only: e.g. what the
         server saw of uploads it received but did not aggregate (rejected, late). A release that
         names its clients is charged to each of them and never amplified (``amplifiable`` False)."""
-        return dataclasses.replace(self, client_ids=tuple(int(c) for c in client_ids),  # type: ignore[type-var]
+        return dataclasses.replace(self, client_ids=tuple(map(int, client_ids)),  # type: ignore[type-var]
                                    amplifiable=False)
 
     # ------------------------------------------------------------------ constructors
@@ -188,20 +189,20 @@ class Release(abc.ABC):
         *, amplifiable: bool = False,
     ) -> GaussianRelease:
         """A Gaussian release (noise std and enforced sensitivity)."""
-        ids = None if client_ids is None else tuple(int(c) for c in client_ids)
+        ids = None if client_ids is None else tuple(map(int, client_ids))
         return GaussianRelease(observer, float(noise_std), float(sensitivity), ids, amplifiable)
 
     @staticmethod
     def exact(observer: Observer, client_ids: Iterable[int]) -> ExactRelease:
         """A function of the clients' data released without noise (certified ε = ∞ for them)."""
-        return ExactRelease(observer, tuple(int(c) for c in client_ids))
+        return ExactRelease(observer, tuple(map(int, client_ids)))
 
     @staticmethod
     def two_point(
         observer: Observer, epsilon: float, num_coordinates: int, client_ids: Iterable[int] | None = None
     ) -> TwoPointRelease:
         """A release of two-point reports (001 eq. 2): ε per coordinate, d coordinates."""
-        ids = None if client_ids is None else tuple(int(c) for c in client_ids)
+        ids = None if client_ids is None else tuple(map(int, client_ids))
         return TwoPointRelease(observer, float(epsilon), int(num_coordinates), ids)
 
     @staticmethod
@@ -515,8 +516,12 @@ def federated_round_releases(
     """
     ids = [int(c) for c in client_ids]
     n = len(ids)
-    sig = [float(client_noise_stds)] * n if isinstance(client_noise_stds, (int, float)) else [float(s) for s in client_noise_stds]
-    sens = [float(client_sensitivities)] * n if isinstance(client_sensitivities, (int, float)) else [float(s) for s in client_sensitivities]
+    one_std = isinstance(client_noise_stds, (int, float))
+    one_sens = isinstance(client_sensitivities, (int, float))
+    sig = ([float(client_noise_stds)] * n if isinstance(client_noise_stds, (int, float))
+           else [float(s) for s in client_noise_stds])
+    sens = ([float(client_sensitivities)] * n if isinstance(client_sensitivities, (int, float))
+            else [float(s) for s in client_sensitivities])
     w = [float(x) for x in weights]
     if not (len(sig) == len(sens) == len(w) == n):
         raise ConfigError(
@@ -526,11 +531,13 @@ def federated_round_releases(
     releases: list[Release] = []
     if n == 0:
         return releases  # a noise-only broadcast says nothing about any client
-    client_part = aggregate_noise_std(sig, w)
-    total = aggregate_noise_std(sig, w, server_noise_std)
+    equal_weights = len(set(w)) == 1
+    client_part, total = _aggregate_noise_stds(sig, w, float(server_noise_std), one_std and equal_weights)
     # server
     groups: dict[tuple[float, float], list[int]] = {}
-    if secure_aggregation:
+    if not secure_aggregation and one_std and one_sens:
+        groups[(sig[0], sens[0])] = ids
+    elif secure_aggregation:
         for cid, wk, dk in zip(ids, w, sens, strict=True):
             groups.setdefault((client_part, wk * dk), []).append(cid)
     else:
@@ -544,9 +551,23 @@ def federated_round_releases(
             pub.setdefault(wk * dk, []).append(cid)
         releases += [Release.gaussian("public", total, d, c) for d, c in pub.items()]
     else:
-        agg_sens = max(wk * dk for wk, dk in zip(w, sens, strict=True))
+        agg_sens = w[0] * sens[0] if one_sens and equal_weights else max(
+            wk * dk for wk, dk in zip(w, sens, strict=True))
         releases.append(Release.gaussian("public", total, agg_sens, None, amplifiable=amplifiable))
     return releases
+
+
+def _aggregate_noise_stds(sig: list[float], w: list[float], server: float, uniform: bool) -> tuple[float, float]:
+    """``aggregate_noise_std(sig, w)`` and ``aggregate_noise_std(sig, w, server)`` — the same
+    numbers (the same terms summed by the same ``sum`` in the same order) in one pass; with
+    ``uniform`` (one std, equal weights) the identical terms are not recomputed."""
+    vals = np.asarray(sig + w + [server])
+    if not bool(np.all(np.isfinite(vals) & (vals >= 0))):
+        return aggregate_noise_std(sig, w), aggregate_noise_std(sig, w, server)  # raises, naming the value
+    terms = itertools.repeat((w[0] * sig[0]) ** 2, len(sig)) if uniform else (
+        (wk * sk) ** 2 for wk, sk in zip(w, sig, strict=True))
+    total = sum(terms)
+    return math.sqrt(total + 0.0**2), math.sqrt(total + server**2)
 
 
 # --------------------------------------------------------------------------- per-observer state
