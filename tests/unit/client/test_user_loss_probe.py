@@ -88,9 +88,9 @@ CASES = [("mlp", "fedavg", {}), ("mlp", "dp-sgd-fedavg", {"noise_multiplier": 1.
 def test_both_engines_train_a_torch_style_loss_as_the_built_in_one(arch: str, algorithm: str, options: dict) -> None:
     """Same seed, same initial model: the [B, C]-style loss gives the built-in cross-entropy's
     final parameters in the vectorized and the sequential engine (before, the vectorized engine
-    crashed on it: F.cross_entropy read [K, B, C] as [N, C, d]). Tolerance 1e-5 per parameter:
-    the two engines agree to float32 rounding (≤ 1e-5 in tests/unit/sim), and F.cross_entropy
-    equals log_softmax-gather to a few ulps."""
+    crashed on it: F.cross_entropy read [K, B, C] as [N, C, d]). Tolerance 1e-6 per parameter:
+    the two engines agree to float32 rounding (observed: at most 6e-8 after 2 rounds, the
+    vectorized engine against the sequential one; the two losses give the same bits in each)."""
     data = _data()
     torch.manual_seed(1)
     model = _mlp() if arch == "mlp" else _conv()
@@ -106,7 +106,7 @@ def test_both_engines_train_a_torch_style_loss_as_the_built_in_one(arch: str, al
     reference = finals["sequential", "built-in"]
     assert (reference - init).abs().max().item() > 1e-2  # it trained
     for key, params in finals.items():
-        assert (params - reference).abs().max().item() <= 1e-5, key
+        assert (params - reference).abs().max().item() <= 1e-6, key
 
 
 def test_a_reduced_loss_is_refused_when_the_run_is_built_before_any_round() -> None:
