@@ -579,13 +579,13 @@ def _signature(counts: Counter[dpe.DpEvent]) -> frozenset[tuple[dpe.DpEvent, int
 
 @dataclass(frozen=True)
 class _Histories:
-    """The charged clients' own receipts, grouped: what certification reads from the receipt log.
+    """The charged clients' own receipts, grouped: what certification reads.
 
     Row r (a client, in the order clients were first charged) holds ``counts[starts[r]:starts[r+1]]``
     receipts of the events ``columns[...]``, in the order the client first received each (the
     insertion order of a per-client ``Counter``, which fixes the order a PLD composes them in).
-    ``group[r]`` numbers the row's release multiset; ``representatives`` is the first row of each
-    multiset, in row order.
+    ``group[r]`` numbers the row's release multiset (in order of first appearance);
+    ``representatives`` is the first row of each multiset.
     """
 
     starts: np.ndarray
@@ -595,17 +595,11 @@ class _Histories:
     representatives: np.ndarray
 
     @classmethod
-    def of(cls, log: Sequence[tuple[int, np.ndarray]], num_rows: int, num_events: int) -> _Histories:
-        if not log:
-            empty = np.zeros(0, dtype=np.int64)
-            return cls(np.zeros(num_rows + 1, dtype=np.int64), empty, empty, np.zeros(num_rows, dtype=np.int64), empty)
-        rows = np.concatenate([idx for _, idx in log])
-        cols = np.repeat(np.array([c for c, _ in log], dtype=np.int64), [idx.size for _, idx in log])
-        # one entry per (row, event), sorted by row then event: the canonical form of a multiset
-        keys, first, counts = np.unique(rows * num_events + cols, return_index=True, return_counts=True)
-        prow, pcol = np.divmod(keys, num_events)
+    def of_pairs(cls, prow: np.ndarray, pcol: np.ndarray, counts: np.ndarray, first: np.ndarray,
+                 num_rows: int) -> _Histories:
+        """From the (row, event) pairs sorted by row then event, their counts and first receipts."""
         starts = np.searchsorted(prow, np.arange(num_rows + 1))
-        canonical = np.stack([pcol, counts], axis=1)
+        canonical = np.stack([pcol, counts], axis=1).astype(np.int64)
         seen: dict[bytes, int] = {}
         group = np.empty(num_rows, dtype=np.int64)
         reps: list[int] = []
@@ -617,9 +611,27 @@ class _Histories:
         order = np.lexsort((first, prow))  # within a row: first receipt first
         return cls(starts, pcol[order], counts[order], group, np.asarray(reps, dtype=np.int64))
 
+    @classmethod
+    def of_log(cls, log: Sequence[tuple[int, np.ndarray]], num_rows: int, num_events: int) -> _Histories:
+        empty = np.zeros(0, dtype=np.int64)
+        if not log:
+            return cls.of_pairs(empty, empty, empty, empty, num_rows)
+        rows = np.concatenate([idx for _, idx in log])
+        cols = np.repeat(np.array([c for c, _ in log], dtype=np.int64), [idx.size for _, idx in log])
+        keys, first, counts = np.unique(rows * num_events + cols, return_index=True, return_counts=True)
+        prow, pcol = np.divmod(keys, num_events)
+        return cls.of_pairs(prow, pcol, counts, first, num_rows)
+
     def counter(self, row: int, events: Sequence[dpe.DpEvent]) -> Counter[dpe.DpEvent]:
         s, e = int(self.starts[row]), int(self.starts[row + 1])
         return Counter({events[int(c)]: int(k) for c, k in zip(self.columns[s:e], self.counts[s:e], strict=True)})
+
+
+#: Kinds of an event for pure composition (:func:`_pure_kind`), as bits of a client's flags.
+_KIND_BITS = {"pure": 1, "zero": 2, "none": 4}
+#: A client's receipts are also kept as a dense [clients, distinct events] count matrix while it
+#: has at most this many cells (a few distinct events: most algorithms); beyond, the log alone.
+_DENSE_MAX_CELLS = 1 << 22
 
 
 class _ObserverState:
@@ -627,9 +639,11 @@ class _ObserverState:
 
     Clients get a row when first charged (``pos[client]``, -1 before; ``ids`` in that order).
     ``rows`` holds each row's RDP curve, accumulated release by release (one vector addition per
-    release for all its clients). The receipts themselves are a log of (event column, rows): a
-    client's release multiset is the count of each event over its rows, grouped on demand
-    (:class:`_Histories`, cached until the next receipt) — no per-client Python objects.
+    release for all its clients). The receipts themselves are a log of (event column, rows) and,
+    while there are few distinct events, a dense count matrix with each count's first receipt: a
+    client's release multiset is the count of each event, read without per-client Python objects
+    and grouped into distinct multisets on demand (:class:`_Histories`, cached until the next
+    receipt). ``kinds`` flags which kinds of event (:func:`_pure_kind`) each row has received.
     """
 
     def __init__(self, n_orders: int, num_clients: int) -> None:
@@ -638,11 +652,15 @@ class _ObserverState:
         self.shared_rdp = np.zeros(n_orders)
         self.pos = np.full(num_clients, -1, dtype=np.int64)
         self.id_of = np.zeros(16, dtype=np.int64)
+        self.kinds = np.zeros(16, dtype=np.uint8)
         self.n = 0
         self.rows = np.zeros((16, n_orders))
         self.events: list[dpe.DpEvent] = []
+        self.event_bits: list[int] = []
         self.column: dict[dpe.DpEvent, int] = {}
         self.log: list[tuple[int, np.ndarray]] = []
+        self.dense: tuple[np.ndarray, np.ndarray] | None = (np.zeros((16, 4), dtype=np.int32),
+                                                            np.zeros((16, 4), dtype=np.int32))
         self._histories: _Histories | None = None
 
     @property
@@ -666,32 +684,75 @@ class _ObserverState:
             m = self.n + new.size
             if m > self.rows.shape[0]:
                 cap = max(2 * self.rows.shape[0], m)
-                self.rows = np.vstack([self.rows, np.zeros((cap - self.rows.shape[0], self.n_orders))])
-                self.id_of = np.concatenate([self.id_of, np.zeros(cap - self.id_of.shape[0], dtype=np.int64)])
+                more = cap - self.rows.shape[0]
+                self.rows = np.vstack([self.rows, np.zeros((more, self.n_orders))])
+                self.id_of = np.concatenate([self.id_of, np.zeros(more, dtype=np.int64)])
+                self.kinds = np.concatenate([self.kinds, np.zeros(more, dtype=np.uint8)])
             self.pos[new] = np.arange(self.n, m)
             self.id_of[self.n:m] = new
             self.n = m
             idx = self.pos[cids]
         return idx
 
+    def _dense_fit(self) -> None:
+        """Grow the dense matrices to the rows and events in use, or drop them past the budget."""
+        if self.dense is None:
+            return
+        counts, first = self.dense
+        rows, cols = self.rows.shape[0], len(self.events)
+        if counts.shape[0] >= rows and counts.shape[1] >= cols:
+            return
+        new_cols = max(counts.shape[1], 2 * counts.shape[1] if cols > counts.shape[1] else 0, cols)
+        if rows * new_cols > _DENSE_MAX_CELLS:
+            self.dense = None
+            return
+        grown = np.zeros((rows, new_cols), dtype=np.int32), np.zeros((rows, new_cols), dtype=np.int32)
+        for old, big in zip(self.dense, grown, strict=True):
+            big[: old.shape[0], : old.shape[1]] = old
+        self.dense = grown
+
     def charge(self, clients: Sequence[int], event: dpe.DpEvent, vec: np.ndarray) -> None:
-        """One release about ``clients``: its RDP added to their rows, its event logged."""
+        """One release about ``clients``: its RDP added to their rows, its event counted and logged."""
         idx = self.rows_of(clients)
         self.rows[idx] += vec
         col = self.column.setdefault(event, len(self.events))
         if col == len(self.events):
             self.events.append(event)
+            self.event_bits.append(_KIND_BITS[_pure_kind(event)])
+        self.kinds[idx] |= self.event_bits[col]
+        self._dense_fit()
+        if self.dense is not None:
+            counts, first = self.dense
+            new = idx[counts[idx, col] == 0]
+            first[new, col] = len(self.log)
+            counts[idx, col] += 1
         self.log.append((col, idx))
         self._histories = None
 
     def histories(self) -> _Histories:
         if self._histories is None:
-            self._histories = _Histories.of(self.log, self.n, max(len(self.events), 1))
+            if self.dense is not None:
+                counts, first = self.dense
+                prow, pcol = np.nonzero(counts[: self.n, : len(self.events)])
+                self._histories = _Histories.of_pairs(prow, pcol, counts[prow, pcol], first[prow, pcol], self.n)
+            else:
+                self._histories = _Histories.of_log(self.log, self.n, max(len(self.events), 1))
         return self._histories
 
     def own_counts(self, row: int) -> Counter[dpe.DpEvent]:
         """The receipts of row ``row``, in the order the client first received each event."""
+        if self.dense is not None and self._histories is None:
+            counts, first = self.dense
+            cols = np.flatnonzero(counts[row, : len(self.events)])
+            cols = cols[np.argsort(first[row, cols], kind="stable")]
+            return Counter({self.events[int(c)]: int(counts[row, c]) for c in cols})
         return self.histories().counter(row, self.events)
+
+    def row_kinds(self, row: int | None) -> set[str]:
+        """The kinds of event (:func:`_pure_kind`) in the shared stream and in row ``row``'s."""
+        bits = int(self.kinds[row]) if row is not None else 0
+        out = {kind for kind, bit in _KIND_BITS.items() if bits & bit}
+        return out | {_pure_kind(e) for e in self.shared_counts}
 
     def to_counts(self, cid: int | None) -> Counter[dpe.DpEvent]:
         """The shared receipts, then client ``cid``'s own (None: the shared ones only)."""
@@ -703,13 +764,14 @@ class _ObserverState:
 
     def copy(self) -> _ObserverState:
         out = _ObserverState.__new__(_ObserverState)
-        out.n_orders, out.n = self.n_orders, self.n
+        out.__dict__.update(self.__dict__)
         out.shared_counts = Counter(self.shared_counts)
         out.shared_rdp = self.shared_rdp.copy()
-        out.pos, out.id_of, out.rows = self.pos.copy(), self.id_of.copy(), self.rows.copy()
-        out.events, out.column, out.log = list(self.events), dict(self.column), list(self.log)
-        out._histories = self._histories  # immutable, and the receipts are the same
-        return out
+        out.pos, out.id_of, out.rows, out.kinds = self.pos.copy(), self.id_of.copy(), self.rows.copy(), self.kinds.copy()
+        out.events, out.event_bits, out.column, out.log = (list(self.events), list(self.event_bits), dict(self.column),
+                                                           list(self.log))
+        out.dense = None if self.dense is None else (self.dense[0].copy(), self.dense[1].copy())
+        return out  # _histories: immutable, and the receipts are the same
 
 
 #: Above this many distinct *sampled* events, PLD groups noise multipliers on a geometric grid.
@@ -1089,13 +1151,12 @@ class PrivacyLedger:
         ids = st.ids.tolist()
         if method == "rdp":
             return {cid: float(e) for cid, e in zip(ids, rdp, strict=True)}
-        # the tightest per client: its own RDP curve, the PLD and pure bounds of its multiset
-        hist = st.histories()
-        per_group = [self._tight_parts(observer, int(ids[r])) for r in hist.representatives]
+        # the tightest per client (what certify(observer, cid) gives): its own RDP curve, the PLD
+        # of its multiset (cached per multiset) and its pure bound
         out: dict[int, float] = {}
         for r, cid in enumerate(ids):
-            eps_pld, eps_pure = per_group[int(hist.group[r])]
-            out[cid] = _tightest(eps_pld, float(rdp[r]), eps_pure)[0]
+            eps_pld = self._pld_for(st.to_counts(cid))[0]
+            out[cid] = _tightest(eps_pld, float(rdp[r]), self._pure(observer, cid, r))[0]
         return out
 
     # ------------------------------------------------------------------ certificates
@@ -1120,41 +1181,33 @@ class PrivacyLedger:
             self._pld_notes[sig] = notes
         return self._pld_cache[sig], list(self._pld_notes[sig])
 
-    def _tight_parts(self, observer: str, cid: int | None) -> tuple[float | None, float | None]:
-        """(PLD ε, pure ε) of the receipts of ``cid`` (None: the shared ones) against ``observer``."""
-        counts = self._state[observer].to_counts(cid)
-        if not counts:
-            return None, 0.0
-        return self._pld_for(counts)[0], pure_epsilon(_events_from_counts(counts))
 
     def _rdp_bounds(self, observer: str, who: Sequence[int | None]) -> list[float]:
         """``self._certificate(observer, cid, "rdp").epsilon`` for every ``cid`` of ``who`` (the
         smaller of the RDP and pure bounds), the RDP ε of all of them in one conversion."""
         st = self._state[observer]
         curves = np.tile(st.shared_rdp, (len(who), 1))
-        kinds: list[set[str]] = []
-        shared_kinds = {_pure_kind(e) for e in st.shared_counts}
-        col_kinds = [_pure_kind(e) for e in st.events]
-        hist = st.histories() if st.n else None
-        for i, cid in enumerate(who):
-            row = st.row_of(cid)
-            own: set[str] = set()
-            if row is not None and hist is not None:
+        rows = [st.row_of(cid) for cid in who]
+        for i, row in enumerate(rows):
+            if row is not None:
                 curves[i] = st.shared_rdp + st.rows[row]
-                own = {col_kinds[int(c)] for c in hist.columns[hist.starts[row]:hist.starts[row + 1]]}
-            kinds.append(shared_kinds | own)
         eps_rdp = self._eps_rows(curves)
         out: list[float] = []
         for i, cid in enumerate(who):
-            if not kinds[i]:  # no receipts at all
+            if rows[i] is None and not st.shared_counts:  # no receipts at all
                 out.append(0.0)
                 continue
-            # pure composition applies only when every release is pure DP: skip building the
-            # composition when some release certainly is not (the same None it would return)
-            certainly_not_pure = "none" in kinds[i] and "zero" not in kinds[i]
-            eps_pure = None if certainly_not_pure else pure_epsilon(_events_from_counts(st.to_counts(cid)))
-            out.append(_tightest(None, float(eps_rdp[i]), eps_pure)[0])
+            out.append(_tightest(None, float(eps_rdp[i]), self._pure(observer, cid, rows[i]))[0])
         return out
+
+    def _pure(self, observer: str, cid: int | None, row: int | None) -> float | None:
+        """The pure-composition bound of ``cid``'s receipts (:func:`.events.pure_epsilon`); the
+        receipts are composed only when they may all be pure DP (else the None it returns)."""
+        st = self._state[observer]
+        kinds = st.row_kinds(row)
+        if "none" in kinds and "zero" not in kinds:
+            return None
+        return pure_epsilon(_events_from_counts(st.to_counts(cid)))
 
     def _certificate(self, observer: str, cid: int | None, method: str) -> Certificate:
         st = self._state[observer]
@@ -1163,14 +1216,14 @@ class PrivacyLedger:
         if row is not None:
             rdp = rdp + st.rows[row]
         eps_rdp = self._eps(rdp)
-        counts = st.to_counts(cid)
+        has_receipts = row is not None or bool(st.shared_counts)
         notes: list[str] = []
         eps_pld: float | None = None
-        if method == "best" and counts:
-            eps_pld, notes = self._pld_for(counts)
-        eps_pure = pure_epsilon(_events_from_counts(counts)) if counts else 0.0
+        if method == "best" and has_receipts:
+            eps_pld, notes = self._pld_for(st.to_counts(cid))
+        eps_pure = self._pure(observer, cid, row) if has_receipts else 0.0
         eps, best = _tightest(eps_pld, eps_rdp, eps_pure)
-        if not counts:
+        if not has_receipts:
             eps, best = 0.0, "rdp"
         who = "every client" if cid is None else f"client {cid}"
         notes.insert(0, f"{who}; {self.rounds_recorded} rounds recorded")
@@ -1199,7 +1252,7 @@ class PrivacyLedger:
             relation=self.relation,
             epsilon_rdp=eps_rdp,
             epsilon_pld=eps_pld,
-            epsilon_pure=eps_pure if counts else None,
+            epsilon_pure=eps_pure if has_receipts else None,
             notes=tuple(dict.fromkeys(notes)),
             basis=basis,
         )

@@ -160,3 +160,42 @@ def test_many_clients_with_one_history_each_are_grouped_once() -> None:
     want = float(dpa.get_epsilon_gaussian(1 / math.sqrt(12.5), 1e-5))
     assert cert.epsilon_pld == pytest.approx(want, rel=1e-9)
     assert set(ledger.client_epsilons("server", "best").values()) == {cert.epsilon}
+
+
+def _everything(ledger: PrivacyLedger) -> list[Any]:
+    out: list[Any] = []
+    for obs in ("server", "public"):
+        for method in ("rdp", "best"):
+            out.append(ledger.certify(obs, None, method).to_dict())  # type: ignore[arg-type]
+            out.append(ledger.client_epsilons(obs, method))  # type: ignore[arg-type]
+        out += [ledger.certify(obs, c, "best").to_dict() for c in range(ledger.num_clients)]  # type: ignore[arg-type]
+    return out
+
+
+def test_the_receipt_log_alone_certifies_what_the_dense_counts_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past a size the dense count matrix is dropped and the receipts are grouped from the log:
+    the same certificates, bit for bit, whether it is dropped early or mid-run."""
+    from dpfl.privacy.accounting import ledger as ledger_mod
+
+    dense = _everything(_random_ledger(8, n=30, rounds=25))
+    assert _random_ledger(8, n=30, rounds=25)._state["server"].dense is not None
+    for cells in (0, 200):
+        monkeypatch.setattr(ledger_mod, "_DENSE_MAX_CELLS", cells)
+        logged = _random_ledger(8, n=30, rounds=25)
+        assert logged._state["server"].dense is None
+        assert _everything(logged) == dense
+
+
+def test_pure_composition_is_priced_only_for_pure_receipts() -> None:
+    """Two-point reports alone have a pure bound (d·T·ε); a Gaussian among them removes it."""
+    ledger = PrivacyLedger(num_clients=3, sampler={"kind": "all"}, delta=1e-5, relation="replace_one",
+                           privacy_unit="client", pld_every=0)
+    for t in range(3):
+        rel = [Release.two_point("server", 0.5, 4, [0, 1, 2])]
+        if t == 1:
+            rel.append(Release.gaussian("server", 2.0, 1.0, [2]))
+        ledger.record_round(t, rel, sampling={"kind": "all"}, participants=[0, 1, 2])
+    for method in ("rdp", "best"):
+        pure = ledger.certify("server", 0, method)  # type: ignore[arg-type]
+        assert pure.epsilon_pure == pytest.approx(3 * 4 * 0.5, rel=1e-12)
+        assert ledger.certify("server", 2, method).epsilon_pure is None  # type: ignore[arg-type]
