@@ -54,7 +54,6 @@ References:
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import tempfile
@@ -68,17 +67,18 @@ import torch
 
 from dpfl.algorithms.base import RoundOutput
 from dpfl.algorithms.dp_fedavg import DpFedAvg, NoisePlan
-from dpfl.algorithms.nbafl import NbAfl
+from dpfl.algorithms.nbafl import NbAfl, NbAflPlan
 from dpfl.algorithms.private import PrivateAlgorithm
 from dpfl.algorithms.udp import Udp, UdpPlan
 from dpfl.audit.estimate import EpsilonEstimate, estimate_epsilon
+from dpfl.audit.reach import predicted_reach, reach_cap, signal_ratio, verdict
 from dpfl.client.context import LocalResult, RoundInfo
 from dpfl.errors import ConfigError
 from dpfl.rng import SeedSequence
 
 if TYPE_CHECKING:
     from dpfl.rounds import Experiment, NoticeFn, ProgressFn
-    from dpfl.rounds.result import PrivacySummary
+    from dpfl.rounds.result import PrivacySummary, RunResult
     from dpfl.store import RunStore
 
 __all__ = ["AuditResult", "CanaryAlgorithm", "canary_cosines", "run_audited"]
@@ -98,6 +98,8 @@ class _Adapter:
     num_samples: Callable[[Any, torch.Tensor], int]  # (algo, real cohort sizes) -> canary sample count
     # (algo, the real round's plan, real K, canaries joining, all canaries) -> the plan of the rows
     extend: Callable[[Any, Any, int, int, int], Any]
+    # a round plan -> the same plan with every noise number 0 (the un-noised mechanism of the reach)
+    silence: Callable[[Any], Any]
 
 
 def _dpfedavg_extend(algo: DpFedAvg, plan: NoisePlan, real_k: int, joined: int, num_canaries: int) -> NoisePlan:
@@ -110,6 +112,20 @@ def _check_dpfedavg(algo: DpFedAvg) -> None:
     if algo.options.adaptive_clip is not None or algo.options.lus_sparsity > 0:
         raise ConfigError("audit: DP-FedAvg with `adaptive_clip` or `lus_sparsity` is not supported (canaries "
                           "would move the clip norm; LUS needs gradients canaries do not have). Turn them off.")
+
+
+def _dpfedavg_silence(plan: NoisePlan) -> NoisePlan:
+    if plan.secure is not None:  # audits refuse secure aggregation before a plan exists
+        raise ConfigError("audit: a secure-aggregation round has no Gaussian noise to remove.")
+    return dataclasses.replace(plan, sum_std=0.0, client_std=0.0, count_std=0.0, count_client_std=0.0)
+
+
+def _udp_silence(plan: UdpPlan) -> UdpPlan:
+    return dataclasses.replace(plan, noise_stds=tuple(0.0 for _ in plan.noise_stds))
+
+
+def _nbafl_silence(plan: NbAflPlan) -> NbAflPlan:
+    return dataclasses.replace(plan, uplink_noise_std=0.0, downlink_noise_std=0.0)
 
 
 def _same_plan(algo: Any, plan: Any, real_k: int, joined: int, num_canaries: int) -> Any:
@@ -141,16 +157,19 @@ _ADAPTERS: dict[type, _Adapter] = {
         rows=lambda a, g, d: g.unsqueeze(0) + a.clip_norm * d,
         num_samples=lambda a, sizes: _median_size(sizes),
         extend=_dpfedavg_extend,
+        silence=_dpfedavg_silence,
     ),
     NbAfl: _Adapter(
         rows=lambda a, g, d: float(a.options.clip_norm) * d,
         num_samples=lambda a, sizes: _median_size(sizes),
         extend=_same_plan,
+        silence=_nbafl_silence,
     ),
     Udp: _Adapter(
         rows=lambda a, g, d: g.unsqueeze(0) + a.sensitivities[_udp_template(a)] * d,
         num_samples=lambda a, sizes: int(a.sizes[_udp_template(a)]),
         extend=_udp_extend,
+        silence=_udp_silence,
     ),
 }
 
@@ -193,10 +212,15 @@ class CanaryAlgorithm:
     Attribute access falls through to the inner algorithm, so the wrapper can stand where the
     algorithm stands; only ``server_step`` and the checkpoint state differ. ``tag``
     (``audit<N>``) tells the runner that the audited run is another run than the plain one.
+
+    ``silent=True`` runs the *un-noised* mechanism: every round plan the inner step sees has its
+    noise numbers set to 0 (the ledger and the sampling still follow the declared plan). It is
+    the run that measures the audit's reach (:mod:`dpfl.audit.reach`), tagged
+    ``audit<N>-noise-removed``; its certificate is false and it is never stored.
     """
 
     def __init__(self, inner: PrivateAlgorithm, num_canaries: int, num_params: int, num_clients: int,
-                 seeds: SeedSequence) -> None:
+                 seeds: SeedSequence, *, silent: bool = False) -> None:
         if num_canaries < 2:
             raise ConfigError(f"audit: `canaries` must be at least 2. Found {num_canaries}.")
         self.inner = inner
@@ -208,7 +232,8 @@ class CanaryAlgorithm:
         self.directions = _unit_directions(seeds, self.first_canary_id, self.num_canaries, num_params)
         self.join_probability = _join_probability(inner.sampler, self.num_clients)
         self.participations = torch.zeros(self.num_canaries, dtype=torch.long)
-        self.tag = f"audit{self.num_canaries}"
+        self.silent = bool(silent)
+        self.tag = f"audit{self.num_canaries}" + ("-noise-removed" if self.silent else "")
 
     def state_dict(self) -> dict[str, Any]:
         """The inner algorithm's state and how often each canary joined so far."""
@@ -237,6 +262,8 @@ class CanaryAlgorithm:
         return out
 
     def server_step(self, global_params: torch.Tensor, local: LocalResult, info: RoundInfo) -> RoundOutput:
+        if self.silent:
+            info = info.with_plan(self.adapter.silence(self.inner.round_plan(info)))
         joined = self.canaries_in_round(info.round_idx)
         if not joined:
             out = self.inner.server_step(global_params, local, info)
@@ -280,12 +307,68 @@ def canary_cosines(directions: torch.Tensor, model_change: torch.Tensor) -> np.n
 
 @dataclass
 class AuditResult:
+    """An audited run: its record, the canary estimate, and the estimate of the same audit with the
+    noise removed (whose lower end is the audit's reach, :mod:`dpfl.audit.reach`)."""
+
     run_id: str
     status: str
     rounds_done: int
     final: dict[str, Any]
     history: list[dict[str, Any]]
     estimate: EpsilonEstimate
+    reach_estimate: EpsilonEstimate
+
+    @property
+    def audit(self) -> dict[str, Any]:
+        """The audit entry (``final["privacy"]["audit"]``)."""
+        return dict(self.final["privacy"]["audit"])
+
+
+@dataclass
+class _CanaryRun:
+    res: RunResult
+    exp: Experiment
+    wrapped: CanaryAlgorithm
+    final_params: torch.Tensor
+    privacy: PrivacySummary
+
+
+def _canary_run(config: Any, num_canaries: int, store: RunStore, *, restart: bool,
+                checkpoint_dir: str | Path | None, break_noise: Callable[[Any], None] | None, silent: bool,
+                progress: ProgressFn | None, notice: NoticeFn | None) -> _CanaryRun:
+    """One run of ``config`` with canaries (``silent``: with the noise removed), and its final model."""
+    from dpfl.rounds import run_experiment
+    from dpfl.rounds.result import PrivacySummary
+    from dpfl.sim.checkpoint import load_checkpoint
+
+    built: dict[str, Any] = {}
+
+    def wrap(exp: Experiment) -> CanaryAlgorithm:
+        algo = exp.algorithm
+        if not isinstance(algo, PrivateAlgorithm):
+            raise ConfigError(f"audit: algorithm {config.algorithm.name!r} adds no noise to audit; "
+                              f"supported: {', '.join(SUPPORTED)}.")
+        if break_noise is not None:
+            break_noise(algo)
+        wrapped = CanaryAlgorithm(algo, num_canaries, exp.problem.layout.numel, exp.data.num_clients, exp.seeds,
+                                  silent=silent)
+        if break_noise is not None:
+            wrapped.tag += "-broken-noise"
+        built["exp"], built["wrapped"] = exp, wrapped
+        return wrapped
+
+    res = run_experiment(config, store, checkpoint_dir=checkpoint_dir, progress=progress, notice=notice,
+                         restart=restart, wrap=wrap)
+    exp, wrapped = built["exp"], built["wrapped"]
+    model = load_checkpoint(res.final["model_path"])
+    if model is None or model.get("run_id") != res.run_id:
+        raise ConfigError(f"audit: the final model {res.final['model_path']} of run {res.run_id} is missing; "
+                          "run the audit again with restart (`--restart`).")
+    wrapped.load_state_dict(model.get("algorithm", {}))
+    summary = PrivacySummary.of(res.final)
+    if summary is None:
+        raise ConfigError(f"audit: run {res.run_id} has no privacy summary to audit against.")
+    return _CanaryRun(res, exp, wrapped, model["global_params"], summary)
 
 
 def run_audited(
@@ -302,7 +385,8 @@ def run_audited(
     progress: ProgressFn | None = None,
     notice: NoticeFn | None = None,
 ) -> AuditResult:
-    """Run ``config`` with canary clients and estimate the empirical ε of its final model.
+    """Run ``config`` with canary clients, estimate the empirical ε of its final model, and
+    measure the audit's reach (the same audit with the noise removed, :mod:`dpfl.audit.reach`).
 
     The run is :func:`dpfl.rounds.run_experiment` with :class:`CanaryAlgorithm` as
     its server step: stored in ``store`` as ``<run id>-audit<N>`` with checkpoints, so a killed
@@ -311,79 +395,87 @@ def run_audited(
     result as ``privacy.audit``. Without ``store`` the run goes to a temporary store that is
     deleted afterwards (nothing to resume; the result has no ``model_path``).
 
+    The reach needs a second run of the same size, with every noise number 0; it always goes to a
+    temporary store (its certificate would be false) and gets neither ``progress`` nor
+    ``notice``. A finished stored audit whose entry holds the reach for the same unseen count,
+    bootstrap and confidence reuses it.
+
     ``break_noise`` (tests only) may alter the built inner algorithm before the run, e.g. to
     simulate a noise bug the ledger does not know about; such a run is tagged
     ``audit<N>-broken-noise`` so it never shares a stored run or a checkpoint with a correct one.
+    The reach run does not get it (with the noise removed, a noise bug has nothing to alter).
 
     Returns:
         An :class:`AuditResult` whose ``final["privacy"]["audit"]`` holds the empirical ε with its
-        interval next to the certified (public and headline) and claimed ε, and a ``flag``: the
+        interval next to the certified (public and headline) and claimed ε, the ``reach`` and the
+        ``verdict`` (``violation``, ``consistent`` or ``inconclusive``), and the ``flag``: the
         whole interval lies above the certified public ε.
     """
-    from dpfl.rounds import run_experiment
-    from dpfl.rounds.result import PrivacySummary
-    from dpfl.sim.checkpoint import load_checkpoint
     from dpfl.store import RunStore
 
-    built: dict[str, Any] = {}
-
-    def wrap(exp: Experiment) -> CanaryAlgorithm:
-        algo = exp.algorithm
-        if not isinstance(algo, PrivateAlgorithm):
-            raise ConfigError(f"audit: algorithm {config.algorithm.name!r} adds no noise to audit; "
-                              f"supported: {', '.join(SUPPORTED)}.")
-        if break_noise is not None:
-            break_noise(algo)
-        wrapped = CanaryAlgorithm(algo, num_canaries, exp.problem.layout.numel, exp.data.num_clients, exp.seeds)
-        if break_noise is not None:
-            wrapped.tag += "-broken-noise"
-        built["exp"], built["wrapped"] = exp, wrapped
-        return wrapped
-
-    with contextlib.ExitStack() as stack:
-        if store is None:
-            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="dpfl-audit-"))
-            run_store = RunStore(Path(tmp) / "runs.sqlite")
+    settings = {"unseen": int(num_unseen), "bootstrap": int(bootstrap), "confidence": float(confidence)}
+    with tempfile.TemporaryDirectory(prefix="dpfl-audit-") as tmp:
+        run_store = store if store is not None else RunStore(Path(tmp) / "runs.sqlite")
+        main = _canary_run(config, num_canaries, run_store, restart=restart, checkpoint_dir=checkpoint_dir,
+                           break_noise=break_noise, silent=False, progress=progress, notice=notice)
+        res = main.res
+        stored = ((res.final.get("privacy") or {}).get("audit") or {}) if not restart else {}
+        reach_est: EpsilonEstimate | None = None
+        if stored.get("reach_settings") == settings and isinstance(stored.get("reach_estimate"), dict):
+            reach_est = EpsilonEstimate.from_dict(stored["reach_estimate"])
         else:
-            run_store = store
-        res = run_experiment(config, run_store, checkpoint_dir=checkpoint_dir, progress=progress, notice=notice,
-                             restart=restart, wrap=wrap)
-        exp, wrapped = built["exp"], built["wrapped"]
+            quiet = _canary_run(config, num_canaries, RunStore(Path(tmp) / "reach.sqlite"), restart=True,
+                                checkpoint_dir=None, break_noise=None, silent=True, progress=None, notice=None)
+            reach_est = _estimate(quiet, num_unseen=num_unseen, bootstrap=bootstrap, confidence=confidence)
+        est = _estimate(main, num_unseen=num_unseen, bootstrap=bootstrap, confidence=confidence)
+        audit = _audit_entry(main, est, reach_est, settings)
         final = dict(res.final)
-        model = load_checkpoint(final["model_path"])
-        if model is None or model.get("run_id") != res.run_id:
-            raise ConfigError(f"audit: the final model {final['model_path']} of run {res.run_id} is missing; "
-                              "run the audit again with restart (`--restart`).")
-        wrapped.load_state_dict(model.get("algorithm", {}))
-        summary = PrivacySummary.of(final)
-        if summary is None:
-            raise ConfigError(f"audit: run {res.run_id} has no privacy summary to audit against.")
-        est, audit = _audit(exp, wrapped, model["global_params"], summary, num_unseen=num_unseen,
-                            bootstrap=bootstrap, confidence=confidence)
-        final["privacy"] = dataclasses.replace(summary, extra={**summary.extra, "audit": audit}).to_dict()
+        final["privacy"] = dataclasses.replace(main.privacy, extra={**main.privacy.extra, "audit": audit}).to_dict()
         final["seconds"] = float(sum(m.get("seconds", 0.0) for m in res.history))
         if store is None:
             del final["model_path"]  # in the temporary store, gone with it
         else:
             run_store.finish(res.run_id, res.status, final)
-    return AuditResult(res.run_id, res.status, res.rounds_done, final, res.history, est)
+    return AuditResult(res.run_id, res.status, res.rounds_done, final, res.history, est, reach_est)
 
 
-def _audit(exp: Experiment, wrapped: CanaryAlgorithm, final_params: torch.Tensor, privacy: PrivacySummary, *,
-           num_unseen: int, bootstrap: int, confidence: float) -> tuple[EpsilonEstimate, dict[str, Any]]:
-    """The canary estimate on ``final_params`` next to the run's certified and claimed ε."""
+def _estimate(run: _CanaryRun, *, num_unseen: int, bootstrap: int, confidence: float) -> EpsilonEstimate:
+    """The canary estimate of one run's final model (unseen directions and bootstrap seed are
+    keyed by the run's seed, so the audit and its un-noised twin use the same ones)."""
+    exp, wrapped = run.exp, run.wrapped
     n, dim = exp.data.num_clients, exp.problem.layout.numel
-    change = final_params.detach().cpu() - exp.init_params.detach().cpu()
+    change = run.final_params.detach().cpu() - exp.init_params.detach().cpu()
     cos_in = canary_cosines(wrapped.directions, change)
     unseen = _unit_directions(exp.seeds, n + wrapped.num_canaries, num_unseen, dim)
     cos_out = canary_cosines(unseen, change)
-    delta = float(privacy.delta)
-    est = estimate_epsilon(cos_in, cos_out, delta, confidence=confidence, bootstrap=bootstrap,
-                           seed=exp.seeds.seed(0, n, "misc") % (2**32))
+    return estimate_epsilon(cos_in, cos_out, float(run.privacy.delta), confidence=confidence, bootstrap=bootstrap,
+                            seed=exp.seeds.seed(0, n, "misc") % (2**32))
+
+
+def _audit_entry(run: _CanaryRun, est: EpsilonEstimate, reach_est: EpsilonEstimate,
+                 settings: dict[str, Any]) -> dict[str, Any]:
+    """The canary estimate next to the run's certified and claimed ε, with the reach and verdict."""
+    privacy, wrapped = run.privacy, run.wrapped
+    dim = int(run.exp.problem.layout.numel)
     public, head = privacy.certificate("public"), privacy.headline
     cert_public = None if public is None else float(public.epsilon)
+    delta, conf, unseen = float(privacy.delta), float(settings["confidence"]), int(settings["unseen"])
+    counts = wrapped.participations.double().numpy()
+    reach = float(reach_est.epsilon_low)
+    joined = bool(counts.sum() > 0) and int(counts.size) >= 2
+    cap = reach_cap(unseen, dim, counts, delta=delta, confidence=conf) if joined else 0.0
+    signal = signal_ratio(reach_est.mean_inserted - reach_est.mean_unseen, counts) if joined else math.inf
+    share = None if not joined or math.isinf(signal) else wrapped.num_canaries / (signal + wrapped.num_canaries)
+    best = None
+    if joined and not math.isinf(signal):
+        m = wrapped.num_canaries
+        options = sorted({max(2, m // 4), max(2, m // 2), m, 2 * m, 4 * m})
+        predicted = {k: predicted_reach(k, unseen, dim, counts, signal=signal, delta=delta, confidence=conf)
+                     for k in options}
+        k_best = max(options, key=lambda k: (predicted[k], k == m))
+        best = {"canaries": k_best, "reach": predicted[k_best], "reach_with_current": predicted[m]}
     algo = wrapped.inner
-    audit = {
+    return {
         "method": "one-shot canary cosines (Andrew et al., arXiv 2302.03098); observer: final model",
         "empirical_epsilon": est.epsilon,
         "empirical_epsilon_interval": [est.epsilon_low, est.epsilon_high],
@@ -392,13 +484,21 @@ def _audit(exp: Experiment, wrapped: CanaryAlgorithm, final_params: torch.Tensor
         "claimed_epsilon": _claim_value(privacy.claimed_epsilon),
         "claim_comparable": algo.claim_comparable,
         "flag": bool(cert_public is not None and est.epsilon_low > cert_public),
+        "verdict": verdict(est.epsilon_low, reach, cert_public),
+        "reach": reach,
+        "reach_method": "lower end of the same audit with the noise removed (dpfl.audit.reach)",
+        "reach_cap": cap,
+        "reach_canary_share": share,
+        "reach_best_canaries": best,
+        "reach_settings": settings,
+        "reach_estimate": reach_est.to_dict(),
+        "dimension": dim,
         "canaries": wrapped.num_canaries,
-        "unseen_canaries": num_unseen,
+        "unseen_canaries": unseen,
         "canary_participations_mean": float(wrapped.participations.double().mean()),
         "join_probability": wrapped.join_probability,
         "estimate": est.to_dict(),
     }
-    return est, audit
 
 
 def _claim_value(claimed: Any) -> float | None:

@@ -27,7 +27,7 @@ Imports nothing from dpfl but :mod:`dpfl.privacy.calibration`.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -95,6 +95,16 @@ class EpsilonEstimate:
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (v if not isinstance(v, float) or math.isfinite(v) else str(v)) for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> EpsilonEstimate:
+        """The inverse of :meth:`to_dict` (non-finite numbers come back from their strings)."""
+        names = {f.name: f.type for f in fields(cls)}
+        missing = set(names) - set(d)
+        if missing:
+            raise ValueError(f"an estimate record lacks {sorted(missing)}")
+        values: dict[str, Any] = {k: (int(d[k]) if names[k] == "int" else float(d[k])) for k in names}
+        return cls(**values)
 
 
 def estimate_epsilon(

@@ -6,11 +6,20 @@ id ``<run id>-audit<N>`` with ``final["privacy"]["audit"]`` holding the empirica
 interval next to the certified and claimed ε (a separate entry: canaries change the model, so
 the audited run is not the plain run). A stored audit is checkpointed like any run: killed, it
 resumes with the same command; finished, it is not run again (``--restart`` runs it anew).
+
+Every audit also prints its **reach**: the lower end of the same audit of the mechanism with the
+noise removed (a second run of the same size, never stored; :mod:`dpfl.audit.reach`), with the
+analytic cap of canaries alone next to it. The verdict is ``violation`` (the empirical lower
+bound is above the certified public ε), ``consistent`` (no violation, and the reach is at least
+the certified ε) or ``inconclusive`` (the reach is below it: this audit cannot detect violations
+below ε ≈ reach), followed by what would raise the reach. ``--json`` prints the audit entries
+(``reach`` and ``verdict`` included) as JSON instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from typing import Any
@@ -24,6 +33,8 @@ def _fmt(x: Any) -> str:
 
 def audit_summary(audit: dict[str, Any]) -> str:
     """The side-by-side lines `dpfl audit` prints (also usable by `dpfl report`)."""
+    from dpfl.audit.reach import reach_advice
+
     lo, hi = audit["empirical_epsilon_interval"]
     est = audit["estimate"]
     lines = [
@@ -34,11 +45,23 @@ def audit_summary(audit: dict[str, Any]) -> str:
         f"claimed epsilon: {_fmt(audit['claimed_epsilon'])}"
         + ("" if audit.get("claim_comparable", True) else " (another privacy notion: not comparable)"),
     ]
+    if "reach" in audit:
+        lines.append(f"audit reach: {_fmt(audit['reach'])} (lower end of the same audit with the noise removed; "
+                     f"canaries alone would allow at most {_fmt(audit.get('reach_cap'))})")
+    verdict = audit.get("verdict")
     if audit["flag"]:
-        lines.append("!!! AUDIT FLAG: the whole empirical interval lies above the certified public epsilon: "
-                     "the code adds less noise than the ledger records.")
-    else:
-        lines.append("audit: empirical epsilon consistent with the certified epsilon (interval not above it).")
+        lines.append("!!! AUDIT FLAG (violation): the whole empirical interval lies above the certified public "
+                     "epsilon: the code adds less noise than the ledger records.")
+    elif verdict == "inconclusive":
+        lines.append(f"audit: inconclusive: this audit cannot detect violations below epsilon ≈ {_fmt(audit['reach'])} "
+                     f"(certified public {_fmt(audit['certified_epsilon_public'])}); the absence of a flag says "
+                     "nothing about the noise.")
+        lines.append(f"  to raise the reach: {reach_advice(audit)}")
+    elif verdict == "consistent":
+        lines.append("audit: consistent: empirical interval not above the certified epsilon, and the audit "
+                     "reaches above it (it would have caught a mechanism without noise).")
+    else:  # an entry stored before audits measured their reach
+        lines.append("audit: not flagged (interval not above the certified epsilon); reach not measured.")
     return "\n".join(lines)
 
 
@@ -68,14 +91,17 @@ def _one(config: Any, args: argparse.Namespace) -> dict[str, Any]:
         if args.verbose:
             print(f"\n!!! PRIVACY NOTICE: {message}\n", file=sys.stderr, flush=True)
 
+    as_json = bool(getattr(args, "json", False))
     store = RunStore(args.store) if args.store is not None else None
     res = run_audited(config, args.canaries, num_unseen=args.unseen, bootstrap=args.bootstrap,
                       confidence=args.confidence, store=store, restart=getattr(args, "restart", False),
                       progress=progress, notice=notice)
     final = res.final
+    audit = _audit_entry(final)
+    if as_json:
+        return {"run_id": res.run_id, "status": res.status, **audit}
     print(f"audited run {res.run_id} ({config.name}, {config.algorithm.name}): {res.status} after "
           f"{res.rounds_done} rounds in {final['seconds']:.1f} s; test accuracy {final['test_accuracy']:.4f}")
-    audit = _audit_entry(final)
     print(audit_summary(audit))
     if store is not None:
         print(f"stored as {res.run_id} in {store.path}")
@@ -95,10 +121,14 @@ def plot_audits(rows: list[tuple[str, dict[str, Any]]], out: str, title: str) ->
     lo = [a["empirical_epsilon"] - a["empirical_epsilon_interval"][0] for _, a in rows]
     hi = [a["empirical_epsilon_interval"][1] - a["empirical_epsilon"] for _, a in rows]
     ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o", capsize=3, label="empirical (canaries), 95% interval")
+    reach = [float(a["reach"]) for _, a in rows if a.get("reach") is not None]
+    if len(reach) == len(rows):
+        ax.scatter(xs, reach, marker="v", color="C2", label="reach (same audit, noise removed)")
     claimed = [a["claimed_epsilon"] for _, a in rows]
     if all(c is not None for c in claimed):
         ax.scatter(xs, claimed, marker="x", color="C3", label="claimed (paper)")
-    top = max([*xs, *[a["empirical_epsilon_interval"][1] for _, a in rows]]) * 1.1
+    top = max([*xs, *[a["empirical_epsilon_interval"][1] for _, a in rows],
+               *reach]) * 1.1
     ax.plot([0, top], [0, top], "k--", lw=0.8, label="empirical = certified")
     for (label, a), x in zip(rows, xs, strict=True):
         ax.annotate(label, (x, a["empirical_epsilon"]), textcoords="offset points", xytext=(4, 4), fontsize=7)
@@ -125,6 +155,7 @@ def _audit(args: argparse.Namespace) -> int:
         sweep = list(values.split(","))
     rows: list[tuple[str, dict[str, Any]]] = []
     flagged = False
+    as_json = bool(getattr(args, "json", False))
     for value in sweep:
         overrides = list(args.set or [])
         if value is not None:
@@ -133,15 +164,21 @@ def _audit(args: argparse.Namespace) -> int:
         audit = _one(config, args)
         flagged |= bool(audit["flag"])
         rows.append((f"{key.rsplit('.', 1)[-1]}={value}" if key else config.name, audit))
-    if len(rows) > 1:
-        print("\n" + f"{'setting':<24} {'empirical':>10} {'interval':>20} {'certified(pub)':>15} {'claimed':>10} flag")
+    if as_json:
+        out: Any = [{"setting": label, **a} for label, a in rows] if len(rows) > 1 else rows[0][1]
+        print(json.dumps(out, indent=2, default=str))
+    elif len(rows) > 1:
+        print("\n" + f"{'setting':<24} {'empirical':>10} {'interval':>20} {'certified(pub)':>15} {'reach':>8} "
+              f"{'claimed':>10} verdict")
         for label, a in rows:
             lo, hi = a["empirical_epsilon_interval"]
             print(f"{label:<24} {_fmt(a['empirical_epsilon']):>10} {'[' + _fmt(lo) + ', ' + _fmt(hi) + ']':>20} "
-                  f"{_fmt(a['certified_epsilon_public']):>15} {_fmt(a['claimed_epsilon']):>10} {a['flag']}")
+                  f"{_fmt(a['certified_epsilon_public']):>15} {_fmt(a.get('reach')):>8} "
+                  f"{_fmt(a['claimed_epsilon']):>10} {a.get('verdict')}")
     if args.plot:
         plot_audits(rows, args.plot, f"canary audit: {config.name} ({config.algorithm.name})")
-        print(f"plot: {args.plot}")
+        if not as_json:
+            print(f"plot: {args.plot}")
     return 1 if flagged and args.fail_on_flag else 0
 
 
@@ -162,5 +199,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--sweep", metavar="KEY=V1,V2,...", help="audit one run per value of a config key")
     p.add_argument("--plot", metavar="PNG", help="plot empirical vs certified and claimed epsilon")
     p.add_argument("--fail-on-flag", action="store_true", help="exit 1 when the audit flags the run")
+    p.add_argument("--json", action="store_true",
+                   help="print the audit entry (one object; a list with --sweep) as JSON, with reach and verdict")
     p.add_argument("-v", "--verbose", action="store_true", help="one line per round")
     p.set_defaults(func=_audit)
