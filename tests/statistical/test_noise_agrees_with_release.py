@@ -248,11 +248,16 @@ def test_dp_fedavg_secure_sum_carries_the_skellam_variance_it_declares(participa
     (public,) = [r for r in releases if r.observer == "public"]
     assert isinstance(public, SkellamRelease) and public.amplifiable
     uploads = algo.client_step(torch.zeros(P), local, info)
-    encoded = algo.pipeline(plan).to_residues(algo.pipeline(plan).encode(
-        clean.clone(), [info.seeds.generator(0, int(c), "rounding") for c in info.clients.tolist()], None))
-    assert torch.equal(uploads.params, encoded) == summed  # no share on the row iff summed
-    assert uploads.params.dtype == torch.int64 and int(uploads.params.min()) >= 0
-    assert int(uploads.params.max()) < 2 ** plan.secure.bits
+    encoded = algo.pipeline(plan).encode(
+        clean.clone(), [info.seeds.generator(0, int(c), "rounding") for c in info.clients.tolist()], None)
+    # summed shares: the rows are the encoded integers (no share; reduced modulo 2^b in the sum);
+    # else each row is its client's upload, residues modulo 2^b of the encoding plus a share
+    assert uploads.params.dtype == torch.int64
+    if summed:
+        assert torch.equal(uploads.params, encoded)
+    else:
+        assert int(uploads.params.min()) >= 0 and int(uploads.params.max()) < 2 ** plan.secure.bits
+        assert not torch.equal(uploads.params, algo.pipeline(plan).to_residues(encoded))
     assert float(uploads.declared["noise_variance"][0]) == pytest.approx(plan.share_variance)
     out = algo.aggregate(torch.zeros(P), uploads, info)
     expected = clean.double().sum(0) / plan.denominator

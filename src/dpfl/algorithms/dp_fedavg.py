@@ -650,8 +650,9 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
     def _secure_upload(self, clipped: torch.Tensor, plan: NoisePlan, info: RoundInfo) -> torch.Tensor:
         """Secure aggregation, client side (:mod:`dpfl.privacy.mechanisms.integer`): the clipped update
         scaled, rotated, conditionally rounded (stream (t, k, "rounding")), plus the client's Skellam
-        share Sk(μ/shares) (stream (t, k, "noise"); in simulation with ``info.summed_shares`` the
-        server step draws the rows' shares as one sum instead), as residues modulo 2^b [rows, d']."""
+        share Sk(μ/shares) (stream (t, k, "noise")), as residues modulo 2^b [rows, d']. In simulation
+        with ``info.summed_shares`` the server step draws the rows' shares as one sum instead, and
+        the rows stay integers (their modular sum is the same)."""
         pipe = self.pipeline(plan)
         signs = self._rotation_signs(pipe, info)
         rounding = [info.seeds.generator(info.round_idx, int(c), "rounding") for c in info.clients.tolist()]
@@ -660,7 +661,9 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
         if ints.shape[0] and not info.summed_shares:  # integer arithmetic on the CPU, whatever device trained
             gens = [info.seeds.generator(info.round_idx, int(c), "noise") for c in info.clients.tolist()]
             ints = ints + skellam_noise_rows(pipe.padded_dim, share, gens)
-        return pipe.to_residues(ints)
+        # summed shares (simulation): the rows are never uploads anyone sees, and the modular sum
+        # of the integers is the sum of their residues: reduced once, in the sum
+        return ints if info.summed_shares else pipe.to_residues(ints)
 
     def _aggregate_secure(self, global_params: torch.Tensor, uploads: Uploads, info: RoundInfo,
                           plan: NoisePlan) -> RoundOutput:

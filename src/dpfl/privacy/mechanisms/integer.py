@@ -231,26 +231,24 @@ class IntegerPipeline:
                 raise ConfigError("rotation needs the round's signs (rotation_signs).")
             y = torch.nn.functional.pad(y, (0, self.padded_dim - self.dim))
             y = hadamard(y * signs.to(y.device))
-        floor = torch.floor(y)
-        frac = y.sub_(floor) if y is not x else y - floor
         bound_sq = self.l2_sensitivity ** 2
-        # first draw of every row at once (row k's uniforms from generators[k], rows in parallel)
+        # randomized rounding as floor(y + u), u ~ U[0, 1): floor(y) + 1 with probability frac(y),
+        # else floor(y) — unbiased, two passes. Row k's uniforms come from generators[k]; the
+        # first draw of every row at once, rows in parallel.
         u = torch.empty((x.shape[0], self.padded_dim), dtype=torch.float64)
 
         def first(k: int) -> None:
             torch.rand(self.padded_dim, generator=generators[k], dtype=torch.float64, out=u[k])
 
         for_rows(x.shape[0], first, self.padded_dim * 8)
-        up = u.to(y.device) < frac
-        rounded = floor.add_(up)  # in place: floor + 1 where the draw says up
+        rounded = u.to(y.device).add_(y).floor_()
         ok = torch.einsum("ij,ij->i", rounded, rounded) <= bound_sq
         out = rounded.to(torch.int64)
         for k in torch.nonzero(~ok).flatten().tolist():  # redraw the rows above Δ2, each from its stream
             g = generators[k]
-            floor_k = rounded[k] - up[k].to(torch.float64)
             for _ in range(MAX_ROUNDING_TRIES - 1):
                 draw = torch.rand(self.padded_dim, generator=g, dtype=torch.float64, device=g.device).to(y.device)
-                row = floor_k + (draw < frac[k]).to(torch.float64)
+                row = draw.add_(y[k]).floor_()
                 if float((row * row).sum()) <= bound_sq:
                     out[k] = row.to(torch.int64)
                     break
