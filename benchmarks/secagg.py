@@ -11,6 +11,8 @@ N SuperNodes on 127.0.0.1 (Flower's deployment engine, warm workers):
   secagg   ``privacy.secure_aggregation: true``, ``secure_sum.bits: 31`` — a SecAgg+ run per round
            (4 stages: setup, share keys, collect masked vectors, unmask; ChaCha20 masks;
            N <= 15 so every client shares with all: threshold floor(N/2) + 1)
+  hidden   the same with ``participation: hidden`` and Poisson q = 0.5: every node joins every
+           round's sum and trains, each sampled by its own coin (``--modes`` picks a subset)
 
 A round's time is the runner's own per-round ``seconds`` (training, protocol, aggregation,
 ledger), median over the rounds after the first. The secure round costs three more message
@@ -34,19 +36,26 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from engine import _data_dir  # noqa: E402
 
+MODES = ("plain", "secagg", "hidden")
 
-def _config(tmp: Path, data_dir: str, nodes: int, rounds: int, secure: bool) -> Path:
+
+def _config(tmp: Path, data_dir: str, nodes: int, rounds: int, mode: str) -> Path:
+    secure = mode != "plain"
     privacy: dict = {"delta": 1e-5, "secure_aggregation": secure}
     options: dict = {"noise_multiplier": 1.5, "clip_norm": 1.0}
+    sampling: dict = {"kind": "all"}
     if secure:
         options["secure_sum"] = {"bits": 31}
+    if mode == "hidden":  # every node in every sum, each sampled by its own coin
+        privacy["participation"] = "hidden"
+        sampling = {"kind": "poisson", "sample_rate": 0.5}
     cfg = {
-        "name": f"bench-secagg-{nodes}-{'secure' if secure else 'plain'}", "seed": 0, "rounds": rounds,
+        "name": f"bench-secagg-{nodes}-{mode}", "seed": 0, "rounds": rounds,
         "data": {"name": "mnist", "dir": data_dir},
         "partition": {"kind": "iid", "num_clients": nodes, "samples_per_client": 60},
         "model": {"name": "mlp", "options": {"hidden": 64}},
         "algorithm": {"name": "dp-fedavg", "options": options},
-        "sampling": {"kind": "all"},
+        "sampling": sampling,
         "privacy": privacy,
         "local": {"lr": 0.1, "epochs": 1, "batch_size": 20},
         "engine": "sequential", "threads": 1, "eval_every": rounds, "checkpoint_every": 1000,
@@ -73,27 +82,31 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, nargs="+", default=[4, 8])
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     args = ap.parse_args()
+    if "plain" not in args.modes:
+        ap.error("--modes must include plain (the baseline of the ratios)")
     data_dir = str(Path(_data_dir(args.data_dir, "mnist")).resolve())
     rows = []
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="dpfl-bench-secagg-") as t:
         tmp = Path(t)
         for n in args.nodes:
-            got = {}
-            for secure in (False, True):
-                label = "secagg" if secure else "plain"
-                path = _config(tmp, data_dir, n, args.rounds, secure)
+            got: dict[str, float] = {}
+            for label in [m for m in MODES if m in args.modes]:
+                path = _config(tmp, data_dir, n, args.rounds, label)
                 med, secs = _deployed(path, tmp / f"{label}-{n}.sqlite", n, data_dir, tmp / f"fed-{label}-{n}")
                 got[label] = med
                 print(f"{n} SuperNodes, {label:6s}: median {med:.2f} s/round  (rounds {[round(x, 2) for x in secs]})",
                       flush=True)
-            rows.append((n, got["plain"], got["secagg"]))
+            rows.append((n, got))
     print()
-    print("| SuperNodes | plain s/round | SecAgg+ s/round | SecAgg+ / plain |")
-    print("|---|---|---|---|")
-    for n, plain, sec in rows:
-        print(f"| {n} | {plain:.2f} | {sec:.2f} | {sec / plain:.2f}× |")
+    others = [m for m in MODES if m in args.modes and m != "plain"]
+    print("| SuperNodes | plain s/round | " + " | ".join(f"{m} s/round | {m} / plain" for m in others) + " |")
+    print("|---|---|" + "---|---|" * len(others))
+    for n, got in rows:
+        print(f"| {n} | {got['plain']:.2f} | "
+              + " | ".join(f"{got[m]:.2f} | {got[m] / got['plain']:.2f}×" for m in others) + " |")
     print(f"\n(total {time.perf_counter() - t0:.0f} s)")
 
 
