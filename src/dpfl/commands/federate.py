@@ -4,6 +4,9 @@
   client i; ``--shuffler`` adds the shuffler node of split & shuffle) as separate processes on
   127.0.0.1 with Flower's own commands, submits the run with ``flwr run``, streams its log and
   stops the processes. The run is stored like a simulated one (run id suffix ``-flower``).
+  Relative paths (config, ``--store``, ``--data-dir`` or ``data.dir``, ``PYTHONPATH``) are the
+  caller's: they reach Flower's processes absolute. The processes end with the command, also when
+  it is killed (:mod:`dpfl.runtime.flower.local`).
 * ``dpfl federate app`` prints the Flower App directory for ``flwr run`` on real machines
   (README, "Running a federation on real machines").
 """
@@ -44,7 +47,11 @@ def _local(args: argparse.Namespace) -> int:
     if nodes != config.partition.num_clients:
         raise ConfigError(f"--nodes {nodes}: each SuperNode holds one client, and the config has "
                           f"partition.num_clients = {config.partition.num_clients}")
-    data_dir = args.data_dir or config.data.dir
+    data_dir = Path(args.data_dir or config.data.dir).resolve()  # the SuperNodes' and the ServerApp's
+    if args.reproducible and config.engine != "sequential":
+        print(f"notice: --reproducible with engine: {config.engine}: the same cohorts and noise as `dpfl run`, but "
+              "not a bit-identical model (a SuperNode trains its client alone, the simulation the whole cohort in "
+              "one batched step, which rounds differently); bit-identical needs engine: sequential", flush=True)
     print(f"starting a SuperLink and {nodes} SuperNodes{' + a shuffler' if args.shuffler else ''} on 127.0.0.1",
           flush=True)
     with LocalFederation(nodes, data_dir=data_dir, shuffler=args.shuffler, workdir=args.workdir) as fed:
@@ -99,8 +106,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     q.add_argument("--round-timeout", type=float, default=120.0, help="seconds to wait for a round's uploads")
     q.add_argument("--connect-timeout", type=float, default=120.0, help="seconds to wait for every client to connect")
     q.add_argument("--reproducible", action="store_true",
-                   help="draw all noise from the run's seed (bit-identical to simulation; testing only)")
-    q.add_argument("--workdir", default=None, help="keep the Flower logs here (default: a temporary directory)")
+                   help="draw all noise from the run's seed (testing only): the same cohorts and noise as "
+                        "`dpfl run` of the config; the model is bit-identical to it with engine: sequential, only "
+                        "close with the vectorized engine (a cohort trained in one batched step rounds differently "
+                        "from one client trained alone)")
+    q.add_argument("--workdir", default=None, help="keep the Flower logs here (default: a temporary directory, kept if "
+                                                     "the run fails)")
     q.add_argument("--timeout", type=float, default=24 * 3600.0, help="give up after this many seconds")
     q.set_defaults(func=_local)
     a = sub.add_parser("app", help="print the Flower App directory (for `flwr run` on real machines)")

@@ -4,12 +4,28 @@ Used by ``dpfl federate`` and the integration tests; on real machines start the 
 commands yourself (README, "Running a federation on real machines"). Nothing here does any
 networking of its own: the processes are Flower's ``flower-superlink`` and
 ``flower-supernode``, and the run is submitted with ``flwr run``.
+
+The federation belongs to the process that started it. Flower's processes start their own helpers
+in new sessions (``flower-superexec``, ``flwr-serverapp``, ``flwr-clientapp``, the dpfl warm
+workers), so neither a process group nor a parent-death signal reaches them all; instead every
+process of a federation carries its token in the environment variable ``DPFL_FEDERATION`` (Flower
+passes its environment on), and a watchdog process holds the read end of a pipe whose only writer
+is the starting process: when that process ends without stopping the federation (``kill -9``), the
+pipe reads end-of-file and the watchdog SIGKILLs every process with the token (Linux: found in
+``/proc/PID/environ``), then removes the temporary working directory.
+
+Paths reach Flower's processes absolute: their working directory is not the caller's (the config,
+the store, the data directory — also the ServerApp's ``data.dir``, as a config override — and
+``PYTHONPATH`` for user modules).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import re
+import secrets
 import shutil
 import signal
 import socket
@@ -24,7 +40,10 @@ from typing import Any
 from dpfl.errors import ConfigError
 from dpfl.runtime.flower import APP_DIR
 
-__all__ = ["LocalFederation"]
+__all__ = ["FEDERATION_ENV", "LocalFederation", "federation_processes"]
+
+FEDERATION_ENV = "DPFL_FEDERATION"
+"""The environment variable holding a federation's token in each of its processes."""
 
 
 def _free_port() -> int:
@@ -92,6 +111,90 @@ def _kill_tree(proc: subprocess.Popen[bytes], sig: int) -> None:
     _signal_same(kids, sig)
 
 
+def federation_processes(token: str) -> list[int]:
+    """Live processes whose environment holds ``DPFL_FEDERATION=token`` (Linux /proc; zombies,
+    whose environment is gone, are not listed; this process never is)."""
+    marker = f"{FEDERATION_ENV}={token}".encode()
+    found = []
+    for env in Path("/proc").glob("[0-9]*/environ"):
+        pid = int(env.parent.name)
+        if pid == os.getpid():
+            continue
+        try:
+            if marker in env.read_bytes().split(b"\0"):
+                found.append(pid)
+        except OSError:  # gone, or not ours
+            continue
+    return found
+
+
+def _watch(fd: int, token: str, cleanup: str | None) -> None:
+    """The watchdog: wait until the federation's owner writes a byte (it stopped the federation
+    itself) or is gone (end of file); in the second case SIGKILL every process of the federation,
+    until none is left (one that was being started when the scan began is found by the next)."""
+    try:
+        said = os.read(fd, 1)
+    except OSError:
+        said = b""
+    if said:
+        return
+    for _ in range(200):
+        pids = federation_processes(token)
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.05)
+    if cleanup:
+        shutil.rmtree(cleanup, ignore_errors=True)
+
+
+def _absolute_pythonpath(value: str) -> str:
+    """``PYTHONPATH`` with every entry absolute (an empty entry is the working directory)."""
+    return os.pathsep.join(str(Path(entry or ".").resolve()) for entry in value.split(os.pathsep))
+
+
+_EXCEPTION_LINE = re.compile(r"^(?:\w+\.)*(\w+): (.*)$")
+_DPFL_ERRORS = ("DpflError", "ConfigError", "DataFormatError", "PrivacyPreconditionError")
+
+
+class _RunLog:
+    """Reads ``flwr run --stream`` line by line: what to echo, and the ServerApp's error.
+
+    Flower logs a ServerApp's exception with its traceback ("ServerApp raised an exception"), then
+    an exit code and a help link: none of that is echoed; the exception's last line is kept, for
+    one line of error. A traceback without that marker is left out of the echo the same way."""
+
+    def __init__(self) -> None:
+        self.failed = False
+        self.error: str | None = None
+        self._in_traceback = False
+
+    def feed(self, line: str) -> bool:
+        """Take one line; whether to echo it."""
+        text = line.rstrip("\n")
+        if "ServerApp raised an exception" in text or "Exit Code:" in text:
+            self.failed = True
+        if text.startswith("Traceback (most recent call last):"):
+            self._in_traceback = True
+            return False
+        if self._in_traceback:
+            if (not text or text[0].isspace() or text.startswith(("During handling", "The above exception"))
+                    or text.startswith("Traceback")):
+                return False
+            self._in_traceback = False
+            match = _EXCEPTION_LINE.match(text)
+            if match is None:
+                self.error = text
+            else:
+                self.error = match[2] if match[1] in _DPFL_ERRORS else f"{match[1]}: {match[2]}"
+            return False
+        return not self.failed
+
+
 def _wait_port(port: int, timeout: float, proc: subprocess.Popen[bytes], log: Path) -> None:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -125,14 +228,19 @@ class LocalFederation:
             raise ConfigError(f"a federation needs at least one SuperNode; got num_nodes = {num_nodes}")
         self.num_nodes = num_nodes
         self.data_dir = None if data_dir is None else str(Path(data_dir).resolve())
+        if self.data_dir is not None and ";" in self.data_dir:
+            raise ConfigError(f"data directory {self.data_dir!r}: a path with ';' cannot be passed to the ServerApp "
+                              "(its run config separates overrides with ';'); move or link the data elsewhere")
         self.node_config = node_config or {}
         self.shuffler = shuffler
         self.simulation = simulation
         if simulation and (shuffler or node_config):
             raise ConfigError("Flower's Simulation Engine has no real SuperNodes: no shuffler or node config")
-        self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="dpfl-flower-")
-        self.workdir = Path(workdir or self._tmp.name).resolve()  # type: ignore[union-attr]
+        self._own_workdir = workdir is None  # a temporary directory, removed by stop() unless a run failed
+        self.workdir = Path(workdir if workdir is not None else tempfile.mkdtemp(prefix="dpfl-flower-")).resolve()
         self.workdir.mkdir(parents=True, exist_ok=True)
+        self.keep_workdir = False
+        self._runs = self._submitted = 0
         self.home = self.workdir / "flwr-home"
         self.home.mkdir(exist_ok=True)
         self.port = _free_port()
@@ -141,7 +249,12 @@ class LocalFederation:
         # Flower's processes start their helpers (flower-superexec, flwr-serverapp, flwr-clientapp)
         # by name: this interpreter's scripts come first on PATH
         path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
-        self.env = {**os.environ, "FLWR_HOME": str(self.home), "PATH": path}
+        self.token = secrets.token_hex(16)
+        self.env = {**os.environ, "FLWR_HOME": str(self.home), "PATH": path, FEDERATION_ENV: self.token}
+        if os.environ.get("PYTHONPATH"):  # user modules (`module:attribute` in a config), wherever Flower runs
+            self.env["PYTHONPATH"] = _absolute_pythonpath(os.environ["PYTHONPATH"])
+        self._watchdog: subprocess.Popen[bytes] | None = None
+        self._watch_fd: int | None = None
         conf = f'[superlink]\ndefault = "dpfl-local"\n\n[superlink.dpfl-local]\naddress = "127.0.0.1:{self.port}"\ninsecure = true\n'
         if simulation:
             conf += f"options.num-supernodes = {num_nodes}\noptions.backend.client-resources.num-cpus = 1\n"
@@ -154,7 +267,37 @@ class LocalFederation:
         return subprocess.Popen(list(args), stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=self.workdir,
                                 start_new_session=True)
 
+    def _start_watchdog(self) -> None:
+        """The process that stops the federation if this one ends without doing it (module docstring)."""
+        read_fd, write_fd = os.pipe()  # not inherited by anything else this process starts
+        cleanup = ["--cleanup", str(self.workdir)] if self._own_workdir else []
+        try:
+            self._watchdog = subprocess.Popen(
+                [sys.executable, "-m", "dpfl.runtime.flower.local", "--watchdog", "--fd", str(read_fd),
+                 "--token", self.token, *cleanup],
+                pass_fds=(read_fd,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True)  # not stopped by the terminal's Ctrl-C before it could act
+        finally:
+            os.close(read_fd)
+        self._watch_fd = write_fd
+
+    def _stop_watchdog(self) -> None:
+        if self._watch_fd is not None:
+            try:
+                os.write(self._watch_fd, b"x")  # stopped: nothing for it to do
+            except OSError:
+                pass
+            os.close(self._watch_fd)
+            self._watch_fd = None
+        if self._watchdog is not None:
+            try:
+                self._watchdog.wait(10)
+            except subprocess.TimeoutExpired:
+                self._watchdog.kill()
+            self._watchdog = None
+
     def start(self) -> LocalFederation:
+        self._start_watchdog()
         self.superlink = self._spawn([_tool("flower-superlink"), "--insecure", "--port", str(self.port),
                                       "--disable-runtime-dependency-installation",
                                       *(["--simulation"] if self.simulation else []),
@@ -215,11 +358,21 @@ class LocalFederation:
                 except subprocess.TimeoutExpired:
                     _kill_tree(proc, signal.SIGKILL)
         _signal_same(helpers, signal.SIGKILL)  # helpers that left the group or outlived their parent
-        if self._tmp is not None:
-            self._tmp.cleanup()
+        for pid in federation_processes(self.token):  # anything else of it (e.g. a `flwr run` still streaming)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self._stop_watchdog()
+        if self._own_workdir and not self.keep_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
     def __enter__(self) -> LocalFederation:
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
@@ -229,42 +382,92 @@ class LocalFederation:
     def submit(self, config: str | Path, *, store: str | Path, overrides: Sequence[str] = (),
                round_timeout: float = 120.0, connect_timeout: float = 120.0,
                reproducible: bool = False) -> subprocess.Popen[str]:
-        """Start ``flwr run`` for a dpfl config (returns at once; see :meth:`run`)."""
-        run_config = " ".join([
-            f"config={json.dumps(str(Path(config).resolve()))}",
-            f"store={json.dumps(str(Path(store).resolve()))}",
-            f"overrides={json.dumps(';'.join(overrides))}",
-            f"round-timeout={float(round_timeout)}",
-            f"connect-timeout={float(connect_timeout)}",
-            f"reproducible={'true' if reproducible else 'false'}",
-        ])
-        return subprocess.Popen([_tool("flwr"), "run", str(APP_DIR), "dpfl-local", "--stream", "--run-config", run_config],
+        """Start ``flwr run`` for a dpfl config (returns at once; see :meth:`run`).
+
+        Paths are made absolute here (Flower's processes do not run in this working directory);
+        the federation's ``data_dir``, if any, is also the ServerApp's ``data.dir``."""
+        overrides = list(overrides)
+        if self.data_dir is not None:
+            overrides.append(f"data.dir={json.dumps(self.data_dir)}")  # last: it wins
+        bad = [o for o in overrides if ";" in o]
+        if bad:
+            raise ConfigError(f"override {bad[0]!r}: a value with ';' cannot be passed to the ServerApp (its run config "
+                              "separates overrides with ';')")
+        # a TOML file, not `key=value` pairs: Flower's pair syntax takes no quote or escape inside a value
+        # (a path with a quote, or a JSON-quoted override, was refused); json.dumps gives TOML strings
+        values: dict[str, str | float | bool] = {
+            "config": str(Path(config).resolve()), "store": str(Path(store).resolve()),
+            "overrides": ";".join(overrides), "round-timeout": float(round_timeout),
+            "connect-timeout": float(connect_timeout), "reproducible": bool(reproducible)}
+        self._submitted += 1
+        run_config = self.workdir / f"run-config-{self._submitted}.toml"
+        run_config.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in values.items()), encoding="utf-8")
+        return subprocess.Popen([_tool("flwr"), "run", str(APP_DIR), "dpfl-local", "--stream", "--run-config",
+                                 str(run_config)],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env, cwd=self.workdir)
 
     def run(self, config: str | Path, *, store: str | Path, overrides: Sequence[str] = (), round_timeout: float = 120.0,
             connect_timeout: float = 120.0, timeout: float = 1800.0, echo: bool = False,
             reproducible: bool = False) -> dict[str, Any]:
-        """Run a dpfl config on the federation; returns the ``dpfl-result`` line and the log."""
+        """Run a dpfl config on the federation; returns the ``dpfl-result`` line and the log.
+
+        ``echo`` prints the run's log as it comes, without Flower's tracebacks.
+
+        Raises:
+            ConfigError: the run ended without a result — one line: the ServerApp's error (or
+                the log's last line) and the file holding the full log, which is kept (so is a
+                temporary working directory: ``keep_workdir``).
+        """
         proc = self.submit(config, store=store, overrides=overrides, round_timeout=round_timeout,
                            connect_timeout=connect_timeout, reproducible=reproducible)
+        self._runs += 1
+        log_path = self.workdir / f"flwr-run-{self._runs}.log"
         lines: list[str] = []
         result: dict[str, Any] | None = None
+        reader = _RunLog()
         end = time.monotonic() + timeout
+        timed_out = False
         assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line)
-            if echo:
-                print(line, end="", flush=True)
-            if "dpfl-result " in line:
-                result = json.loads(line.split("dpfl-result ", 1)[1])
-                break
-            if time.monotonic() > end:
-                break
+        with open(log_path, "w", encoding="utf-8") as log:
+            for line in proc.stdout:
+                lines.append(line)
+                log.write(line)
+                log.flush()
+                if reader.feed(line) and echo:
+                    print(line, end="", flush=True)
+                if "dpfl-result " in line:
+                    result = json.loads(line.split("dpfl-result ", 1)[1])
+                    break
+                if time.monotonic() > end:
+                    timed_out = True
+                    break
         proc.terminate()
         try:
             proc.wait(10)
         except subprocess.TimeoutExpired:
             proc.kill()
         if result is None:
-            raise ConfigError("the Flower run ended without a result; its log:\n" + "".join(lines[-60:]))
+            self.keep_workdir = True
+            if reader.error is not None:
+                why = f"the ServerApp failed: {reader.error}"
+            elif timed_out:
+                why = f"no result after {timeout:g} s"
+            else:
+                last = next((x.strip() for x in reversed(lines) if x.strip()), "no output")
+                why = f"the Flower run ended without a result ({last})"
+            raise ConfigError(f"{why}; full log: {log_path}")
         return {**result, "log": "".join(lines)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="dpfl's watchdog of a local Flower federation (started by LocalFederation)")
+    ap.add_argument("--watchdog", action="store_true", required=True)
+    ap.add_argument("--fd", type=int, required=True, help="read end of the pipe whose only writer is the owner")
+    ap.add_argument("--token", required=True, help="the federation's DPFL_FEDERATION token")
+    ap.add_argument("--cleanup", default=None, help="a temporary working directory to remove after")
+    args = ap.parse_args(argv)
+    _watch(args.fd, args.token, args.cleanup)
+
+
+if __name__ == "__main__":
+    main()
