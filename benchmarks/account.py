@@ -54,8 +54,10 @@ def _clear_caches() -> None:
     from dpfl.privacy.accounting import certify, claimed
 
     certify._RDP_CACHE.clear()
-    certify._conversion_terms.cache_clear()
     claimed._dpfedavg_round_rdp.cache_clear()
+    terms = getattr(certify, "_conversion_terms", None)  # absent before the vectorized conversion
+    if terms is not None:
+        terms.cache_clear()
 
 
 def _dpfl_warm(a: argparse.Namespace) -> dict[str, Any]:
