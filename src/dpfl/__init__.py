@@ -32,6 +32,8 @@ _LAZY = {
     "RunResult": "dpfl.rounds.result",
     "DryRunResult": "dpfl.rounds.result",
     "RunStore": "dpfl.store",
+    "CsvMetrics": "dpfl.rounds.observers",
+    "TensorBoardMetrics": "dpfl.rounds.observers",
 }
 
 __all__ = [

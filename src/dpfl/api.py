@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import hashlib
+import sys
 import tempfile
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -35,6 +36,7 @@ from dpfl.config import RunConfig, parse_config
 from dpfl.data.checks import check_client_sizes
 from dpfl.errors import ConfigError
 from dpfl.rounds.build import Experiment, assemble, partition_clients
+from dpfl.rounds.loop import RoundObserver
 from dpfl.rounds.result import DryRunResult, PrivacySummary
 from dpfl.store import DEFAULT_STORE, RunStore
 
@@ -343,6 +345,24 @@ def _warn_unheard(notices: Sequence[Mapping[str, Any]], notice: Callable[[str], 
             warnings.warn(n["message"], UserWarning, stacklevel=3)
 
 
+def _progress_fn(progress: bool | Callable[[int, int, dict[str, Any], float], None] | None, rounds: int,
+                 label: str, stack: contextlib.ExitStack) -> Callable[[int, int, dict[str, Any], float], None] | None:
+    """What :func:`train` calls after each round for its ``progress`` argument (a progress line
+    entered on ``stack`` for ``True``, or ``None`` on a terminal)."""
+    if callable(progress):
+        return progress
+    if progress is None:
+        progress = sys.stderr.isatty()
+    if progress is not True and progress is not False:
+        raise ConfigError(f"`progress` must be True, False, None or a callable. Found {progress!r}.")
+    if not progress:
+        return None
+    from dpfl.commands.run import RoundProgress
+
+    short = label if len(label) <= 40 else label[:39] + "…"
+    return stack.enter_context(RoundProgress(rounds, short))
+
+
 @dataclass(frozen=True)
 class TrainResult:
     """What :func:`train` returns.
@@ -384,10 +404,11 @@ def train(model: nn.Module, data: FederatedData, algorithm: str = "dp-fedavg", *
           sampling: Mapping[str, Any] | None = None, local: Mapping[str, Any] | None = None,
           privacy: Mapping[str, Any] | None = None, seed: int = 0, engine: str = "auto",
           store: str | Path | RunStore | None = DEFAULT_STORE, restart: bool = False,
-          progress: Callable[[int, int, dict[str, Any], float], None] | None = None,
+          progress: bool | Callable[[int, int, dict[str, Any], float], None] | None = None,
           notice: Callable[[str], None] | None = print, threads: int | None = None,
           checkpoint_every: int = 5, eval_every: int = 1, name: str | None = None,
-          loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None) -> TrainResult:
+          loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+          observers: Sequence[RoundObserver] = ()) -> TrainResult:
     """Train ``model`` on ``data`` with a DP-FL algorithm; both epsilons in the result.
 
     Args:
@@ -407,6 +428,13 @@ def train(model: nn.Module, data: FederatedData, algorithm: str = "dp-fedavg", *
             (``restart`` runs it again). ``None``: no store — the run trains in a temporary folder
             that is removed afterwards (nothing to resume, nothing returned from an earlier run).
         notice: where notices go (formula ranges, budget stops; default ``print``; None: nowhere).
+        progress: ``True``: one line per round on stderr (round, loss, accuracy, certified ε,
+            elapsed and remaining time), a live bar in a terminal; ``False``: silent; ``None``
+            (default): on when stderr is a terminal; or a callable ``(done, total, metrics,
+            seconds)`` called after each round.
+        observers: :class:`~dpfl.rounds.loop.RoundObserver` s that see every round's metrics,
+            e.g. ``[dpfl.CsvMetrics("metrics.csv"), dpfl.TensorBoardMetrics("tb")]``
+            (:mod:`dpfl.rounds.observers`).
         loss: a per-sample loss replacing cross-entropy, written as for one batch: ``(outputs
             [B, C], targets [B]) -> losses [B]``, e.g. ``lambda out, y: F.cross_entropy(out, y,
             reduction="none")``. It is probed once when the run is built; one that handles
@@ -438,7 +466,9 @@ def train(model: nn.Module, data: FederatedData, algorithm: str = "dp-fedavg", *
             run_store = RunStore(folder / "run.sqlite")
         else:
             run_store = store if isinstance(store, RunStore) else RunStore(store)
-        res = run_experiment(config, run_store, progress=progress, notice=notice, restart=restart, experiment=exp)
+        progress_fn = _progress_fn(progress, config.rounds, config.name, stack)
+        res = run_experiment(config, run_store, progress=progress_fn, notice=notice, restart=restart, experiment=exp,
+                             observers=tuple(observers))
         if res.stored_notice is not None and notice is not None:
             notice(res.stored_notice)
         saved = load_checkpoint(res.final["model_path"]) if "model_path" in res.final else None

@@ -1,5 +1,5 @@
-"""The ``dpfl`` command line: run | runs | plot | report | export | data | account | reproduce | bound | audit |
-federate.
+"""The ``dpfl`` command line: run | runs | plot | report | export | data | account | options | reproduce | bound |
+audit | federate.
 
 Errors a user causes (:class:`dpfl.errors.DpflError`, a usage error, a file that cannot be read
 or written) print one line on stderr and exit with status 2.
@@ -18,8 +18,10 @@ from typing import NoReturn
 
 _COMMANDS = (
     "dpfl.commands.run",
+    "dpfl.commands.runs",
     "dpfl.commands.data",
     "dpfl.commands.account",
+    "dpfl.commands.options",
     "dpfl.commands.reproduce",
     "dpfl.commands.bound",
     "dpfl.commands.report",

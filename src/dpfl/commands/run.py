@@ -1,4 +1,4 @@
-"""`dpfl run`, `dpfl runs`, `dpfl plot`: run a config, list stored runs, plot a run."""
+"""`dpfl run`: run a config (`dpfl runs` and `dpfl plot` are in :mod:`dpfl.commands.runs`)."""
 
 from __future__ import annotations
 
@@ -114,7 +114,8 @@ def _run(args: argparse.Namespace) -> int:
 
     with RoundProgress(config.rounds, config.name) as progress:
         started = time.perf_counter()
-        result = run_experiment(config, store, progress=progress, notice=loud, restart=args.restart)
+        result = run_experiment(config, store, progress=progress, notice=loud, restart=args.restart,
+                                observers=_observers(args))
     final = result.final
     try:
         plot: object = plot_run(store, result.run_id)
@@ -137,6 +138,18 @@ def _run(args: argparse.Namespace) -> int:
             print(_secure_aggregation_lines(config))
     print(f"stored in {store.path}; plot: {plot}")
     return 0
+
+
+def _observers(args: argparse.Namespace) -> tuple[Any, ...]:
+    """The round observers `--csv` and `--tensorboard` ask for (:mod:`dpfl.rounds.observers`)."""
+    from dpfl.rounds.observers import CsvMetrics, TensorBoardMetrics
+
+    out: list[Any] = []
+    if getattr(args, "csv", None):
+        out.append(CsvMetrics(args.csv))
+    if getattr(args, "tensorboard", None):
+        out.append(TensorBoardMetrics(args.tensorboard))
+    return tuple(out)
 
 
 def _secure_aggregation_lines(config: Any) -> str:
@@ -215,47 +228,6 @@ def _run_audited(config: Any, args: argparse.Namespace) -> int:
     return 1 if audit["flag"] else 0
 
 
-def _runs(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
-    from dpfl.errors import ConfigError
-
-    store = RunStore(args.store)
-    if not store.exists():
-        raise ConfigError(f"no run store at {store.path} (`dpfl run` creates it; see --store)")
-    table = Table(title=f"runs in {store.path}")
-    table.add_column("run id", no_wrap=True, min_width=12)  # ids are copied from here: never cut
-    for col in ("name", "algorithm", "data", "model", "status", "rounds", "test acc"):
-        table.add_column(col)
-    unreadable: list[str] = []
-    for r in store.list():
-        problem = r.problem
-        try:
-            rounds = str(len(store.rounds(r.run_id)))
-        except ConfigError as err:
-            problem, rounds = problem or str(err), "?"
-        acc = (r.result or {}).get("test_accuracy")
-        status = r.status if problem is None else "unreadable"
-        table.add_row(r.run_id, r.name, r.algorithm, r.dataset, r.model, status, rounds,
-                      f"{acc:.4f}" if isinstance(acc, int | float) else "")
-        if problem is not None:
-            unreadable.append(f"run {r.run_id}: {problem}" if not problem.startswith("run ") else problem)
-    # piped output is read by scripts and people alike: do not cut ids or names at 80 columns
-    Console(width=None if sys.stdout.isatty() else 160).print(table)
-    for line in unreadable:
-        print(f"dpfl: warning: {line}", file=sys.stderr)
-    return 0
-
-
-def _plot(args: argparse.Namespace) -> int:
-    from dpfl.plots.curves import plot_run
-
-    path = plot_run(RunStore(args.store), args.run_id, args.out)
-    print(path)
-    return 0
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("run", help="run an experiment config (resumes if interrupted)")
     p.add_argument("config", help="a YAML config file or the name of a built-in config (e.g. default)")
@@ -265,14 +237,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--audit", type=int, metavar="N", default=0,
                    help="insert N canary clients and report the empirical epsilon next to the certified and "
                         "claimed ones (a separate run; exit 1 if the audit flags it)")
+    p.add_argument("--csv", metavar="FILE", default=None,
+                   help="also write the per-round metrics to this CSV file ({run_id} in the name is replaced)")
+    p.add_argument("--tensorboard", metavar="DIR", default=None,
+                   help="also log the per-round metrics to TensorBoard in DIR/RUN_ID (needs `tensorboard`)")
     p.set_defaults(func=_run)
 
-    p = subparsers.add_parser("runs", help="list stored runs")
-    p.add_argument("--store", default=str(DEFAULT_STORE))
-    p.set_defaults(func=_runs)
-
-    p = subparsers.add_parser("plot", help="write PNG curves of a stored run")
-    p.add_argument("run_id")
-    p.add_argument("--store", default=str(DEFAULT_STORE))
-    p.add_argument("--out", default=None)
-    p.set_defaults(func=_plot)

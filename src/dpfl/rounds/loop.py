@@ -56,6 +56,19 @@ class Recorder(Protocol):
     def progress(self, done: int, total: int, metrics: dict[str, Any], seconds: float) -> None: ...
 
 
+class RoundObserver(Protocol):
+    """Sees every recorded round of a stored run, in order, once per call of the run: the rounds
+    already in the store first (a resumed run, or a finished one returned from the store), then
+    each new round right after the store has it (:class:`Recorder` ``log_round``). The CSV and
+    TensorBoard writers of :mod:`dpfl.rounds.observers` are observers."""
+
+    def open(self, run_id: str) -> None: ...
+
+    def log_round(self, round_idx: int, metrics: dict[str, Any]) -> None: ...
+
+    def close(self) -> None: ...
+
+
 @dataclass
 class LoopState:
     """What the loop carries from round to round (and a checkpoint restores)."""

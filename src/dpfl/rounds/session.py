@@ -40,7 +40,7 @@ from dpfl.rounds.cohort import (
     UploadCohort,
 )
 from dpfl.rounds.gate import PrivacyGate, WhatIfUplinkGate
-from dpfl.rounds.loop import LoopState, run_rounds
+from dpfl.rounds.loop import LoopState, RoundObserver, run_rounds
 from dpfl.rounds.result import DryRunResult, RunResult
 from dpfl.sim.checkpoint import clean_orphans, load_checkpoint, save_checkpoint
 from dpfl.store import RunStore
@@ -107,9 +107,10 @@ class _StoreRecorder:
     """The loop's recorder for a stored run: notices, rounds and checkpoints."""
 
     def __init__(self, store: RunStore, rid: str, exp: Experiment, ckpt: Path, owner: str,
-                 progress: ProgressFn | None, notice: NoticeFn | None) -> None:
+                 progress: ProgressFn | None, notice: NoticeFn | None,
+                 observers: tuple[RoundObserver, ...] = ()) -> None:
         self.store, self.rid, self.exp, self.ckpt, self.owner = store, rid, exp, ckpt, owner
-        self._progress, self._notice = progress, notice
+        self._progress, self._notice, self.observers = progress, notice, observers
 
     def notice(self, kind: str, message: str, round_idx: int | None = None) -> None:
         self.store.add_notice(self.rid, round_idx, kind, message)
@@ -121,6 +122,8 @@ class _StoreRecorder:
 
     def log_round(self, round_idx: int, metrics: dict[str, Any]) -> None:
         self.store.log_round(self.rid, round_idx, metrics)
+        for observer in self.observers:
+            observer.log_round(round_idx, metrics)
 
     def checkpoint(self, state: LoopState, ledger_state: dict[str, Any] | None, algo_state: dict[str, Any]) -> None:
         save_checkpoint(self.ckpt, {"run_id": self.rid, "rounds_done": state.rounds_done,
@@ -168,6 +171,7 @@ def run_experiment(
     secure_rng: bool = False,
     wrap: Callable[[Experiment], ServerStep] | None = None,
     experiment: Experiment | None = None,
+    observers: tuple[RoundObserver, ...] = (),
 ) -> RunResult:
     """Run (or resume, or return the stored result of) the run a config defines.
 
@@ -190,6 +194,9 @@ def run_experiment(
 
     ``experiment``: an already built experiment of ``config`` (the Python API builds it from a
     user's model and data); by default the config is built.
+
+    ``observers`` see every round of the run (:class:`~dpfl.rounds.loop.RoundObserver`), those
+    already stored first: a CSV or TensorBoard log is complete after a resume or a stored result.
     """
     exp = experiment if experiment is not None else build_experiment(config)
     check_secure_aggregation(config, exp.algorithm, remote=remote, wrapped=wrap is not None)
@@ -207,7 +214,7 @@ def run_experiment(
             raise ConfigError("the experiment was built without an engine (a dry run's); it cannot train.")
         cohort = InProcessCohort(exp.engine, exp.algorithm, wrap(exp) if wrap is not None else None)
     return run_on(exp, cohort, store, checkpoint_dir=checkpoint_dir, progress=progress, notice=notice,
-                  restart=restart, secure_rng=secure_rng)
+                  restart=restart, secure_rng=secure_rng, observers=observers)
 
 
 def run_on(
@@ -220,6 +227,7 @@ def run_on(
     notice: NoticeFn | None = None,
     restart: bool = False,
     secure_rng: bool = False,
+    observers: tuple[RoundObserver, ...] = (),
 ) -> RunResult:
     """Run a built experiment on ``cohort``, stored in ``store`` (see :func:`run_experiment`)."""
     # a run on real clients, or with a wrapped server step, is another run than the simulation of
@@ -233,10 +241,23 @@ def run_on(
     ckpt_path = checkpoint_path(store, rid, checkpoint_dir)
     owner = store.path.name
     stored = _stored_result(store, rid, restart)
-    if stored is not None:
-        return stored
-    with store.lease(rid):  # one writer per run: refused while a live process writes it
-        return _leased(exp, cohort, store, rid, ckpt_path, owner, progress, notice, restart, secure_rng)
+    if stored is None:
+        with store.lease(rid):  # one writer per run: refused while a live process writes it
+            stored = _leased(exp, cohort, store, rid, ckpt_path, owner, progress, notice, restart, secure_rng,
+                             observers)
+        if stored.stored is None:
+            return stored
+    for observer in observers:  # a stored result: its observers still see every round
+        _replay(observer, rid, stored.history)
+        observer.close()
+    return stored
+
+
+def _replay(observer: RoundObserver, rid: str, rows: list[dict[str, Any]]) -> None:
+    """Open ``observer`` on run ``rid`` and show it the stored rounds ``rows``."""
+    observer.open(rid)
+    for row in rows:
+        observer.log_round(int(row["round"]), {k: v for k, v in row.items() if k != "round"})
 
 
 def _stored_result(store: RunStore, rid: str, restart: bool) -> RunResult | None:
@@ -249,7 +270,8 @@ def _stored_result(store: RunStore, rid: str, restart: bool) -> RunResult | None
 
 
 def _leased(exp: Experiment, cohort: Cohort, store: RunStore, rid: str, ckpt_path: Path, owner: str,
-            progress: ProgressFn | None, notice: NoticeFn | None, restart: bool, secure_rng: bool) -> RunResult:
+            progress: ProgressFn | None, notice: NoticeFn | None, restart: bool, secure_rng: bool,
+            observers: tuple[RoundObserver, ...] = ()) -> RunResult:
     """The run, with its lease held: start it or resume it, store whatever stops it."""
     stored = _stored_result(store, rid, restart)  # finished by the writer that held the lease before
     if stored is not None:
@@ -266,7 +288,8 @@ def _leased(exp: Experiment, cohort: Cohort, store: RunStore, rid: str, ckpt_pat
     store.start(rid, config.model_dump(mode="json"), environment())
     # from here on the run is registered: whatever stops it is stored with it, never left `running`
     try:
-        return _registered(exp, cohort, gate, store, rid, ckpt_path, owner, progress, notice, secure_rng)
+        return _registered(exp, cohort, gate, store, rid, ckpt_path, owner, progress, notice, secure_rng,
+                           observers)
     except KeyboardInterrupt:
         store.finish(rid, "interrupted", None)
         raise
@@ -278,10 +301,10 @@ def _leased(exp: Experiment, cohort: Cohort, store: RunStore, rid: str, ckpt_pat
 
 def _registered(exp: Experiment, cohort: Cohort, gate: PrivacyGate | None, store: RunStore, rid: str,
                 ckpt_path: Path, owner: str, progress: ProgressFn | None, notice: NoticeFn | None,
-                secure_rng: bool) -> RunResult:
+                secure_rng: bool, observers: tuple[RoundObserver, ...] = ()) -> RunResult:
     """The rounds of a registered run: resume, loop, final record."""
     config, algo = exp.config, exp.algorithm
-    recorder = _StoreRecorder(store, rid, exp, ckpt_path, owner, progress, notice)
+    recorder = _StoreRecorder(store, rid, exp, ckpt_path, owner, progress, notice, observers)
     for n in exp.notices:
         recorder.notice(n["kind"], n["message"])
     if isinstance(algo, PrivateAlgorithm):
@@ -302,6 +325,8 @@ def _registered(exp: Experiment, cohort: Cohort, gate: PrivacyGate | None, store
         if gate is not None and saved.get("ledger") is not None:
             gate.restore(saved["ledger"])
     store.drop_rounds_after(rid, state.rounds_done - 1)
+    for observer in observers:
+        _replay(observer, rid, store.rounds(rid))
     if gate is not None and state.rounds_done > 0:  # "noted once" notices stay once across resumes
         gate.exceeded_noted = any(n["kind"] == "claim-exceeded" for n in store.notices(rid))
     try:
@@ -313,6 +338,8 @@ def _registered(exp: Experiment, cohort: Cohort, gate: PrivacyGate | None, store
         raise
     finally:
         cohort.close()
+        for observer in observers:
+            observer.close()
     status, stop_reason, last_eval = outcome.status, outcome.stop_reason, outcome.last_eval
     params, rounds_done = state.params, state.rounds_done
     if not last_eval or stop_reason:
