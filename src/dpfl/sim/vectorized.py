@@ -5,8 +5,21 @@ Each local step gathers a [K, B, ...] batch (clients with fewer samples are padd
 runs the cohort forward pass (:mod:`dpfl.sim.cohort`: batched matmuls and grouped convolutions),
 takes one backward pass for the sum of the clients' losses — client k's loss depends only on
 client k's parameters, so its gradient is exactly client k's own — and applies every client's
-SGD step with one fused call. A client whose steps have run out has an all-zero mask: its
-gradient is zero and it stays where it is.
+SGD step with one fused call.
+
+Clients are ordered by their number of steps, longest first, so that the clients still training at
+step s are a prefix of the rows: each step slices that prefix of the stacked parameters, optimizer
+state and batch (and the batch to the widest of their batches), and a client whose steps have run
+out costs nothing more. On an unbalanced (non-IID) split the stacked work is then the sum of the
+clients' steps, not the cohort size times the longest client's. Rows are returned in the caller's
+order.
+
+The cohort trains in blocks of clients sized from a memory budget (``memory_budget`` bytes,
+:data:`DEFAULT_MEMORY_BUDGET`; :meth:`VectorizedEngine.client_bytes` estimates a client's share:
+stacked parameters, gradient, optimizer state, DP-SGD noise, a batch's inputs and activations),
+each block written into the round's [K, P] result before the next starts. Consecutive clients in
+the step order form a block, so a block holds clients of similar lengths. Each client's numbers
+depend only on its own rows: a block size changes nothing but the float order of batched kernels.
 
 With another local optimizer (SGD with momentum or weight decay, Adam:
 :mod:`dpfl.client.optim`) the state is stacked like the parameters, one row per client, created
@@ -23,21 +36,27 @@ Poisson batch is empty is still taken (noise only); a client whose steps have ru
 
 from __future__ import annotations
 
+import copy
 import ctypes
 from collections.abc import Callable, Sequence
 
 import torch
+from torch import nn
 
 from dpfl.client.context import ObjectiveTerm
 from dpfl.client.local import batch_plan, dp_sgd_noise_std, dp_sgd_sample_rate, poisson_batch_plan
-from dpfl.client.optim import OptimizerState
+from dpfl.client.optim import Adam, OptimizerState
 from dpfl.client.regularizers import l2_penalty, proximal
+from dpfl.errors import ConfigError
 from dpfl.models.losses import per_sample_loss
 from dpfl.sim.base import Engine, LocalResult
 from dpfl.sim.cohort import CohortForward
 from dpfl.sim.per_sample import ghost_clipped_grads, materialized_clipped_grads
 
 _ALLOCATOR_TUNED = False
+
+DEFAULT_MEMORY_BUDGET = 512 * 2**20
+"""Bytes a block of clients may occupy while it trains (:meth:`VectorizedEngine.client_bytes`)."""
 
 
 def tune_allocator() -> None:
@@ -66,28 +85,31 @@ class VectorizedEngine(Engine):
 
     name = "vectorized"
 
-    def __init__(self, *args, fused: bool = True, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, *args, fused: bool = True, memory_budget: int | None = DEFAULT_MEMORY_BUDGET,  # type: ignore[no-untyped-def]
+                 **kwargs) -> None:
         super().__init__(*args, **kwargs)
         tune_allocator()
+        if memory_budget is not None and (isinstance(memory_budget, bool) or not isinstance(memory_budget, int)
+                                          or memory_budget <= 0):
+            raise ConfigError(f"the engine's memory budget must be a positive number of bytes or None. "
+                              f"Found {memory_budget!r}.")
         self.fused = fused
+        self.memory_budget = memory_budget
         self.forward = CohortForward(self.problem.module)
+        self._acts: int | None = None
 
-    def _plans(self, clients: Sequence[int], round_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Global sample indices [K, S, B] and mask [K, S, B] for every client's steps."""
-        gidx, mask, _ = self._plans_and_steps(clients, round_idx)
-        return gidx, mask
-
-    def _plans_and_steps(self, clients: Sequence[int], round_idx: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """:meth:`_plans` and, per client, its number of steps [K] (DP-SGD's Poisson batches may be
-        empty: a step is a row of the client's plan, not a non-empty batch)."""
+    def _client_plans(self, clients: Sequence[int], round_idx: int) -> list[torch.Tensor]:
+        """Each client's batch plan [S_k, B_k] (positions into its samples, -1 pads) from its
+        stream (round, client, "batch"). DP-SGD's Poisson batches may be empty: a step is a row of
+        the plan, not a non-empty batch."""
         local = self.problem.local
-        plans, members = [], []
         plan_of = batch_plan if local.dp_sgd is None else poisson_batch_plan
-        for c in clients:
-            idx = self.data.client_indices[int(c)]
-            gen = self.seeds.generator(round_idx, int(c), "batch")
-            plans.append(plan_of(idx.numel(), local, gen))
-            members.append(idx)
+        return [plan_of(self.data.client_indices[int(c)].numel(), local, self.seeds.generator(round_idx, int(c), "batch"))
+                for c in clients]
+
+    def _stack_plans(self, clients: Sequence[int], plans: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Global sample indices [K, S, B] and mask [K, S, B] of the given clients' plans (padded to
+        the longest and widest)."""
         steps = max(p.shape[0] for p in plans)
         width = max(p.shape[1] for p in plans)
         pos = torch.full((len(plans), steps, width), -1, dtype=torch.long)
@@ -95,9 +117,14 @@ class VectorizedEngine(Engine):
             pos[k, : p.shape[0], : p.shape[1]] = p
         mask = pos >= 0
         gidx = torch.zeros_like(pos)
-        for k, idx in enumerate(members):
+        for k, c in enumerate(clients):
+            idx = self.data.client_indices[int(c)]
             gidx[k][mask[k]] = idx.to(pos.device)[pos[k][mask[k]]]
-        return gidx, mask, torch.tensor([p.shape[0] for p in plans], dtype=torch.long)
+        return gidx, mask
+
+    def _plans(self, clients: Sequence[int], round_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Global sample indices [K, S, B] and mask [K, S, B] for every client's steps."""
+        return self._stack_plans(clients, self._client_plans(clients, round_idx))
 
     def _terms(self, anchor: dict[str, torch.Tensor]) -> list[Callable[[dict[str, torch.Tensor]], torch.Tensor]]:
         """The data-independent objective terms, each mapping client parameters to [K]."""
@@ -114,90 +141,180 @@ class VectorizedEngine(Engine):
         terms.extend(at_anchor(term) for term in prob.extra_terms)
         return terms
 
-    def train(self, global_params: torch.Tensor, clients: Sequence[int], round_idx: int) -> LocalResult:
-        prob = self.problem
-        local = prob.local
-        k = len(clients)
-        gidx, mask, n_steps = self._plans_and_steps(clients, round_idx)
-        device = self.data.x.device
-        gidx, maskf = gidx.to(device), mask.to(device=device, dtype=self.data.x.dtype)
-        counts = maskf.sum(2)  # [K, S]
-        dp = _DpSgdSteps.build(self, clients, round_idx, n_steps, device) if local.dp_sgd is not None else None
-        anchor = prob.layout.views(global_params.detach().to(device))
-        # One contiguous [K, ...] tensor per parameter (not views of one [K, P] matrix): batched
-        # matmuls, and above all the in-place fused SGD step, run as one BLAS call only on
-        # contiguous batches (a strided batch falls back to a loop of K small matmuls).
-        views = {n: a.unsqueeze(0).expand(k, *a.shape).clone() for n, a in anchor.items()}
-        terms = self._terms(anchor)
-        linear_stack = self.forward.fusable_params() == set(views)
+    def _fusable(self, terms: Sequence[object]) -> tuple[bool, bool]:
+        """(every parameter belongs to an ``nn.Linear`` of a Sequential, the fused SGD step applies)."""
+        local = self.problem.local
+        linear_stack = self.forward.fusable_params() == set(self.problem.layout.names)
         # Fused SGD (the step taken inside the backward pass of each Linear layer) needs the plain
         # data loss and every parameter fusable: the in-place step would otherwise change storage
         # shared (one version counter) with parameters other layers saved for backward.
-        plain = local.optimizer.plain
-        fuse = self.fused and linear_stack and not terms and local.per_sample_clip is None and plain
+        fuse = self.fused and linear_stack and not terms and local.per_sample_clip is None and local.optimizer.plain
+        return linear_stack, fuse
+
+    def _activations_per_sample(self) -> int:
+        """Floats the model's layers output for one sample (measured once by a forward pass with
+        hooks on the leaf modules; the input's size if the probe fails)."""
+        if self._acts is None:
+            numel = [0]
+
+            def hook(_m: nn.Module, _i: object, out: object) -> None:
+                if isinstance(out, torch.Tensor):
+                    numel[0] += out.numel()
+
+            mod = self.problem.module
+            leaves = [m for m in mod.modules() if not list(m.children())]
+            handles = [m.register_forward_hook(hook) for m in leaves]
+            try:
+                with torch.no_grad():
+                    dev = next(iter(mod.parameters())).device
+                    mod(self.data.x[:1].to(dev))
+                self._acts = numel[0]
+            except Exception:  # noqa: BLE001 - only an estimate for the block size
+                self._acts = int(self.data.x[:1].numel())
+            finally:
+                for h in handles:
+                    h.remove()
+        return self._acts
+
+    def client_bytes(self, steps: int, width: int, fuse: bool) -> int:
+        """Estimated bytes one client occupies while its block trains (what the block size is
+        derived from): its parameters twice (the stacked tensors and the block's flat result), its
+        gradient unless the SGD step is fused, its optimizer state, its DP-SGD noise, and per
+        sample of a batch the input and three times the layers' outputs (forward values, their
+        gradients, temporaries), plus its batch plan (indices and masks)."""
+        local = self.problem.local
+        opt = local.optimizer
+        copies = 2 + (0 if fuse else 1)
+        copies += 2 if isinstance(opt, Adam) else int(bool(opt.momentum)) + int(bool(opt.weight_decay))
+        copies += 2 if local.dp_sgd is not None else 0
+        per_sample = int(self.data.x[:1].numel()) + 3 * self._activations_per_sample()
+        elt = self.data.x.element_size()
+        return elt * (copies * self.problem.layout.numel + width * per_sample) + 21 * steps * width
+
+    def block_size(self, clients: int, steps: int, width: int, fuse: bool) -> int:
+        """Clients trained at once: as many as the memory budget holds (at least one)."""
+        if self.memory_budget is None:
+            return max(clients, 1)
+        return max(1, min(clients, self.memory_budget // max(self.client_bytes(steps, width, fuse), 1)))
+
+    def train(self, global_params: torch.Tensor, clients: Sequence[int], round_idx: int) -> LocalResult:
+        prob = self.problem
+        k = len(clients)
+        device = self.data.x.device
+        plans = self._client_plans(clients, round_idx)
+        n_steps = torch.tensor([p.shape[0] for p in plans], dtype=torch.long)
+        # Longest clients first: at step s the clients still training are a prefix of the rows,
+        # and a block holds clients of similar lengths.
+        order = torch.argsort(n_steps, descending=True, stable=True)
+        anchor = prob.layout.views(global_params.detach().to(device))
+        _, fuse = self._fusable(self._terms(anchor))
+        width = max(p.shape[1] for p in plans) if plans else 1
+        block = self.block_size(k, int(n_steps.max()) if k else 0, width, fuse)
+        final_gradient = prob.local.final_gradient
+        if block >= k:
+            ids = [int(clients[i]) for i in order.tolist()]
+            flat, loss = self._train_block(anchor, ids, [plans[i] for i in order.tolist()], round_idx)
+            final = self._final_gradient(flat, ids) if final_gradient else None
+            if not bool((order == torch.arange(k)).all()):
+                inverse = torch.argsort(order).to(flat.device)
+                flat, loss = flat[inverse], loss[inverse.cpu()]
+                final = None if final is None else final[inverse]
+            return LocalResult(flat, loss, self.data.sizes(clients), final)
+        out = torch.empty(k, prob.layout.numel, device=device, dtype=global_params.dtype)
+        losses = torch.empty(k)
+        finals = torch.empty_like(out) if final_gradient else None
+        for start in range(0, k, block):
+            rows = order[start : start + block]
+            ids = [int(clients[i]) for i in rows.tolist()]
+            flat, loss = self._train_block(anchor, ids, [plans[i] for i in rows.tolist()], round_idx)
+            out.index_copy_(0, rows.to(device), flat)
+            losses[rows] = loss
+            if finals is not None:
+                finals.index_copy_(0, rows.to(device), self._final_gradient(flat, ids))
+            del flat
+        return LocalResult(out, losses, self.data.sizes(clients), finals)
+
+    def _train_block(self, anchor: dict[str, torch.Tensor], clients: list[int], plans: list[torch.Tensor],
+                     round_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Local training of clients ordered by non-increasing step count: (flat local parameters
+        [K, P], mean local objective [K] on the CPU)."""
+        prob = self.problem
+        local = prob.local
+        k = len(clients)
+        n_steps = torch.tensor([p.shape[0] for p in plans], dtype=torch.long)
+        gidx, mask = self._stack_plans(clients, plans)
+        device = self.data.x.device
+        # the rows taking step s (a prefix, clients being ordered) and the widest batch among them
+        live = [int(a) for a in (n_steps.unsqueeze(0) > torch.arange(gidx.shape[1]).unsqueeze(1)).sum(1)]
+        cols = torch.arange(1, gidx.shape[2] + 1)
+        widths = [max(1, int((mask[:a, s] * cols).max())) for s, a in enumerate(live)]
+        gidx, maskf = gidx.to(device), mask.to(device=device, dtype=self.data.x.dtype)
+        counts = maskf.sum(2)  # [K, S]
+        dp = _DpSgdSteps.build(self, clients, round_idx, n_steps, device) if local.dp_sgd is not None else None
+        # One contiguous [K, ...] tensor per parameter (not views of one [K, P] matrix): batched
+        # matmuls, and above all the in-place fused SGD step, run as one BLAS call only on
+        # contiguous batches (a strided batch falls back to a loop of K small matmuls). A prefix
+        # of rows of a contiguous tensor is contiguous.
+        views = {n: a.unsqueeze(0).expand(k, *a.shape).clone() for n, a in anchor.items()}
+        terms = self._terms(anchor)
+        linear_stack, fuse = self._fusable(terms)
         token = torch.zeros((), requires_grad=True)
         names = [] if fuse else list(views)
-        vlist = [views[n] for n in names]
-        for v in vlist:
-            v.requires_grad_(True)
-        opt_state = None if plain else OptimizerState(local.optimizer, vlist, local.lr)
+        opt_state = None if local.optimizer.plain else OptimizerState(local.optimizer, [views[n] for n in names], local.lr)
         loss_sum = torch.zeros(k, device=device)
-        for s in range(gidx.shape[1]):
-            idx = gidx[:, s]
+        for s, (a, w) in enumerate(zip(live, widths, strict=True)):
+            idx = gidx[:a, s, :w]
             xb = self.data.x[idx]
             yb = self.data.y[idx]
-            cnt = counts[:, s]
-            weight = maskf[:, s] / cnt.clamp(min=1.0).unsqueeze(1)  # mean over real samples
-            active = (cnt > 0).to(weight.dtype)
+            cnt = counts[:a, s]
+            weight = maskf[:a, s, :w] / cnt.clamp(min=1.0).unsqueeze(1)  # mean over real samples
             loss_weight = weight
             if dp is not None:  # DP-SGD: the sum over the fixed denominator q_k|D_k|; empty batches step
-                weight = maskf[:, s] / dp.denominators.unsqueeze(1)
-                active = dp.active[:, s].to(weight.dtype)
+                weight = maskf[:a, s, :w] / dp.denominators[:a].unsqueeze(1)
             if fuse:
-                out = self.forward(views, xb, (local.lr, token))
+                out = self.forward({n: v[:a] for n, v in views.items()}, xb, (local.lr, token))
                 loss_k = (per_sample_loss(prob.loss_kind, out, yb) * weight).sum(1)
                 torch.autograd.grad(loss_k.sum(), [token])
-                loss_sum += loss_k.detach()
+                loss_sum[:a] += loss_k.detach()
                 continue
+            cur = {n: views[n][:a].requires_grad_(True) for n in names}
+            vlist = [cur[n] for n in names]
             if local.per_sample_clip is None:
-                out = self.forward(views, xb)
+                out = self.forward(cur, xb)
                 loss_k = (per_sample_loss(prob.loss_kind, out, yb) * weight).sum(1)
                 for term in terms:
-                    loss_k = loss_k + active * term(views)
+                    loss_k = loss_k + term(cur)
                 grads = list(torch.autograd.grad(loss_k.sum(), vlist))
             else:
-                clipped = ghost_clipped_grads if linear_stack else None
-                if clipped is not None:
-                    data_grads, ls = clipped(self.forward, views, xb, yb, weight, prob.loss_kind, local.per_sample_clip)
+                if linear_stack:
+                    data_grads, ls = ghost_clipped_grads(self.forward, cur, xb, yb, weight, prob.loss_kind,
+                                                         local.per_sample_clip)
                 else:
                     data_grads, ls = materialized_clipped_grads(
-                        prob.module, views, xb, yb, weight, prob.loss_kind, local.per_sample_clip
+                        prob.module, cur, xb, yb, weight, prob.loss_kind, local.per_sample_clip
                     )
                 loss_k = (ls * loss_weight).sum(1)
                 grads = [data_grads[n] for n in names]
                 if terms:
-                    reg = active * terms[0](views)
+                    reg = terms[0](cur)
                     for term in terms[1:]:
-                        reg = reg + active * term(views)
+                        reg = reg + term(cur)
                     reg_grads = torch.autograd.grad(reg.sum(), vlist, allow_unused=True)
                     grads = [g if r is None else g + r for g, r in zip(grads, reg_grads, strict=True)]
                     loss_k = loss_k + reg.detach()
             with torch.no_grad():
                 if dp is not None:
-                    noise = prob.layout.views(dp.noise(s))
+                    noise = prob.layout.views(dp.noise(s, a))
                     grads = [g + noise[n] for g, n in zip(grads, names, strict=True)]
                 if opt_state is None:
                     torch._foreach_add_(vlist, grads, alpha=-local.lr)
-                else:  # a client's steps are a prefix of the rows: inactive ones are done
-                    opt_state.step(grads, active=cnt > 0 if dp is None else dp.active[:, s])
-                loss_sum += loss_k.detach()
-        if dp is not None:
-            steps_taken = n_steps.clamp(min=1).to(device=loss_sum.device, dtype=loss_sum.dtype)
-        else:
-            steps_taken = (counts > 0).sum(1).clamp(min=1).to(loss_sum.dtype)
+                else:  # a client's steps are a prefix of the rows: the rows past ``a`` are done
+                    _prefix_state(opt_state, a).step(grads)
+                    opt_state.step_count += 1
+                loss_sum[:a] += loss_k.detach()
+        steps_taken = n_steps.clamp(min=1).to(device=loss_sum.device, dtype=loss_sum.dtype)
         flat = torch.cat([views[n].detach().reshape(k, -1) for n in prob.layout.names], dim=1)
-        final_grads = self._final_gradient(flat, clients) if local.final_gradient else None
-        return LocalResult(flat, (loss_sum / steps_taken).cpu(), self.data.sizes(clients), final_grads)
+        return flat, (loss_sum / steps_taken).cpu()
 
     def _final_gradient(self, flat: torch.Tensor, clients: Sequence[int], chunk: int = 256) -> torch.Tensor:
         """∇ of each client's mean data loss over all its samples, at its final weights [K, P]."""
@@ -250,13 +367,25 @@ class _DpSgdSteps:
         gens = [engine.seeds.generator(round_idx, int(c), "noise", device=device) for c in clients]
         return cls(denominators, stds, active, gens, engine.problem.layout.numel, dtype)
 
-    def noise(self, step: int) -> torch.Tensor:
-        """[K, P]: N(0, std_k² I) for every client taking step ``step`` (one [P] draw from its
-        stream, as the sequential engine draws), zeros for clients whose steps have run out."""
+    def noise(self, step: int, rows_taking: int | None = None) -> torch.Tensor:
+        """[K', P]: N(0, std_k² I) for every client taking step ``step`` (one [P] draw from its
+        stream, as the sequential engine draws), zeros for clients whose steps have run out; K' =
+        ``rows_taking`` (the first rows: the clients still training), default all."""
         rows = []
-        for k, gen in enumerate(self.generators):
+        for k, gen in enumerate(self.generators[:rows_taking]):
             if bool(self.active[k, step]) and float(self.stds[k]) > 0:
                 rows.append(torch.randn(self.numel, generator=gen, device=gen.device, dtype=self.dtype) * self.stds[k])
             else:
                 rows.append(torch.zeros(self.numel, device=self.stds.device, dtype=self.dtype))
         return torch.stack(rows)
+
+
+def _prefix_state(state: OptimizerState, rows: int) -> OptimizerState:
+    """The optimizer state of the first ``rows`` clients: views of the same buffers (stepping it
+    steps those rows in place); its step count is the caller's to advance."""
+    sub = copy.copy(state)
+    sub.params = [p[:rows] for p in state.params]
+    for attr in ("exp_avg", "exp_avg_sq", "momentum_buffer"):
+        if hasattr(state, attr):
+            setattr(sub, attr, [t[:rows] for t in getattr(state, attr)])
+    return sub
