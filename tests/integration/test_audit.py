@@ -1,7 +1,8 @@
-"""The canary audit on tiny real-MNIST runs: it passes correct runs and catches a noise bug.
+"""The canary audit on tiny MNIST runs: it passes correct runs and catches a noise bug, and says
+when it could not have caught one (its reach, :mod:`dpfl.audit.reach`).
 
-The bug is simulated the way such bugs happen: the code adds 10× less noise than the algorithm
-declares to the ledger (``releases``) and to the claim; nothing else changes.
+The bug is simulated the way such bugs happen: the code adds 10× (or 3×) less noise than the
+algorithm declares to the ledger (``releases``) and to the claim; nothing else changes.
 """
 
 from __future__ import annotations
@@ -41,17 +42,24 @@ def _cfg(shared: Path, algorithm: dict[str, Any], **over: Any) -> Any:
 DPFEDAVG = {"name": "dp-fedavg", "options": {"noise_multiplier": 1.0, "clip_norm": 0.5}}
 
 
-def _dpfedavg_noise_10x_too_small(algo: Any) -> None:
-    """A bug the ledger cannot see: the noise drawn is a tenth of the round plan's, while the
+def _dpfedavg_noise_scaled(scale: float) -> Any:
+    """A bug the ledger cannot see: the noise drawn is ``scale`` times the round plan's, while the
     releases (from the loop's plan) still state the planned noise."""
-    inner_step = algo.server_step
 
-    def step(g: Any, local: Any, info: Any) -> Any:
-        plan = algo.round_plan(info)
-        broken = dataclasses.replace(plan, sum_std=plan.sum_std * 0.1, client_std=plan.client_std * 0.1)
-        return inner_step(g, local, info.with_plan(broken))
+    def break_noise(algo: Any) -> None:
+        inner_step = algo.server_step
 
-    algo.server_step = step
+        def step(g: Any, local: Any, info: Any) -> Any:
+            plan = algo.round_plan(info)
+            broken = dataclasses.replace(plan, sum_std=plan.sum_std * scale, client_std=plan.client_std * scale)
+            return inner_step(g, local, info.with_plan(broken))
+
+        algo.server_step = step
+
+    return break_noise
+
+
+_dpfedavg_noise_10x_too_small = _dpfedavg_noise_scaled(0.1)
 
 
 def _udp_noise_10x_too_small(algo: Any) -> None:
@@ -82,6 +90,10 @@ def test_dpfedavg_correct_run_passes_and_broken_noise_is_flagged(mnist_fixture: 
     assert b["empirical_epsilon_interval"][0] > a["certified_epsilon_public"]
     assert b["empirical_epsilon_interval"][0] > a["claimed_epsilon"]
     assert b["empirical_epsilon"] > 1.5 * a["certified_epsilon_public"]
+    # the un-noised audit reaches above the certificate (measured reach 37.5 vs 14.1): the correct
+    # run is "consistent", not merely unflagged
+    assert a["verdict"] == "consistent" and b["verdict"] == "violation"
+    assert a["reach"] == b["reach"] > a["certified_epsilon_public"]
 
 
 def test_canaries_leave_ledger_and_real_noise_unchanged(mnist_fixture: Path, tmp_path: Path) -> None:
@@ -113,6 +125,10 @@ def test_udp_and_nbafl_audits_run_and_udp_bug_is_flagged(mnist_fixture: Path) ->
     c = nb.final["privacy"]["audit"]
     assert not c["flag"] and c["empirical_epsilon_interval"][0] <= c["certified_epsilon_public"]
     assert c["canary_participations_mean"] == 10.0
+    assert a["verdict"] == "consistent" and b["verdict"] == "violation"
+    # NbAFL's certificate charges a parameter clip's 2C: far above what even its un-noised
+    # mechanism shows to this audit (measured reach 52 vs certified 144)
+    assert c["verdict"] == "inconclusive" and c["reach"] < c["certified_epsilon_public"]
 
 
 def test_dpfl_run_attaches_the_audit(mnist_fixture: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -124,16 +140,30 @@ def test_dpfl_run_attaches_the_audit(mnist_fixture: Path, tmp_path: Path, capsys
     code = main(["run", str(root / "reports" / "audit" / "dpfedavg.yaml"), "--audit", "10", "--store", str(store),
                  "--set", f"data.dir={mnist_fixture}", "--set", "data.verify=false", "--set", "rounds=3"])
     assert code == 0
-    assert "empirical epsilon" in capsys.readouterr().out
-    (rec,) = RunStore(store).list()
+    out = capsys.readouterr().out
+    assert "empirical epsilon" in out and "audit reach:" in out
+    (rec,) = RunStore(store).list()  # the un-noised run of the reach is never stored
     audit = rec.result["privacy"]["audit"]
     assert audit["canaries"] == 10 and audit["flag"] is False
+    assert audit["verdict"] in ("consistent", "inconclusive") and audit["reach"] >= 0
     assert audit["empirical_epsilon"] <= audit["empirical_epsilon_interval"][1]
 
 
-def test_killed_audit_resumes_to_the_uninterrupted_result(mnist_fixture: Path, tmp_path: Path) -> None:
+def test_killed_audit_resumes_to_the_uninterrupted_result(mnist_fixture: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """An audit is a stored, checkpointed run: killed after round 3 (checkpoint at 2) and run again,
-    it ends with exactly the model, canary participations and estimate of one uninterrupted run."""
+    it ends with exactly the model, canary participations and estimate of one uninterrupted run;
+    its reach is measured once and kept with it."""
+    from dpfl.audit import canary
+
+    runs: list[bool] = []  # `silent` of every canary run: False the audit, True its reach
+    real_run = canary._canary_run
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        runs.append(kwargs["silent"])
+        return real_run(*args, **kwargs)
+
+    monkeypatch.setattr(canary, "_canary_run", counting)
     udp = {"name": "udp", "options": {"epsilon": 4.0, "clip_norm": 1.0}}
     cfg = _cfg(mnist_fixture, udp, rounds=6, checkpoint_every=2, local={"lr": 0.05, "batch_size": None, "steps": None},
                sampling={"kind": "poisson", "sample_rate": 0.5})
@@ -167,8 +197,14 @@ def test_killed_audit_resumes_to_the_uninterrupted_result(mnist_fixture: Path, t
     # the audit is part of the stored result; a finished audit is not run again
     assert store.get(rid).result["privacy"]["audit"] == a
     seen.clear()
+    runs.clear()
     again = run_audited(cfg, 20, store=store, progress=lambda d, *_: seen.append(d), **kw)
     assert seen == [] and again.final["privacy"]["audit"] == a
+    assert runs == [False]  # finished: the stored reach is reused, not measured again
+    runs.clear()
+    other = run_audited(cfg, 20, store=store, **{**kw, "bootstrap": 50})
+    assert runs == [False, True]  # another bootstrap: another reach
+    assert other.audit["reach_settings"]["bootstrap"] == 50
     # the plain run of the same config is another run
     plain = run_experiment(cfg, store)
     assert plain.run_id == rid.removesuffix("-audit20") and "audit" not in plain.final["privacy"]
@@ -181,3 +217,103 @@ def test_canaries_are_simulation_only(mnist_fixture: Path, tmp_path: Path) -> No
     with pytest.raises(ConfigError, match="simulation only"):
         run_experiment(cfg, RunStore(tmp_path / "s.sqlite"), remote=lambda *a: None,  # type: ignore[arg-type,return-value]
                        wrap=lambda exp: exp.algorithm)
+
+
+# ---------------------------------------------------------------------------- the audit's reach
+
+
+def _logistic_issue_raw(data: Path) -> dict[str, Any]:
+    """The logistic setting where the audit used to say "consistent" for a broken mechanism:
+    500 clients × 20 MNIST samples, Poisson q = 0.5, z = 0.7, S = 1, 30 rounds, δ = 1e-5."""
+    return {
+        "name": "audit-logistic", "seed": 0, "rounds": 30,
+        "data": {"name": "mnist", "dir": str(data)},
+        "partition": {"kind": "iid", "num_clients": 500, "samples_per_client": 20},
+        "model": {"name": "logistic"},
+        "algorithm": {"name": "dp-fedavg", "options": {"noise_multiplier": 0.7, "clip_norm": 1.0}},
+        "sampling": {"kind": "poisson", "sample_rate": 0.5},
+        "privacy": {"delta": 1e-5},
+        "local": {"lr": 0.1, "epochs": 1, "batch_size": 20},
+        "engine": "vectorized",
+    }
+
+
+def test_logistic_audit_that_cannot_see_the_bug_says_inconclusive(shared_data: Path) -> None:
+    """With 7,850 parameters the training signal hides the canaries even without noise: the
+    un-noised audit reaches ε ≈ 15 against a certificate of 33.7 (measured: reach 15.3, empirical
+    lower ends 11.1 / 14.9 / 15.3 for the correct, 0.3× and 0.1× noise), so neither the correct nor
+    the broken mechanisms may be called consistent."""
+    from dpfl.commands.audit import audit_summary
+
+    cfg = parse_config(_logistic_issue_raw(shared_data))
+    for scale in (0.3, 0.1):
+        res = run_audited(cfg, 100, num_unseen=1000, bootstrap=BOOT, break_noise=_dpfedavg_noise_scaled(scale))
+        a = res.audit
+        assert not a["flag"] and a["verdict"] == "inconclusive", (scale, a["verdict"])
+        assert a["reach"] < a["certified_epsilon_public"] / 1.5  # measured 15.3 vs 33.7
+        # the reach is the lower end of the un-noised audit, whose point is where the broken runs go
+        assert a["reach"] == res.reach_estimate.epsilon_low
+        assert a["empirical_epsilon"] <= res.reach_estimate.epsilon_high
+        # the analytic cap of canaries alone lies above the measured reach (signal only lowers it)
+        assert a["reach_cap"] > a["reach"]
+        assert a["reach_canary_share"] < 0.5  # the noise-free change is mostly training signal
+        text = audit_summary(a)
+        assert f"inconclusive: this audit cannot detect violations below epsilon ≈ {a['reach']:.4g}" in text
+        assert "larger model" in text and "consistent" not in text
+
+
+def test_logistic_audit_json_carries_reach_and_verdict(shared_data: Path, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture) -> None:
+    import json
+
+    import yaml
+
+    from dpfl.cli import main
+
+    path = tmp_path / "logistic.yaml"
+    path.write_text(yaml.safe_dump(_logistic_issue_raw(shared_data)))
+    assert main(["audit", str(path), "--canaries", "100", "--bootstrap", str(BOOT), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["verdict"] == "inconclusive" and out["flag"] is False
+    assert out["reach"] < out["certified_epsilon_public"]
+    assert out["certified_epsilon_public"] == pytest.approx(33.72, abs=0.01)
+    assert out["reach_estimate"]["epsilon_low"] == out["reach"]
+    assert out["run_id"].endswith("-audit100")
+
+
+def _mlp_cfg(data: Path, **over: Any) -> Any:
+    """The default main job (MLP 784-64-10, q = 0.2, z = 1.5, δ = 1e-5) without secure aggregation
+    (audits refuse it), with ``over`` applied."""
+    from dpfl.config import load_config
+
+    root = Path(__file__).resolve().parents[2]
+    sets = [f"data.dir={data}", "privacy.secure_aggregation=false", "privacy.participation=visible",
+            *(f"{k}={v}" for k, v in over.items())]
+    return load_config(root / "src" / "dpfl" / "configs" / "default.yaml", sets)
+
+
+def test_mlp_audit_reaches_the_certificate_and_flags_the_bug(shared_data: Path) -> None:
+    """The main job's MLP at reduced size (300 clients, 15 rounds): the audit reaches above the
+    certificate, so the correct run is "consistent" and the 0.1× noise is a "violation"
+    (measured: certified 2.98, reach 15.2; empirical lower ends 0.93 and 11.4)."""
+    cfg = _mlp_cfg(shared_data, rounds=15, **{"partition.num_clients": 300})
+    ok = run_audited(cfg, 100, num_unseen=1000, bootstrap=BOOT).audit
+    bad = run_audited(cfg, 100, num_unseen=1000, bootstrap=BOOT, break_noise=_dpfedavg_noise_scaled(0.1)).audit
+    assert ok["verdict"] == "consistent" and not ok["flag"]
+    assert ok["reach"] > 2 * ok["certified_epsilon_public"]
+    assert bad["verdict"] == "violation" and bad["flag"]
+    assert bad["empirical_epsilon_interval"][0] > 2 * bad["certified_epsilon_public"]
+    assert bad["reach"] == ok["reach"]  # the un-noised mechanism is the same for both
+
+
+@pytest.mark.slow
+def test_mlp_audit_of_the_main_job_flags_the_bug(shared_data: Path) -> None:
+    """The issue's setting: the default main job for 30 rounds (certified 4.09); 0.1× noise gives
+    empirical 12.6 [10.9, 14.7] (violation), the correct run 3.8 [2.8, 4.8] with reach 11.2
+    (consistent)."""
+    cfg = _mlp_cfg(shared_data, rounds=30)
+    ok = run_audited(cfg, 100, num_unseen=1000, bootstrap=1000).audit
+    bad = run_audited(cfg, 100, num_unseen=1000, bootstrap=1000, break_noise=_dpfedavg_noise_scaled(0.1)).audit
+    assert ok["certified_epsilon_public"] == pytest.approx(4.09, abs=0.01)
+    assert ok["verdict"] == "consistent" and ok["reach"] > ok["certified_epsilon_public"]
+    assert bad["verdict"] == "violation" and bad["empirical_epsilon_interval"][0] > bad["certified_epsilon_public"]
