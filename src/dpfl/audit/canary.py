@@ -46,6 +46,12 @@ The audit's observer is the final model only (θ_T − θ_0), so its empirical �
 the certified ε of the *public* observer (which sees every broadcast, hence is at least as
 large), and with the paper's claimed ε.
 
+Every audit is run twice: the second run is the same config, seed and canaries with every noise
+number of every round plan set to 0 (``CanaryAlgorithm(silent=True)``, ``_Adapter.silence``), in
+a temporary store. The lower end of its estimate is the audit's **reach** — the largest ε this
+audit can show in this setting — and the verdict is ``inconclusive`` when the reach is below the
+certified ε (:mod:`dpfl.audit.reach`). A finished stored audit keeps its reach with it.
+
 References:
     Andrew, Kairouz, Oh, Oprea, McMahan, Suriyakumar, "One-shot Empirical Privacy Estimation for
     Federated Learning", arXiv 2302.03098 (see :mod:`dpfl.audit.estimate` for what we could and
