@@ -1,4 +1,5 @@
-"""`dpfl reproduce KEY`: run a paper figure's sweep and write its figure and report."""
+"""`dpfl reproduce KEY`: run a paper figure's sweep and write its figure, report and result records
+(``--from-records``: rewrite the report from the records alone)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ def _reproduce(args: argparse.Namespace) -> int:
             print(f"{key:<14} {recipe.title}")
         return 0
     recipe = get_recipe(args.key)
-    store = RunStore(args.store)
+    store = None if args.from_records else RunStore(args.store)
 
     def run_one(config):  # type: ignore[no-untyped-def]
         with RoundProgress(config.rounds, config.name) as progress:
@@ -28,7 +29,8 @@ def _reproduce(args: argparse.Namespace) -> int:
                                   notice=lambda m: print(f"  notice: {m}", file=sys.stderr))
 
     path = reproduce(recipe, args.scale, store, Path(args.out), data_dir=args.data_dir, run_one=run_one,
-                     report_only=args.report_only, max_runs=args.max_runs)
+                     report_only=args.report_only, max_runs=args.max_runs, from_records=args.from_records,
+                     notice=lambda m: print(f"notice: {m}", file=sys.stderr))
     print(path.read_text())
     print(f"report: {path}")
     return 0
@@ -42,8 +44,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--data-dir", default=None, help="data directory for every run of the recipe")
     p.add_argument("--store", default=str(DEFAULT_STORE))
     p.add_argument("--out", default="reports")
-    p.add_argument("--report-only", action="store_true", help="only rewrite the report from stored runs")
+    p.add_argument("--report-only", action="store_true",
+                   help="only rewrite the report (and its records) from the runs held: stored or recorded")
+    p.add_argument("--from-records", action="store_true",
+                   help="rewrite the report from the result records beside it (records.jsonl) alone: "
+                        "no run store, no training")
     p.add_argument("--max-runs", type=int, default=None, metavar="N",
-                   help="run at most N unfinished runs, then report the runs stored so far (marked partial); "
-                        "for sweeps too long for one sitting")
+                   help="run at most N runs that are neither finished in the store nor recorded beside the "
+                        "report, add their records, then report the runs held so far (marked partial); for "
+                        "sweeps too long for one sitting, on one machine or several")
     p.set_defaults(func=_reproduce)

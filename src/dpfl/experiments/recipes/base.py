@@ -11,6 +11,18 @@ from typing import Any
 
 from dpfl.config import RunConfig, run_id
 from dpfl.errors import ConfigError
+from dpfl.experiments.records import (
+    RECORDS_FILE,
+    CombinedSource,
+    RecordStore,
+    RunSource,
+    config_hash,
+    current_hash,
+    make_record,
+    read_records,
+    to_run_record,
+    write_records,
+)
 from dpfl.privacy.accounting.certify import Certificate
 from dpfl.rounds.result import PrivacySummary
 from dpfl.store import RunRecord, RunStore
@@ -85,11 +97,12 @@ class RecipeRun:
 
 @dataclass
 class ReportContext:
-    """What a recipe's report function reads: its runs, their stored records and rounds."""
+    """What a recipe's report function reads: its runs, their stored records and rounds (from the run
+    store, or from the result records beside the report)."""
 
     recipe: Recipe
     scale: str
-    store: RunStore
+    store: RunSource
     runs: list[tuple[RecipeRun, RunRecord, list[dict[str, Any]]]]
     out_dir: Path
 
@@ -137,30 +150,39 @@ def get_recipe(key: str) -> Recipe:
 def reproduce(
     recipe: Recipe,
     scale: str,
-    store: RunStore,
+    store: RunStore | None,
     out_root: Path,
     *,
     data_dir: str | None = None,
-    run_one: Callable[[RunConfig], Any],
+    run_one: Callable[[RunConfig], Any] | None = None,
     report_only: bool = False,
     max_runs: int | None = None,
+    from_records: bool = False,
+    notice: Callable[[str], None] | None = None,
 ) -> Path:
-    """Run every run of ``recipe`` at ``scale`` (finished runs are skipped) and write its report.
+    """Run every run of ``recipe`` at ``scale`` (finished runs are skipped) and write its report
+    and its result records (``records.jsonl`` beside the report, see :mod:`dpfl.experiments.records`).
 
-    With ``max_runs`` set, at most that many unfinished runs are run (in the recipe's order; ``0``
-    runs none) and the report covers the runs the store holds so far, marked as partial. A sweep
-    too long for one sitting is run in pieces this way; each piece resumes the run it stopped in
-    from its checkpoint and skips finished runs.
+    A run whose record is already beside the report is not run again: its numbers are read from
+    the record. With ``from_records`` the report is written from the records alone (no store, no
+    training). With ``max_runs`` set, at most that many missing runs are run (in the recipe's order;
+    ``0`` runs none), their records are added, and the report covers the runs held so far, marked
+    as partial. A sweep too long for one sitting is run in pieces this way, on one machine (each
+    piece resumes the run it stopped in from its checkpoint) or on several (commit the records
+    between pieces).
 
     Returns:
         the path of the markdown report.
 
     Raises:
-        ConfigError: bad ``scale`` or ``max_runs``; a run is missing from the store (without
-            ``max_runs``); with ``max_runs``, no run of the recipe is stored yet.
+        ConfigError: bad ``scale`` or ``max_runs``; a run is missing from the store and the records
+            (without ``max_runs``); with ``max_runs``, no run of the recipe is held yet;
+            ``from_records`` with ``max_runs`` > 0 (that would train).
     """
     if max_runs is not None and (isinstance(max_runs, bool) or not isinstance(max_runs, int) or max_runs < 0):
         raise ConfigError(f"`max_runs` must be an integer >= 0. Found {max_runs!r}.")
+    if from_records and max_runs:
+        raise ConfigError(f"--from-records trains nothing: --max-runs must be 0 or absent with it. Found {max_runs}.")
     partial = max_runs is not None
     if scale not in SCALES:
         raise ConfigError(f"`scale` must be one of {list(SCALES)}. Found {scale!r}.")
@@ -171,12 +193,35 @@ def reproduce(
                       r.coords)
             for r in runs
         ]
+    out_dir = out_root / recipe.key.replace("/", "_") / scale
+    records_path = out_dir / RECORDS_FILE
+    kept = read_records(records_path)
+    if from_records and not kept:
+        raise ConfigError(f"no result records of {recipe.key} at scale {scale!r}: {records_path} is missing or "
+                          f"empty; run `dpfl reproduce {recipe.key} --scale {scale}` (or with --max-runs N) first")
+    by_hash = {current_hash(r): r for r in kept}
+    hashes = [config_hash(r.config) for r in runs]
+    stale = len(set(by_hash) - set(hashes))
+    if stale and notice is not None:
+        notice(f"{stale} record(s) in {records_path} match no run of {recipe.key} at scale {scale!r} "
+               "(the recipe changed since they were written); they are left out"
+               + ("" if from_records else " and dropped from the file"))
+    if from_records or store is None:
+        if not from_records:
+            raise ConfigError("a run store is needed unless the report is written from its records")
+        source: RunSource = RecordStore(records_path, kept)
+    else:
+        source = CombinedSource(store, RecordStore(records_path, kept))
     started = time.perf_counter()
-    if not report_only:
+    if not report_only and not from_records:
+        if run_one is None:
+            raise ConfigError("reproduce needs `run_one` to make the runs it does not hold")
         started_runs = 0
-        for r in runs:
+        for r, h in zip(runs, hashes, strict=True):
+            if h in by_hash:
+                continue  # a recorded result: not run again
             if partial:
-                rec = store.find(run_id(r.config))
+                rec = store.find(run_id(r.config)) if store is not None else None
                 if rec is not None and rec.status == "finished":
                     continue
                 if started_runs >= max_runs:  # type: ignore[operator]
@@ -184,35 +229,52 @@ def reproduce(
                 started_runs += 1
             run_one(r.config)
     elapsed = time.perf_counter() - started
-    records, in_progress = [], []
-    for r in runs:
-        rec = store.find(run_id(r.config))
+    records: list[tuple[RecipeRun, RunRecord, list[dict[str, Any]]]] = []
+    in_progress: list[tuple[RecipeRun, RunRecord]] = []
+    new_records: list[dict[str, Any]] = []
+    for r, h in zip(runs, hashes, strict=True):
+        rec = None if from_records else store.find(run_id(r.config))  # type: ignore[union-attr]
+        if rec is not None and rec.status not in IN_PROGRESS:
+            rows = store.rounds(rec.run_id)  # type: ignore[union-attr]
+            records.append((r, rec, rows))
+            new_records.append(make_record(r.label, r.coords, r.config, rec, rows))
+            continue
+        if h in by_hash:
+            record = by_hash[h]
+            records.append((r, to_run_record(record), list(record["rounds"])))
+            new_records.append(record)
+            continue
         if rec is None:
             if partial:
                 continue
-            raise ConfigError(f"run {r.label!r} of {recipe.key} is not in {store.path}; run without --report-only "
-                              "(or pass --max-runs N to report the runs stored so far)")
-        if rec.status in IN_PROGRESS:
-            # a run cut short (it resumes from its checkpoint): its last round is not a result
-            if not partial:
-                raise ConfigError(f"run {r.label!r} of {recipe.key} is not finished (status {rec.status!r}); run "
-                                  "without --report-only to resume it, or pass --max-runs 0 for a partial report")
-            in_progress.append((r, rec))
-            continue
-        records.append((r, rec, store.rounds(rec.run_id)))
+            where = records_path if from_records else f"{store.path if store else '?'} or {records_path}"
+            raise ConfigError(f"run {r.label!r} of {recipe.key} is not in {where}; "
+                              + ("run without --from-records to make it" if from_records else
+                                 "run without --report-only") + " (or pass --max-runs N to report the runs held so far)")
+        # a run cut short (it resumes from its checkpoint): its last round is not a result
+        if not partial:
+            raise ConfigError(f"run {r.label!r} of {recipe.key} is not finished (status {rec.status!r}); run "
+                              "without --report-only to resume it, or pass --max-runs 0 for a partial report")
+        in_progress.append((r, rec))
     if not records:
-        raise ConfigError(f"no run of {recipe.key} at scale {scale!r} is in {store.path} yet; run with "
+        raise ConfigError(f"no run of {recipe.key} at scale {scale!r} is in "
+                          f"{records_path if from_records else (store.path if store else '?')} yet; run with "
                           "--max-runs N (N >= 1) first")
-    out_dir = out_root / recipe.key.replace("/", "_") / scale
     out_dir.mkdir(parents=True, exist_ok=True)
-    body = recipe.report(ReportContext(recipe, scale, store, records, out_dir))
+    if not from_records:
+        write_records(records_path, new_records)
+    body = recipe.report(ReportContext(recipe, scale, source, records, out_dir))
     total_run_seconds = sum(sum(x.get("seconds", 0.0) for x in rows) for _, _, rows in records)
+    if notice is not None:
+        notice(f"{recipe.key} ({scale}): {len(records)} run(s) reported, this invocation {elapsed:.0f} s")
     lines = [
         f"# {recipe.key}: {recipe.title}",
         "",
         f"Paper: `{recipe.paper}`. Scale: **{scale}**. Runs: {len(records)} "
-        f"(training time summed over runs: {total_run_seconds:.0f} s; this invocation: {elapsed:.0f} s).",
-        f"Command: `dpfl reproduce {recipe.key} --scale {scale}`",
+        f"(training time summed over runs: {total_run_seconds:.0f} s).",
+        f"Command: `dpfl reproduce {recipe.key} --scale {scale}`. Result records: `{RECORDS_FILE}` beside this "
+        f"report (one line per run); `dpfl reproduce {recipe.key} --scale {scale} --from-records` rewrites this "
+        "report from them, without a run store and without training.",
         "",
     ]
     finished = sum(1 for _, rec, _ in records if rec.status == "finished")
