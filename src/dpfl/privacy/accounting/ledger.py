@@ -1131,8 +1131,8 @@ class PrivacyLedger:
         """Whether :meth:`_worst` is above ``target``. ε is non-decreasing in every order's RDP,
         so when the pointwise maximum of the curves is within the target, so is every client."""
         if rows.shape[0]:
-            envelope = self._eps(rows.max(axis=0) + shared)
-            if envelope <= target:
+            top = rows.max(axis=0) + shared
+            if not np.isnan(top).any() and self._eps(top) <= target:
                 return False
         return self._worst(shared, rows, ids)[0] > target
 

@@ -199,3 +199,25 @@ def test_pure_composition_is_priced_only_for_pure_receipts() -> None:
         pure = ledger.certify("server", 0, method)  # type: ignore[arg-type]
         assert pure.epsilon_pure == pytest.approx(3 * 4 * 0.5, rel=1e-12)
         assert ledger.certify("server", 2, method).epsilon_pure is None  # type: ignore[arg-type]
+
+
+def test_the_check_before_a_round_when_no_client_dominates_at_every_order() -> None:
+    """Clients whose RDP curves cross (sampled DP-SGD steps against plain Gaussians): the answer
+    from the pointwise maximum must be the exhaustive one at every target around the worst."""
+    from dpfl.privacy.accounting.ledger import SampledGaussianRelease
+
+    ledger = PrivacyLedger(num_clients=3, sampler={"kind": "all"}, delta=1e-5, relation="add_remove",
+                           privacy_unit="record", pld_every=0)
+    rel: list[Release] = [SampledGaussianRelease("server", 1.0, 0.01, 20, (0,)), Release.gaussian("server", 4.0, 1.0, [1])]
+    ledger.record_round(0, rel, sampling={"kind": "all"}, participants=[0, 1, 2])
+    nxt = [Release.gaussian("server", 40.0, 1.0, [1, 2])]
+    copy = PrivacyLedger.from_dict(ledger.to_dict())
+    copy.record_round(1, nxt, sampling={"kind": "all"}, participants=[0, 1, 2], certify_round=False)
+    rows = copy._state["server"].rows[:3]
+    assert not np.any(np.all(rows == rows.max(axis=0), axis=1))  # no dominant client: the exhaustive path
+    worst = copy.certify("server", None, "rdp").epsilon
+    envelope = ledger._eps(rows.max(axis=0))
+    assert envelope > 1.1 * worst  # the pointwise maximum alone would overstate it
+    for target in np.linspace(0.5 * worst, 1.5 * envelope, 41):
+        got = ledger.would_exceed(nxt, float(target), participants=[0, 1, 2], observer="server")
+        assert got is bool(worst > target), target
