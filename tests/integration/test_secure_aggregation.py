@@ -309,3 +309,64 @@ def test_own_coins_after_a_dropout_charge_the_server_the_survivors_shares(mnist_
     want = rdp_acc.compute_epsilon(np.array(ORDERS, dtype=float), rdp, DELTA)[0]
     assert obs["server"]["epsilon"] > obs["public"]["epsilon"]
     assert want * 0.98 <= obs["server"]["epsilon"] <= want * (1 + 1e-9)
+
+
+def test_a_secure_sum_no_vector_reached_charges_the_server_nothing(mnist_fixture: Path, tmp_path: Path) -> None:
+    """Own coins, round 2 halted (no masked vector reached the server): the server learned nothing
+    that round — its figure is three rounds' (finite), the public's four (the server drew the
+    whole planned noise)."""
+    cfg = _cfg(mnist_fixture, {"participation": "hidden"})
+    store = RunStore(tmp_path / "d.sqlite")
+    res = run_experiment(cfg, store, remote=OwnCoinsTransport(cfg, drop=lambda t: list(range(N)) if t == 1 else []))
+    assert res.status == "finished" and [r["arrived"] for r in store.rounds(res.run_id)] == [N, 0, N, N]
+    obs = _secure(res)
+    from dpfl.rounds import build_plan
+
+    sec = build_plan(cfg, [20] * N, 7850).algorithm.calibration().secure_sum
+    d2, d1, mu = sec.l2_sensitivity, sec.l1_sensitivity, sec.variance
+
+    def eps(rounds: int) -> float:
+        rdp = np.array([rounds * _zhu_wang(a, Q, lambda o: _akl(o, mu, d2, d1)) for a in ORDERS])
+        return float(rdp_acc.compute_epsilon(np.array(ORDERS, dtype=float), rdp, DELTA)[0])
+
+    assert math.isfinite(obs["server"]["epsilon"]) and obs["server"]["epsilon"] < obs["public"]["epsilon"]
+    assert eps(3) * 0.98 <= obs["server"]["epsilon"] <= eps(3) * (1 + 1e-9)
+    assert eps(4) * 0.98 <= obs["public"]["epsilon"] <= eps(4) * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("participation", ["visible", "hidden"])
+def test_charged_ahead_a_secure_round_costs_its_fewest_shares(mnist_fixture: Path, participation: str) -> None:
+    """Before a secure round on real clients the loop charges what the server may see at worst: a
+    completed sum with only ``fewest_in_sum`` vectors (their shares), for every client of the
+    cohort (visible) or as the round's shared release (own coins)."""
+    import torch
+
+    from dpfl.client.context import RoundInfo
+    from dpfl.privacy.accounting.ledger import SkellamRelease
+    from dpfl.rounds import build_experiment
+    from dpfl.rounds.loop import _worst_secure_sum
+    from dpfl.rounds.session import make_gate
+
+    cfg = _cfg(mnist_fixture, {"participation": participation, "colluding_clients": 1})
+    exp = build_experiment(cfg)
+    gate = make_gate(exp)
+    assert gate is not None
+    algo = exp.algorithm
+    hidden = participation == "hidden"
+    clients = torch.arange(N) if hidden else torch.tensor([1, 4, 5, 9])
+    info = RoundInfo(0, N, clients, exp.seeds, own_coins=hidden)
+    info = info.with_plan(algo.plan(info))
+
+    class Secure:
+        def fewest_in_sum(self, n: int) -> int:
+            return 3
+
+    (worst,) = _worst_secure_sum(Secure(), gate, info, clients)  # type: ignore[arg-type, misc]
+    plan = algo.round_plan(info)
+    assert isinstance(worst, SkellamRelease) and worst.observer == "server"
+    assert worst.variance == pytest.approx((3 - 1) * plan.share_variance, rel=1e-12)
+    if hidden:
+        assert worst.client_ids is None and worst.amplifiable
+    else:
+        assert worst.client_ids == (1, 4, 5, 9) and not worst.amplifiable
+    assert _worst_secure_sum(object(), gate, info, clients) is None  # type: ignore[arg-type]

@@ -345,8 +345,9 @@ class NoisePlan(RoundPlan):
         out: list[Release] = []
         if sec.hidden:
             shares = self.num_clients - (self.cohort - len(arrived_ids))
-            out.append(SkellamRelease("server", self.server_variance(shares), sec.l2_sensitivity,
-                                      sec.l1_sensitivity, None, amplifiable=True))
+            if shares > 0:  # a sum nobody's vector reached (a halted protocol) tells the server nothing
+                out.append(SkellamRelease("server", self.server_variance(shares), sec.l2_sensitivity,
+                                          sec.l1_sensitivity, None, amplifiable=True))
         elif arrived_ids:
             out.append(SkellamRelease("server", self.server_variance(len(arrived_ids)), sec.l2_sensitivity,
                                       sec.l1_sensitivity, tuple(arrived_ids)))
@@ -600,9 +601,8 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
         gens = [info.seeds.generator(info.round_idx, int(c), "noise", device=dev) for c in info.clients.tolist()]
         if plan.secure is not None:
             diagnostics["update_norm"] = norms.detach().to(torch.float64).cpu()
-            if info.own_coins:
-                clipped = clipped * self._coins(plan, info).to(clipped.dtype).to(dev).unsqueeze(1)
-            residues = self._secure_upload(clipped, plan, info)
+            coins = self._coins(plan, info) if info.own_coins else None
+            residues = self._secure_upload(clipped, plan, info, coins)
             declared["noise_variance"] = torch.full((rows,), plan.share_variance, dtype=torch.float64)
             return Uploads(info.clients, residues, local.num_samples, local.train_loss, declared,
                            diagnostics=diagnostics)
@@ -624,9 +624,10 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
     def _coins(self, plan: NoisePlan, info: RoundInfo) -> torch.Tensor:
         """Hidden participation on real clients (``info.own_coins``): each row's secret coin, 1 with
         probability q (Poisson sampling done by the client itself, stream (t, k, "coin"): the OS
-        CSPRNG in a deployment), 0 otherwise. A row whose coin is 0 uploads the encoding of a zero
-        update plus its noise share: its message has the size, the masking and — it trained like
-        the others — the timing of a sampled client's, so the server cannot tell them apart."""
+        CSPRNG in a deployment), 0 otherwise. A row whose coin is 0 encodes its update like the
+        others (the same rounding work), then uploads zeros plus its noise share: its message has
+        the size, the masking and — it trained and rounded like the others — the timing of a
+        sampled client's, so the server cannot tell them apart."""
         if plan.secure is None or not plan.secure.hidden:
             raise ConfigError("a round of the clients' own coins needs secure aggregation with "
                               "`privacy.participation: hidden`.")
@@ -647,7 +648,8 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
         gen = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") >> 1)
         return pipe.rotation_signs(gen)
 
-    def _secure_upload(self, clipped: torch.Tensor, plan: NoisePlan, info: RoundInfo) -> torch.Tensor:
+    def _secure_upload(self, clipped: torch.Tensor, plan: NoisePlan, info: RoundInfo,
+                       coins: torch.Tensor | None = None) -> torch.Tensor:
         """Secure aggregation, client side (:mod:`dpfl.privacy.mechanisms.integer`): the clipped update
         scaled, rotated, conditionally rounded (stream (t, k, "rounding")), plus the client's Skellam
         share Sk(μ/shares) (stream (t, k, "noise")), as residues modulo 2^b [rows, d']. In simulation
@@ -657,6 +659,10 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
         signs = self._rotation_signs(pipe, info)
         rounding = [info.seeds.generator(info.round_idx, int(c), "rounding") for c in info.clients.tolist()]
         ints = pipe.encode(clipped.detach().cpu(), rounding, signs)
+        if coins is not None:
+            # the clients' own coins: the update is encoded whatever the coin (the same rounding
+            # work and redraws), then kept or zeroed — a zero vector is within Δ2 too
+            ints = ints * coins.to(torch.int64).unsqueeze(1)
         share = plan.share_variance
         if ints.shape[0] and not info.summed_shares:  # integer arithmetic on the CPU, whatever device trained
             gens = [info.seeds.generator(info.round_idx, int(c), "noise") for c in info.clients.tolist()]

@@ -177,6 +177,11 @@ class UploadCohort:
         # participation): the loop does not sample, the round's rows are the whole population
         self.own_coins = bool(getattr(transport, "own_coins", False))
 
+    def fewest_in_sum(self, cohort_size: int) -> int | None:
+        """The transport's fewest uploads a completed secure sum can hold (None: no secure sum)."""
+        fewest = getattr(self.transport, "fewest_in_sum", None)
+        return None if fewest is None else fewest(cohort_size)
+
     def collect(self, params: torch.Tensor, info: RoundInfo, emit: EmitFn) -> Collected:
         uploads = self.transport(params, info, self.algorithm, emit)
         return Collected(uploads.clients, uploads.num_samples, uploads.train_loss if uploads.num_rows else None,

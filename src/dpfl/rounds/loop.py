@@ -41,6 +41,21 @@ MAX_CONSECUTIVE_EMPTY_ROUNDS = 3
 upload arrived; a run in which every round was empty is ``failed`` too, never ``finished``."""
 
 
+def _worst_secure_sum(cohort: Cohort, gate: PrivacyGate, info: RoundInfo, clients: torch.Tensor) -> list[Release] | None:
+    """Ahead of a secure round on real clients, what the server may see at worst: a completed sum
+    of as few vectors as the protocol allows (``cohort.fewest_in_sum``), i.e. the fewest noise
+    shares, charged to every client of the cohort (visible participation: any of them may be in
+    it) or as the round's shared release (the clients' own coins). None for other rounds."""
+    fewest = getattr(cohort, "fewest_in_sum", None)
+    k = fewest(int(clients.numel())) if fewest is not None else None
+    if k is None:
+        return None
+    ids = clients[:k]
+    worst = [r for r in gate.arrivals(info, ids, torch.ones(len(ids), dtype=torch.long)) if r.observer == "server"]
+    everyone = [int(c) for c in clients.tolist()]
+    return [r if r.client_ids is None else r.for_clients(everyone) for r in worst]
+
+
 class Recorder(Protocol):
     """What the loop reports to (a run's store and checkpoints; nothing for a dry run)."""
 
@@ -176,11 +191,10 @@ def run_rounds(
                     # server from now on: a checkpoint that charges them all
                     ahead = gate.ledger.to_dict()
                     late = [(t, int(c)) for c in clients.tolist()] + cohort.outstanding()
+                    worst = _worst_secure_sum(cohort, gate, info, clients)
                     for r in sorted({r for r, _ in late}):
                         who = sorted({c for q, c in late if q == r})
-                        # the clients' own coins: the server does not know who is in the sum, so
-                        # the round's charge is its shared (amplified) release, not one per client
-                        charges = (planned_server[r] if own_coins and r == t
+                        charges = (worst if worst is not None and r == t
                                    else server_charges(planned_server.get(r, []), who))
                         ahead["rounds"].append({"round": r, "participants": who, "claimed_epsilon": None, "releases": [
                             x.to_dict() for x in charges]})

@@ -279,6 +279,15 @@ class FlowerCohort:
         self._pending: dict[str, tuple[int, int]] = {}  # train message id → (round, client), no reply yet
         self._unused: list[tuple[int, int]] = []  # (round, client): upload received, not aggregated
 
+    def fewest_in_sum(self, cohort_size: int) -> int | None:
+        """The fewest masked vectors a completed secure sum of ``cohort_size`` clients can hold
+        (None without a secure sum): the unmask stage needs replies from at least the SecAgg+
+        reconstruction threshold, each from a client whose vector is in the sum. What the round
+        loop charges ahead of a secure round, in case the server dies before recording it."""
+        if self.secure_bits is None or cohort_size < 2:
+            return None
+        return min(int(cohort_size), secagg_shares(int(cohort_size))[1])
+
     # ------------------------------------------------------------------ uploads seen, not used
 
     def _drain(self, emit: Callable[[str, str, Any], None]) -> None:
