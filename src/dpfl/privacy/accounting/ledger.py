@@ -1284,12 +1284,24 @@ class PrivacyLedger:
         st = self._state[observer]
         if st.n == 0:
             return self._certificate(observer, None, method)
+        who: list[int | None]
         if method == "rdp":
-            _, worst_cid = self._worst_rdp(observer)
-            return self._certificate(observer, worst_cid, method)
+            eps_rdp, worst_cid = self._worst_rdp(observer)
+            cert = self._certificate(observer, worst_cid, method)
+            if cert.epsilon >= eps_rdp:
+                # the worst RDP client's certificate is its RDP bound: every other client's
+                # certificate (at most its own RDP ε) is at most that
+                return cert
+            # a pure bound lowered it: another client's RDP-or-pure figure may be the larger
+            who = [int(st.ids[r]) for r in st.histories().representatives]
+            if st.n < self.num_clients and st.shared_counts:
+                who.append(None)
+            rdp_or_pure = self._rdp_bounds(observer, who)
+            i = max(range(len(who)), key=lambda j: (rdp_or_pure[j], -j))
+            return self._certificate(observer, who[i], method)
         # tightest per distinct history (release multiset; its first client, in the order
         # clients were first charged); the worst of those
-        who: list[int | None] = [int(st.ids[r]) for r in st.histories().representatives]
+        who = [int(st.ids[r]) for r in st.histories().representatives]
         if st.n < self.num_clients and st.shared_counts:
             who.append(None)
         # A history's tightest ε never exceeds its RDP-or-pure ε (the tightest is the minimum over
