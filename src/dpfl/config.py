@@ -172,9 +172,8 @@ class PrivacyConfig(_Strict):
         strict: refuse to run a round whose certified ε against the observer the paper's claim is about
             (the algorithm's ``claim_observer``; both when None) would exceed the paper's claimed ε.
         secure_aggregation: the server sees only the modular sum of integer uploads carrying
-            distributed Skellam noise (DP-FedAvg's integer pipeline, in simulation; a runtime or
-            algorithm that cannot provide it refuses the run). For other algorithms
-            ``dpfl account --secure-aggregation`` is a what-if.
+            distributed Skellam noise (DP-FedAvg's integer pipeline, in simulation and on Flower
+            through SecAgg+; an algorithm or runtime that cannot provide it refuses the run).
         participation: "visible" — the server knows whom it sampled; "hidden" — every client
             joins each round's secure sum and a secret coin of probability q decides whether its
             update is in it, so the server's view is the public's (needs secure aggregation and

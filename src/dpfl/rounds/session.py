@@ -71,7 +71,7 @@ def check_secure_aggregation(config: RunConfig, algorithm: Any, *, remote: Any, 
     if not getattr(algorithm, "implements_secure_aggregation", False):
         raise ConfigError(SECURE_AGGREGATION_REFUSED.format(
             what=f"algorithm {name!r}", why="it has no integer pipeline for a secure sum",
-            hint="; `dpfl account ... --secure-aggregation` gives the what-if figure"))
+            hint="; DP-FedAvg has one (`algorithm.name: dp-fedavg`, or `dpfl account dp-fedavg --secure-aggregation`)"))
     if remote is not None and remote is not False and not getattr(remote, "secure_sum", False):
         raise ConfigError(SECURE_AGGREGATION_REFUSED.format(
             what="deployed runs", why="the Flower runtime does not run secure aggregation (SecAgg+) yet",
@@ -393,11 +393,11 @@ def dry_run(config: RunConfig, notice: NoticeFn | None = None, *, per_round: boo
         experiment: a built experiment or a shapes-only :class:`~dpfl.rounds.build.Plan`
             (:func:`~dpfl.rounds.build.build_plan`); by default the config is built (its data
             read for the client sizes), with no engine.
-        what_if_secure_aggregation: price the rounds as if a secure aggregation hid the uploads
-            from the server (it sees only their sum) — a what-if for ``dpfl account ALGORITHM
-            --secure-aggregation``: no runtime implements it, so runs (and dry runs of a config
-            asking for it) refuse ``privacy.secure_aggregation``. The algorithms' own
-            ``releases(..., secure_aggregation=True)`` state what the server then sees.
+        what_if_secure_aggregation: price the rounds as if an ideal secure sum hid the uploads
+            from the server (the algorithms' own ``releases(..., secure_aggregation=True)``).
+            No command uses it: DP-FedAvg's secure aggregation is real (``privacy.secure_aggregation``,
+            priced as runs execute it, also by ``dpfl account dp-fedavg --secure-aggregation``), and
+            the other algorithms refuse the setting.
         what_if_uplink_sensitivity: price every Gaussian release the server observes about a
             client (its upload) at this L2 sensitivity instead of the one the code enforces
             (:func:`~dpfl.rounds.gate.with_uplink_sensitivity`, applied by the dry run's gate
