@@ -47,7 +47,7 @@ def audit_summary(audit: dict[str, Any]) -> str:
     ]
     if "reach" in audit:
         lines.append(f"audit reach: {_fmt(audit['reach'])} (lower end of the same audit with the noise removed; "
-                     f"canaries alone would allow at most {_fmt(audit.get('reach_cap'))})")
+                     f"the analytic cap of canaries alone, without training signal: {_fmt(audit.get('reach_cap'))})")
     verdict = audit.get("verdict")
     if audit["flag"]:
         lines.append("!!! AUDIT FLAG (violation): the whole empirical interval lies above the certified public "
