@@ -357,7 +357,7 @@ def _progress_fn(progress: bool | Callable[[int, int, dict[str, Any], float], No
         raise ConfigError(f"`progress` must be True, False, None or a callable. Found {progress!r}.")
     if not progress:
         return None
-    from dpfl.commands.run import RoundProgress
+    from dpfl.progress import RoundProgress
 
     short = label if len(label) <= 40 else label[:39] + "…"
     return stack.enter_context(RoundProgress(rounds, short))

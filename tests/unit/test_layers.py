@@ -32,10 +32,11 @@ ALLOWED: dict[str, set[str]] = {
                 "rounds"},
     "audit": {"privacy", "sampling", "client", "server", "models", "config", "data", "store", "algorithms", "sim",
               "rounds"},
+    "progress": set(),
     "plots": {"store"},
     "export": {"models", "config", "store", "sim", "data", "rounds"},
     "api": {"privacy", "sampling", "client", "server", "models", "config", "data", "store", "algorithms", "sim",
-            "rounds", "export"},
+            "rounds", "export", "progress"},
 }
 # the top: may import anything
 TOP = {"experiments", "commands", "cli", "__main__", "__init__"}

@@ -11,9 +11,9 @@ from dpfl.store import DEFAULT_STORE, RunStore
 
 
 def _reproduce(args: argparse.Namespace) -> int:
-    from dpfl.commands.run import RoundProgress
     from dpfl.experiments.recipes import all_recipes, get_recipe
     from dpfl.experiments.recipes.base import reproduce
+    from dpfl.progress import RoundProgress
     from dpfl.rounds import run_experiment
 
     if args.list or not args.key:

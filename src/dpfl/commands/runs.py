@@ -103,12 +103,25 @@ def _runs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _certified(record: Any, observer: str | None) -> float | None:
+    """A run's final certified ε against ``observer`` (the worst observer for None), or None."""
+    from dpfl.rounds.result import PrivacySummary
+
+    summary = PrivacySummary.of(record.result)
+    if summary is None or not summary.certified:
+        return None
+    if observer is not None and observer not in summary.certified:
+        return None
+    return summary.epsilon(observer)
+
+
 def _plot(args: argparse.Namespace) -> int:
     from dpfl.plots.curves import plot_run, plot_runs, plot_utility_vs_epsilon
 
     store = RunStore(args.store)
     if args.vs_epsilon:
-        path, left_out = plot_utility_vs_epsilon(store, args.run_ids, args.out, observer=args.observer)
+        path, left_out = plot_utility_vs_epsilon(store, args.run_ids, args.out, observer=args.observer,
+                                                 certified=_certified)
         for line in left_out:
             print(f"dpfl: not shown: {line}", file=sys.stderr)
     elif len(args.run_ids) == 1:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -157,22 +157,14 @@ def plot_runs(store: RunStore, run_ids: Sequence[str], out: str | Path | None = 
     return _save(fig, path)
 
 
-def _certified(record: RunRecord, observer: str | None) -> float | None:
-    from dpfl.rounds.result import PrivacySummary
-
-    summary = PrivacySummary.of(record.result)
-    if summary is None or not summary.certified:
-        return None
-    if observer is not None and observer not in summary.certified:
-        return None
-    return summary.epsilon(observer)
-
-
 def plot_utility_vs_epsilon(store: RunStore, run_ids: Sequence[str], out: str | Path | None = None, *,
-                            observer: str | None = None) -> tuple[Path, list[str]]:
+                            observer: str | None = None,
+                            certified: Callable[[RunRecord, str | None], float | None]) -> tuple[Path, list[str]]:
     """Test accuracy against certified ε across runs: each run's final certificate (a marker at
     its final accuracy) and its path after every evaluated round (the per-round RDP ε the ledger
     recorded, a thin line). ``observer``: "server", "public" or None (the worst of both).
+    ``certified(record, observer)``: a run's final certified ε against ``observer`` (None when
+    it has none) — the caller reads certificates (the plots read only the store's records).
 
     Runs that are not private, not finished, or whose ε is infinite cannot be placed on the
     axis: they are returned by id with the reason, and named in the figure's footnote.
@@ -185,7 +177,7 @@ def plot_utility_vs_epsilon(store: RunStore, run_ids: Sequence[str], out: str | 
     placed: list[tuple[RunRecord, float, float]] = []
     left_out: list[str] = []
     for record in records:
-        eps = _certified(record, observer)
+        eps = certified(record, observer)
         acc = (record.result or {}).get("test_accuracy")
         if eps is None:
             left_out.append(f"{record.run_id}: no certified epsilon"

@@ -3,6 +3,7 @@ and docs/options.md is that reference, current."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -34,14 +35,13 @@ def _validated_with(name: str) -> _Seen:
     module = sys.modules[factory.__module__]
     if hasattr(module, "parse_options"):
         patches.append(mock.patch.object(module, "parse_options", spy))
-    for p in patches:
-        p.start()
-    try:
+    # entered and left in stack order: two patches of one attribute (the builder's module may be
+    # the registry itself) must restore the original, not each other's spy
+    with contextlib.ExitStack() as stack:
+        for p in patches:
+            stack.enter_context(p)
         with pytest.raises(_Seen) as seen:
             factory({}, mock.MagicMock(), mock.MagicMock())
-    finally:
-        for p in patches:
-            p.stop()
     return seen.value
 
 
