@@ -292,25 +292,15 @@ class RecordingWorkflow(SecAggPlusWorkflow):
         return ok
 
 
-def test_server_sees_uniform_masked_vectors_not_residues(tmp_path: Path, mnist_fixture: Path) -> None:
-    pytest.importorskip("ray")
+def _simulate_recorded(config: Any, store: Path, *, own_coins: bool = False) -> Any:
+    """``run_experiment`` on a ``FlowerCohort`` (reproducible, b = 31) recorded by
+    :class:`RecordingWorkflow`, in a Flower simulation of 3 SuperNodes running dpfl's ClientApp;
+    the finished run's result (the recorder's lists are reset first)."""
     from flwr.server import ServerApp
-    from flwr.server.workflow.secure_aggregation import secaggplus_workflow
     from flwr.simulation import run_simulation
 
     from dpfl.runtime.flower.client_app import app as client_app
     from dpfl.runtime.flower.cohort import discover_nodes
-    from dpfl.runtime.flower.warm import train_round
-
-    path = _config(tmp_path, mnist_fixture, "masked")
-    config = load_config(path)
-    store = tmp_path / "flower.sqlite"
-    calls: list[int] = []
-    real = masks.chacha_rand_gen
-
-    def counting(seed: bytes, num_range: int, dims: list[tuple[int, ...]]) -> list[np.ndarray]:
-        calls.append(num_range)
-        return real(seed, num_range, dims)
 
     results: list[Any] = []
     failed: list[BaseException] = []
@@ -322,24 +312,44 @@ def test_server_sees_uniform_masked_vectors_not_residues(tmp_path: Path, mnist_f
             exp = build_experiment(config)
             nodes = discover_nodes(grid, 3, 120.0)
             cohort = FlowerCohort(grid, nodes, json.dumps(config.model_dump(mode="json")), exp.data.sizes(),
-                                  exp.problem.layout.numel, 300.0, reproducible=True, secure_bits=31)
+                                  exp.problem.layout.numel, 300.0, reproducible=True, secure_bits=31,
+                                  own_coins=own_coins)
             cohort.workflow_type = RecordingWorkflow
             results.append(run_experiment(config, RunStore(store), remote=cohort))
         except BaseException as err:  # noqa: BLE001 (reported by the test)
             failed.append(err)
 
     RecordingWorkflow.sent, RecordingWorkflow.received, RecordingWorkflow.modulus = [], [], []
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(secaggplus_workflow, "pseudo_rand_gen", counting)
-        run_simulation(server_app=server_app, client_app=client_app, num_supernodes=3,
-                       backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-                                       "init_args": {"address": "local", "num_cpus": 2, "include_dashboard": False,
-                                                     "log_to_driver": False}})
+    run_simulation(server_app=server_app, client_app=client_app, num_supernodes=3,
+                   backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+                                   "init_args": {"address": "local", "num_cpus": 2, "include_dashboard": False,
+                                                 "log_to_driver": False}})
     assert not failed, failed
     assert results and results[0].status == "finished"
+    return results[0]
+
+
+def test_server_sees_uniform_masked_vectors_not_residues(tmp_path: Path, mnist_fixture: Path) -> None:
+    pytest.importorskip("ray")
+    from flwr.server.workflow.secure_aggregation import secaggplus_workflow
+
+    from dpfl.runtime.flower.warm import train_round
+
+    path = _config(tmp_path, mnist_fixture, "masked")
+    config = load_config(path)
+    calls: list[int] = []
+    real = masks.chacha_rand_gen
+
+    def counting(seed: bytes, num_range: int, dims: list[tuple[int, ...]]) -> list[np.ndarray]:
+        calls.append(num_range)
+        return real(seed, num_range, dims)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(secaggplus_workflow, "pseudo_rand_gen", counting)
+        result = _simulate_recorded(config, tmp_path / "flower.sqlite")
     assert calls and set(calls) == {2**33}  # the server unmasked with dpfl's generator
     want = run_experiment(config, RunStore(tmp_path / "sim.sqlite")).final
-    assert results[0].final["params_sha256"] == want["params_sha256"]  # so the clients masked with it too
+    assert result.final["params_sha256"] == want["params_sha256"]  # so the clients masked with it too
     assert len(RecordingWorkflow.received) == 2
     chis: list[float] = []
     for sent, received, modulus in zip(RecordingWorkflow.sent, RecordingWorkflow.received,
@@ -440,41 +450,13 @@ def test_killed_node_is_out_of_the_sum_and_of_the_ledger(tmp_path: Path, mnist_f
 def test_hidden_participation_on_flower_hides_who_was_sampled(tmp_path: Path, mnist_fixture: Path) -> None:
     pytest.importorskip("ray")
     import torch
-    from flwr.server import ServerApp
-    from flwr.simulation import run_simulation
     from secure_transports import OwnCoinsTransport
-
-    from dpfl.runtime.flower.client_app import app as client_app
-    from dpfl.runtime.flower.cohort import discover_nodes
 
     path = _config(tmp_path, mnist_fixture, "hidden", sampling=POISSON,
                    privacy={"delta": 0.01, "secure_aggregation": True, "participation": "hidden"})
     config = load_config(path)
-    store = tmp_path / "flower.sqlite"
-    results: list[Any] = []
-    failed: list[BaseException] = []
-    server_app = ServerApp()
-
-    @server_app.main()
-    def main(grid: Grid, context: Any) -> None:
-        try:
-            exp = build_experiment(config)
-            nodes = discover_nodes(grid, 3, 120.0)
-            cohort = FlowerCohort(grid, nodes, json.dumps(config.model_dump(mode="json")), exp.data.sizes(),
-                                  exp.problem.layout.numel, 300.0, reproducible=True, secure_bits=31, own_coins=True)
-            cohort.workflow_type = RecordingWorkflow
-            results.append(run_experiment(config, RunStore(store), remote=cohort))
-        except BaseException as err:  # noqa: BLE001 (reported by the test)
-            failed.append(err)
-
-    RecordingWorkflow.sent, RecordingWorkflow.received, RecordingWorkflow.modulus = [], [], []
-    run_simulation(server_app=server_app, client_app=client_app, num_supernodes=3,
-                   backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-                                   "init_args": {"address": "local", "num_cpus": 2, "include_dashboard": False,
-                                                 "log_to_driver": False}})
-    assert not failed, failed
-    assert results and results[0].status == "finished"
-    final = results[0].final
+    result = _simulate_recorded(config, tmp_path / "flower.sqlite", own_coins=True)
+    final = result.final
     assert _certified(final, "server") == pytest.approx(_certified(final, "public"), rel=1e-12)
     assert final["privacy"]["certified"]["observers"]["server"]["basis"] == "ex-ante"
     # the same coins, noise and training in process: the same model, bit for bit
