@@ -187,6 +187,8 @@ def reproduce(
     if scale not in SCALES:
         raise ConfigError(f"`scale` must be one of {list(SCALES)}. Found {scale!r}.")
     runs = recipe.build(scale)
+    if not runs:
+        return _computed(recipe, scale, out_root, store)
     if data_dir:
         runs = [
             RecipeRun(r.label, r.config.model_copy(update={"data": r.config.data.model_copy(update={"dir": data_dir})}),
@@ -295,6 +297,28 @@ def reproduce(
     lines += [f"| {r.label} | {rec.run_id} | {rec.status} |" for r, rec, _ in records]
     lines += [f"| {r.label} | {rec.run_id} | {rec.status} (cut short: not in the numbers above) |"
               for r, rec in in_progress]
+    path = out_dir / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _computed(recipe: Recipe, scale: str, out_root: Path, store: RunStore | None) -> Path:
+    """The report of a recipe with no runs (a figure computed from the paper's formulas): no
+    training and nothing to record, so it reads the same with or without a store or records."""
+    del store
+    out_dir = out_root / recipe.key.replace("/", "_") / scale
+    out_dir.mkdir(parents=True, exist_ok=True)
+    body = recipe.report(ReportContext(recipe, scale, RecordStore(out_dir / RECORDS_FILE, []), [], out_dir))
+    lines = [
+        f"# {recipe.key}: {recipe.title}",
+        "",
+        f"Paper: `{recipe.paper}`. Scale: **{scale}** (computed, no runs: every scale is the same computation).",
+        f"Command: `dpfl reproduce {recipe.key} --scale {scale}` (seconds, no data).",
+        "",
+    ]
+    if recipe.notes:
+        lines += ["## Notes", "", recipe.notes, ""]
+    lines += ["## The paper says", "", recipe.paper_claim, "", "## Ours", "", body, ""]
     path = out_dir / "report.md"
     path.write_text("\n".join(lines) + "\n")
     return path
