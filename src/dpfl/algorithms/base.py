@@ -46,6 +46,9 @@ class Uploads:
             the rows, the per-id multisets it produced (:class:`dpfl.server.shuffle.IdMultisets`,
             no client ids, no order) and ``params`` is empty [0, P]; else None (in simulation
             the algorithm's own trusted shuffler mixes ``params``).
+        params_sum: in simulation, a streamed cohort (:meth:`Algorithm.accumulate`): the sum of
+            the rows' ``params`` [P], folded block by block, and ``params`` is empty [0, P] (the
+            rows were dropped after each block); every other per-row field is kept. None otherwise.
     """
 
     clients: torch.Tensor
@@ -56,10 +59,47 @@ class Uploads:
     shuffled: Any = None
     diagnostics: dict[str, torch.Tensor] = field(default_factory=dict)
     secure_sum: torch.Tensor | None = None
+    params_sum: torch.Tensor | None = None
 
     @property
     def num_rows(self) -> int:
         return int(self.clients.numel())
+
+    def summed_params(self) -> torch.Tensor:
+        """Σ_k params_k [P]: ``params_sum`` for a streamed cohort, else the sum of the rows."""
+        return self.params_sum if self.params_sum is not None else self.params.sum(0)
+
+    def fold(self, block: Uploads) -> Uploads:
+        """These rows and ``block``'s as one streamed cohort: the sum of their ``params`` (in their
+        dtype: floats up to summation order; int64 exact modulo 2^64, so a modular sum of
+        residues is unchanged), the other per-row fields concatenated and sorted by client id."""
+        if self.secure_sum is not None or block.secure_sum is not None or self.shuffled is not None \
+                or block.shuffled is not None:
+            raise ValueError("only simulation's uploads fold into a streamed cohort (not a protocol's secure "
+                             "sum or a shuffler's multisets)")
+        if self.params.shape[1:] != block.params.shape[1:]:
+            raise ValueError(f"uploads of length {tuple(block.params.shape[1:])} do not fold into uploads of "
+                             f"length {tuple(self.params.shape[1:])}")
+        total = self.summed_params() + block.summed_params().to(self.params.device)
+        clients = torch.cat([self.clients, block.clients])
+        order = torch.argsort(clients)
+
+        def rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            return torch.cat([a, b])[order]
+
+        keys = set(self.declared) | set(block.declared)
+        missing = keys - (set(self.declared) & set(block.declared))
+        if missing and self.num_rows and block.num_rows:
+            raise ValueError(f"uploads declaring {sorted(missing)} in some blocks only do not fold")
+        empty = torch.zeros(0, dtype=torch.float64)
+        return Uploads(
+            clients[order], torch.empty_like(self.params[:0]), rows(self.num_samples, block.num_samples),
+            rows(self.train_loss, block.train_loss),
+            {k: rows(self.declared.get(k, empty), block.declared.get(k, empty)) for k in keys},
+            None,
+            {k: rows(self.diagnostics[k], block.diagnostics[k]) for k in set(self.diagnostics) & set(block.diagnostics)},
+            params_sum=total,
+        )
 
     @staticmethod
     def empty(num_params: int, device: torch.device | str = "cpu") -> Uploads:
@@ -122,6 +162,11 @@ class Algorithm(abc.ABC):
     # Whether uploads go through an anonymizing shuffler (001 split & shuffle): on Flower they
     # are then sealed for a shuffler SuperNode and ``aggregate`` receives ``Uploads.shuffled``.
     shuffles_uploads: ClassVar[bool] = False
+    # Whether ``aggregate`` needs of the rows' ``params`` only their sum (``Uploads.summed_params``)
+    # and of everything else only per-row values: the in-process cohort then runs ``client_step``
+    # block by block and folds each block into a running sum (:meth:`accumulate`), so the
+    # cohort's [K, P] uploads never exist at once (``Uploads.params_sum``).
+    sums_uploads: ClassVar[bool] = False
     # Whether a round with an empty cohort still releases something (``aggregate`` is called
     # with no rows), e.g. DP-FedAvg's fixed-denominator noise; otherwise the model is unchanged.
     releases_empty_rounds: ClassVar[bool] = False
@@ -145,6 +190,28 @@ class Algorithm(abc.ABC):
     def aggregate(self, global_params: torch.Tensor, uploads: Uploads, info: RoundInfo) -> RoundOutput:
         """The new global model from the rows that arrived (``uploads.clients`` ⊆ the cohort)."""
         raise NotImplementedError(f"{self.name} does not split its round into client and server steps")
+
+    def client_step_bytes(self, num_params: int) -> int:
+        """Bytes one row of :meth:`client_step` may allocate beyond its local parameters (its
+        temporaries): a streamed cohort sizes its blocks to hold them within the engine's budget."""
+        return 4 * num_params
+
+    def accumulate(self, acc: Uploads | None, block: Uploads) -> Uploads:
+        """The uploads of a streamed cohort so far (``acc``; None before the first block) with
+        ``block``'s rows folded in (:meth:`Uploads.fold`); only for :attr:`sums_uploads`."""
+        if not self.sums_uploads:
+            raise NotImplementedError(f"{self.name} aggregates the stacked uploads; it does not stream a cohort")
+        if acc is None:  # fresh tensors, never views: a view would keep the block's rows alive
+
+            def none_of(v: torch.Tensor) -> torch.Tensor:
+                return torch.empty((0, *v.shape[1:]), dtype=v.dtype, device=v.device)
+
+            acc = Uploads(none_of(block.clients), none_of(block.params), none_of(block.num_samples),
+                          none_of(block.train_loss), {k: none_of(v) for k, v in block.declared.items()}, None,
+                          {k: none_of(v) for k, v in block.diagnostics.items()},
+                          params_sum=torch.zeros(block.params.shape[1:], dtype=block.params.dtype,
+                                                 device=block.params.device))
+        return acc.fold(block)
 
     def declared_plan(self, info: RoundInfo, client: int) -> dict[str, float]:
         """What ``client`` must declare in its upload this round (e.g. its noise std)."""

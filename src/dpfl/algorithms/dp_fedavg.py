@@ -577,6 +577,23 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
 
     splits_rounds = True
     releases_empty_rounds = True
+    sums_uploads = True  # the sum of the rows, their norms, declared stds and counts: streamable
+
+    def client_step_bytes(self, num_params: int) -> int:
+        """A row's temporaries: the clipped update (float32) and either its noise (Gaussian) or the
+        integer pipeline's float64 copy, uniforms and int64 result over d' (secure aggregation);
+        with LUS its final gradient, mask and sparsified copy."""
+        o = self.options
+        sec = self._calibration.secure_sum
+        per_row = 4 * num_params
+        if sec is not None:
+            padded = sec.pipeline(num_params, float(o.clip_norm)).padded_dim
+            per_row += 8 * num_params + 16 * padded
+        else:
+            per_row += 4 * num_params
+        if o.lus_sparsity > 0:
+            per_row += 12 * num_params
+        return per_row
 
     def client_step(self, global_params: torch.Tensor, local: LocalResult, info: RoundInfo) -> Uploads:
         """004 Alg. 1 LocalUpdate: Δ = w_k − w (LUS-sparsified), clipped to S_t; in the local
@@ -689,7 +706,7 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
                                   f"({pipe.padded_dim},)")
             total = pipe.to_residues(uploads.secure_sum.to(torch.int64).cpu())
         elif arrived:
-            total = pipe.modular_sum(uploads.params.to(torch.int64).cpu())
+            total = pipe.modular_sum(uploads.summed_params().to(torch.int64).cpu())
         else:
             total = torch.zeros(pipe.padded_dim, dtype=torch.int64)
         share = plan.share_variance
@@ -737,12 +754,13 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
         k = plan.cohort
         arrived = uploads.num_rows
         clip = plan.clip_norm
-        dev = uploads.params.device if uploads.params.numel() else global_params.device
+        rows_sum = uploads.summed_params() if arrived else torch.zeros_like(global_params)
+        dev = rows_sum.device
         client_std = plan.client_std
         missing = k - arrived
         if missing < 0:
             raise ConfigError(f"dp-fedavg: {arrived} uploads for a cohort of {k}")
-        total = (uploads.params.sum(0) if arrived else torch.zeros_like(global_params)).to(dev)
+        total = rows_sum
         topup_std = plan.topup_std(arrived)
         if topup_std > 0:
             topup = info.seeds.generator(info.round_idx, SERVER, "topup", device=dev)

@@ -3,7 +3,11 @@
 The round loop (:mod:`dpfl.rounds.loop`) is the same for every runtime; only the cohort differs:
 
 * :class:`InProcessCohort` — the simulator: an engine (vectorized, sequential or Ray shards)
-  trains the cohort and the server step runs on the stacked rows; every upload arrives.
+  trains the cohort and the server step runs on the stacked rows; every upload arrives. With the
+  vectorized engine and an algorithm that needs only the sum of the uploads
+  (``Algorithm.sums_uploads``), the cohort is streamed instead: each block of clients is trained,
+  run through the client step and folded into a running sum before the next block trains, so
+  the cohort's [K, P] rows never exist at once.
   The canary audit is an in-process cohort whose server step adds canary clients
   (:class:`dpfl.audit.canary.CanaryAlgorithm`).
 * :class:`UploadCohort` — clients elsewhere (Flower SuperNodes): a transport sends the global
@@ -37,8 +41,9 @@ class Collected:
         clients: ids of the clients whose upload arrived (a subset of the cohort).
         num_samples: their sample counts.
         train_loss: their mean local objective (None when nothing trained).
-        payload: what the cohort's :meth:`Cohort.aggregate` needs (the stacked local result in
-            process, the uploads of a transport; None in a dry run).
+        payload: what the cohort's :meth:`Cohort.aggregate` needs (in process the stacked local
+            result, or a streamed cohort's folded uploads; the uploads of a transport; None in a
+            dry run).
     """
 
     clients: torch.Tensor
@@ -108,7 +113,10 @@ class Cohort(Protocol):
 
 
 class InProcessCohort:
-    """The simulator: ``engine`` trains the stacked cohort, ``step.server_step`` aggregates.
+    """The simulator: ``engine`` trains the stacked cohort, ``step.server_step`` aggregates; or,
+    streamed (:meth:`streams`), the engine trains block by block, ``algorithm.client_step`` runs on
+    each block and ``algorithm.accumulate`` folds it, and ``algorithm.aggregate`` takes the sum.
+    Both draw the same numbers: every client's from its own streams, the server's once per round.
 
     Args:
         engine: the engine (vectorized, sequential or Ray shards).
@@ -126,13 +134,45 @@ class InProcessCohort:
         self.step: ServerStep = step if step is not None else algorithm
         self.tag: str | None = getattr(step, "tag", "wrapped") if step is not None else None
 
+    def streams(self) -> bool:
+        """Whether rounds are streamed: the engine trains in blocks (``train_blocks``), the
+        algorithm needs only the uploads' sum, and no wrapper replaces its server step (an
+        audit's canaries join the stacked rows)."""
+        return (self.step is self.algorithm and self.algorithm.sums_uploads
+                and callable(getattr(self.engine, "train_blocks", None)))
+
+    def _server_view(self, info: RoundInfo) -> RoundInfo:
+        if self.engine.name != "sequential":  # the reference engine draws every client's share itself
+            return dataclasses.replace(info, summed_shares=True)
+        return info
+
     def collect(self, params: torch.Tensor, info: RoundInfo, emit: EmitFn) -> Collected:
+        if self.streams():
+            uploads = self._stream(params, self._server_view(info))
+            return Collected(uploads.clients, uploads.num_samples, uploads.train_loss, uploads)
         local = self.engine.train(params, info.clients.tolist(), info.round_idx)
         return Collected(info.clients, local.num_samples, local.train_loss, local)
 
+    def _stream(self, params: torch.Tensor, info: RoundInfo) -> Uploads:
+        """Train, client-step and fold the cohort block by block (each block's rows are dropped
+        before the next block trains); the folded uploads, rows sorted by client id."""
+        train_blocks = self.engine.train_blocks  # type: ignore[attr-defined]
+        row_bytes = self.algorithm.client_step_bytes(int(params.numel()))
+        acc: Uploads | None = None
+        for ids, local in train_blocks(params, info.clients.tolist(), info.round_idx, row_bytes=row_bytes):
+            block = self.algorithm.client_step(params, local, info.for_clients(ids))
+            del local
+            acc = self.algorithm.accumulate(acc, block)
+            del block
+        if acc is None:
+            raise ValueError(f"round {info.round_idx}: the engine trained no block of the "
+                             f"{int(info.clients.numel())} clients")
+        return acc
+
     def aggregate(self, params: torch.Tensor, collected: Collected, info: RoundInfo) -> RoundOutput:
-        if self.engine.name != "sequential":  # the reference engine draws every client's share itself
-            info = dataclasses.replace(info, summed_shares=True)
+        info = self._server_view(info)
+        if isinstance(collected.payload, Uploads):  # a streamed round: the client step already ran
+            return self.algorithm.aggregate(params, collected.payload, info)
         return self.step.server_step(params, collected.payload, info)
 
     def empty_round(self, params: torch.Tensor, info: RoundInfo) -> RoundOutput:

@@ -16,10 +16,13 @@ order.
 
 The cohort trains in blocks of clients sized from a memory budget (``memory_budget`` bytes,
 :data:`DEFAULT_MEMORY_BUDGET`; :meth:`VectorizedEngine.client_bytes` estimates a client's share:
-stacked parameters, gradient, optimizer state, DP-SGD noise, a batch's inputs and activations),
-each block written into the round's [K, P] result before the next starts. Consecutive clients in
-the step order form a block, so a block holds clients of similar lengths. Each client's numbers
-depend only on its own rows: a block size changes nothing but the float order of batched kernels.
+stacked parameters, gradient, optimizer state, DP-SGD noise, a batch's inputs and activations).
+:meth:`VectorizedEngine.train` writes each block into the round's [K, P] result before the next
+starts; :meth:`VectorizedEngine.train_blocks` yields each block instead and drops it before the
+next trains (the in-process cohort's streamed round: :mod:`dpfl.rounds.cohort`), so the cohort's
+rows never exist at once. Consecutive clients in the step order form a block, so a block holds
+clients of similar lengths. Each client's numbers depend only on its own rows: a block size
+changes nothing but the float order of batched kernels.
 
 With another local optimizer (SGD with momentum or weight decay, Adam:
 :mod:`dpfl.client.optim`) the state is stacked like the parameters, one row per client, created
@@ -38,7 +41,7 @@ from __future__ import annotations
 
 import copy
 import ctypes
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -191,13 +194,19 @@ class VectorizedEngine(Engine):
         elt = self.data.x.element_size()
         return elt * (copies * self.problem.layout.numel + width * per_sample) + 21 * steps * width
 
-    def block_size(self, clients: int, steps: int, width: int, fuse: bool) -> int:
-        """Clients trained at once: as many as the memory budget holds (at least one)."""
+    def block_size(self, clients: int, steps: int, width: int, fuse: bool, row_bytes: int = 0) -> int:
+        """Clients trained at once: as many as the memory budget holds (at least one), each taking
+        :meth:`client_bytes` plus ``row_bytes`` (what the caller does with a row of the block)."""
         if self.memory_budget is None:
             return max(clients, 1)
-        return max(1, min(clients, self.memory_budget // max(self.client_bytes(steps, width, fuse), 1)))
+        per_client = self.client_bytes(steps, width, fuse) + max(int(row_bytes), 0)
+        return max(1, min(clients, self.memory_budget // max(per_client, 1)))
 
-    def train(self, global_params: torch.Tensor, clients: Sequence[int], round_idx: int) -> LocalResult:
+    def _blocks(self, global_params: torch.Tensor, clients: Sequence[int], round_idx: int,
+                row_bytes: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]]:
+        """The cohort's blocks in training order (longest clients first): (positions of the block's
+        clients in ``clients`` [B], flat local parameters [B, P], mean local objective [B],
+        final gradients [B, P] or None), rows in the block's training order."""
         prob = self.problem
         k = len(clients)
         device = self.data.x.device
@@ -209,30 +218,63 @@ class VectorizedEngine(Engine):
         anchor = prob.layout.views(global_params.detach().to(device))
         _, fuse = self._fusable(self._terms(anchor))
         width = max(p.shape[1] for p in plans) if plans else 1
-        block = self.block_size(k, int(n_steps.max()) if k else 0, width, fuse)
+        block = self.block_size(k, int(n_steps.max()) if k else 0, width, fuse, row_bytes)
         final_gradient = prob.local.final_gradient
-        if block >= k:
-            ids = [int(clients[i]) for i in order.tolist()]
-            flat, loss = self._train_block(anchor, ids, [plans[i] for i in order.tolist()], round_idx)
-            final = self._final_gradient(flat, ids) if final_gradient else None
-            if not bool((order == torch.arange(k)).all()):
-                inverse = torch.argsort(order).to(flat.device)
-                flat, loss = flat[inverse], loss[inverse.cpu()]
-                final = None if final is None else final[inverse]
-            return LocalResult(flat, loss, self.data.sizes(clients), final)
-        out = torch.empty(k, prob.layout.numel, device=device, dtype=global_params.dtype)
-        losses = torch.empty(k)
-        finals = torch.empty_like(out) if final_gradient else None
         for start in range(0, k, block):
             rows = order[start : start + block]
             ids = [int(clients[i]) for i in rows.tolist()]
             flat, loss = self._train_block(anchor, ids, [plans[i] for i in rows.tolist()], round_idx)
+            final = self._final_gradient(flat, ids) if final_gradient else None
+            yield rows, flat, loss, final
+            del flat, final
+
+    def train(self, global_params: torch.Tensor, clients: Sequence[int], round_idx: int) -> LocalResult:
+        prob = self.problem
+        k = len(clients)
+        device = self.data.x.device
+        out: torch.Tensor | None = None
+        losses = torch.empty(k)
+        finals: torch.Tensor | None = None
+        for rows, flat, loss, final in self._blocks(global_params, clients, round_idx):
+            if rows.numel() == k:  # one block: no copy into a round-sized result
+                inverse = torch.argsort(rows)
+                if bool((rows == torch.arange(k)).all()):
+                    return LocalResult(flat, loss, self.data.sizes(clients), final)
+                inv = inverse.to(flat.device)
+                return LocalResult(flat[inv], loss[inverse], self.data.sizes(clients),
+                                   None if final is None else final[inv])
+            if out is None:
+                out = torch.empty(k, prob.layout.numel, device=device, dtype=global_params.dtype)
+                finals = torch.empty_like(out) if final is not None else None
             out.index_copy_(0, rows.to(device), flat)
             losses[rows] = loss
-            if finals is not None:
-                finals.index_copy_(0, rows.to(device), self._final_gradient(flat, ids))
-            del flat
+            if finals is not None and final is not None:
+                finals.index_copy_(0, rows.to(device), final)
+        if out is None:  # an empty cohort
+            out = torch.empty(0, prob.layout.numel, device=device, dtype=global_params.dtype)
+            finals = torch.empty_like(out) if prob.local.final_gradient else None
         return LocalResult(out, losses, self.data.sizes(clients), finals)
+
+    def train_blocks(self, global_params: torch.Tensor, clients: Sequence[int], round_idx: int,
+                     row_bytes: int = 0) -> Iterator[tuple[torch.Tensor, LocalResult]]:
+        """:meth:`train` one block at a time: (the block's client ids [B], sorted; their
+        :class:`LocalResult`, rows in that order), blocks sized so that a block's training plus
+        ``row_bytes`` per row (the caller's work on the block) fit the memory budget.
+
+        Each block is trained, yielded and dropped before the next starts, so a caller that
+        consumes the blocks one by one (the in-process cohort's streamed round) never holds the
+        cohort's [K, P] parameters. A client's rows are those :meth:`train` returns for it (up to
+        the float order of batched kernels, the block sizes being others)."""
+        for rows, flat, loss, final in self._blocks(global_params, clients, round_idx, row_bytes):
+            block_ids = torch.tensor([int(clients[i]) for i in rows.tolist()], dtype=torch.long)
+            sort = torch.argsort(block_ids)
+            ids = block_ids[sort]
+            if not bool((sort == torch.arange(sort.numel())).all()):
+                dev_sort = sort.to(flat.device)
+                flat, loss = flat[dev_sort], loss[sort]
+                final = None if final is None else final[dev_sort]
+            yield ids, LocalResult(flat, loss, self.data.sizes(ids.tolist()), final)
+            del flat, final
 
     def _train_block(self, anchor: dict[str, torch.Tensor], clients: list[int], plans: list[torch.Tensor],
                      round_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
