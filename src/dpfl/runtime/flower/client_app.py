@@ -56,7 +56,7 @@ from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFI
 from flwr.compat.common import recorddict_compat as compat
 
 from dpfl.errors import ConfigError
-from dpfl.runtime.flower import masks
+from dpfl.runtime.flower import masks, timing
 from dpfl.runtime.flower.records import as_array, as_bytes, as_int, as_list
 from dpfl.runtime.flower.secagg import SECURE_SUM_KEY, WEIGHT, encode
 from dpfl.runtime.flower.warm import WarmClient, train_round
@@ -70,14 +70,35 @@ if TYPE_CHECKING:
 
 masks.install()  # this process masks with ChaCha20, like the server unmasks
 
+_LOADED = time.time()  # this module imported (the ClientApp process handles one message)
+_WORKER: dict[str, Any] = {}  # the warm worker's timings of this process's training message
+
 
 def secure_sum_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
     """Flower's ``secaggplus_mod`` for messages of SecAgg+ (a ``train`` message with its settings
     record), a pass-through for everything else (``secaggplus_mod`` claims every ``train``
-    message and fails on one without the record)."""
-    if msg.metadata.message_type == MessageType.TRAIN and RECORD_KEY_CONFIGS in msg.content.config_records:
-        return secaggplus_mod(msg, context, call_next)
-    return call_next(msg, context)
+    message and fails on one without the record). Records the message's timings
+    (:mod:`.timing`) when ``DPFL_FLOWER_TIMINGS`` is set."""
+    start = time.time()
+    secure = msg.metadata.message_type == MessageType.TRAIN and RECORD_KEY_CONFIGS in msg.content.config_records
+    fields = _timing_fields(msg, context, secure) if timing.enabled() else None  # before the mod reads the message
+    reply = secaggplus_mod(msg, context, call_next) if secure else call_next(msg, context)
+    if fields is not None:
+        timing.record("clientapp", **fields, proc=timing.process_start(), loaded=_LOADED, start=start,
+                      end=time.time(), **_WORKER)
+    return reply
+
+
+def _timing_fields(msg: Message, context: Context, secure: bool) -> dict[str, Any]:
+    """Which message this is, for :mod:`.timing`: node, kind, round (0-based), id, sent."""
+    kind, t = msg.metadata.message_type, None
+    if secure:
+        kind = f"secagg-{msg.content.config_records[RECORD_KEY_CONFIGS].get('stage', '?')!s}"
+        t = int(msg.metadata.group_id) - 1 if msg.metadata.group_id.isdigit() else None  # SecAgg+ rounds are 1-based
+    elif kind == MessageType.TRAIN and "round" in msg.content.config_records:
+        t = as_int(msg.content["round"]["round"])
+    node = "shuffler" if _is_shuffler(context) else context.node_config.get("partition-id")
+    return {"node": node, "kind": kind, "round": t, "id": msg.metadata.message_id, "sent": msg.metadata.created_at}
 
 
 app = ClientApp(mods=[secure_sum_mod])
@@ -158,9 +179,13 @@ def _train_here(rc: dict[str, Any], params: np.ndarray, cid: int, context: Conte
     data = str(data_dir) if data_dir else None
     simulated = "num-partitions" in context.node_config  # Flower's Simulation Engine sets it
     if simulated or str(context.node_config.get("warm", "true")).lower() in ("false", "0", "no"):
-        return train_round(rc, params, cid, data)  # cold: in this process
+        meta, vector = train_round(rc, params, cid, data)  # cold: in this process
+        _WORKER.update(worker=meta["seconds"])
+        return meta, vector
     # the worker of this SuperNode (the parent of this process is its flower-superexec)
-    return WarmClient(f"{os.getppid()}-{cid}", os.getppid()).train(rc, params, cid, data)
+    meta, vector = WarmClient(f"{os.getppid()}-{cid}", os.getppid()).train(rc, params, cid, data)
+    _WORKER.update(worker=meta.get("seconds"), connect=meta.get("connect"))
+    return meta, vector
 
 
 def _secure_train(msg: Message, context: Context) -> Message:

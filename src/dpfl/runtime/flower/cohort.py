@@ -48,7 +48,7 @@ import json
 import math
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,7 +69,7 @@ from dpfl.algorithms.private import PrivateAlgorithm
 from dpfl.client.context import RoundInfo
 from dpfl.errors import ConfigError
 from dpfl.privacy.accounting.ledger import GaussianRelease, TwoPointRelease
-from dpfl.runtime.flower import masks
+from dpfl.runtime.flower import masks, timing
 from dpfl.runtime.flower.codec import decode_upload, encode_train
 from dpfl.runtime.flower.records import as_array, as_bytes, as_int, as_list, error_reason
 from dpfl.runtime.flower.secagg import (
@@ -109,6 +109,50 @@ def _push_pull(grid: Grid, messages: list[Message], timeout: float) -> tuple[lis
         if pending:
             time.sleep(POLL_SECONDS)
     return ids, replies, pending
+
+
+class PromptGrid(Grid):
+    """A ServerApp's ``Grid`` whose ``send_and_receive`` polls for replies every
+    :data:`POLL_SECONDS` (Flower's waits 3 s between polls: SecAgg+'s four stages per round each
+    lost up to that); everything else is the wrapped grid's. With ``DPFL_FLOWER_TIMINGS`` set it
+    records when each reply arrives (:mod:`.timing`)."""
+
+    def __init__(self, grid: Grid) -> None:
+        self._grid = grid
+        self._sent: dict[str, float] = {}  # message id → created (timings only)
+
+    def set_run(self, run: Any) -> None:
+        self._grid.set_run(run)
+
+    @property
+    def run(self) -> Any:
+        return self._grid.run
+
+    def create_message(self, content: RecordDict, message_type: str, dst_node_id: int, group_id: str,
+                       ttl: float | None = None) -> Message:
+        return self._grid.create_message(content, message_type, dst_node_id, group_id, ttl)
+
+    def get_node_ids(self) -> Iterable[int]:
+        return self._grid.get_node_ids()
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        messages = list(messages)
+        ids = [str(i) for i in self._grid.push_messages(messages)]
+        if timing.enabled():
+            self._sent.update((i, m.metadata.created_at) for i, m in zip(ids, messages, strict=True))
+        return ids
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        got = list(self._grid.pull_messages(message_ids))
+        if timing.enabled():
+            for m in got:
+                ask = str(m.metadata.reply_to_message_id)
+                timing.record("pulled", reply_to=ask, sent=self._sent.pop(ask, None), created=m.metadata.created_at,
+                              error=m.has_error())
+        return got
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
+        return _push_pull(self, list(messages), math.inf if timeout is None else timeout)[1]
 
 
 def _exchange(grid: Grid, messages: list[Message], timeout: float) -> list[Message]:

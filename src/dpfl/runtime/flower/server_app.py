@@ -21,14 +21,17 @@ Flower's SecAgg+ mask generator with ChaCha20 (:mod:`.masks`).
 from __future__ import annotations
 
 import json
+import time
 
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from dpfl.errors import ConfigError
-from dpfl.runtime.flower import masks
+from dpfl.runtime.flower import masks, timing
 
 masks.install()  # SecAgg+ unmasks with ChaCha20 masks, like the ClientApps mask
+
+_LOADED = time.time()
 
 app = ServerApp()
 
@@ -41,9 +44,17 @@ def _overrides(text: str) -> list[str]:
 def main(grid: Grid, context: Context) -> None:
     from dpfl.config import load_config
     from dpfl.rounds import build_experiment, run_experiment
-    from dpfl.runtime.flower.cohort import FlowerCohort, Shuffler, discover_nodes, secure_bits_for
+    from dpfl.runtime.flower.cohort import (
+        FlowerCohort,
+        PromptGrid,
+        Shuffler,
+        discover_nodes,
+        secure_bits_for,
+    )
     from dpfl.store import RunStore
 
+    marks = {"proc": timing.process_start(), "loaded": _LOADED}
+    grid = PromptGrid(grid)  # SecAgg+ stages poll for replies every 0.2 s, not every 3 s
     rc = context.run_config
     path = str(rc.get("config", ""))
     if not path:
@@ -51,10 +62,12 @@ def main(grid: Grid, context: Context) -> None:
     config = load_config(path, _overrides(str(rc.get("overrides", ""))))
     store = RunStore(str(rc.get("store", "runs/flower.sqlite")))
     exp = build_experiment(config)  # the server's view: public client sizes, model layout, test data
+    marks["built"] = time.time()
     reproducible = bool(rc.get("reproducible", False))
     secure_bits = secure_bits_for(config, exp.algorithm, reproducible=reproducible)  # refuses bits > 31 up front
     found: list[Shuffler] = []
     nodes = discover_nodes(grid, exp.data.num_clients, float(rc.get("connect-timeout", 120.0)), shuffler=found)
+    marks["connected"] = time.time()
     cohort = FlowerCohort(grid, nodes, json.dumps(config.model_dump(mode="json")), exp.data.sizes(),
                           exp.problem.layout.numel, float(rc.get("round-timeout", 120.0)), reproducible=reproducible,
                           shuffler=found[0] if found else None, secure_bits=secure_bits,
@@ -84,6 +97,7 @@ def main(grid: Grid, context: Context) -> None:
 
     result = run_experiment(config, store, remote=cohort, progress=progress, secure_rng=not reproducible,
                             notice=notice)
+    timing.record("serverapp", **marks, done=time.time())
     print("dpfl-result " + json.dumps({"run_id": result.run_id, "status": result.status, "rounds": result.rounds_done,
                                        "store": str(store.path), **{k: v for k, v in result.final.items()
                                                                     if k in ("test_accuracy", "test_loss", "params_sha256",

@@ -44,19 +44,22 @@ _CACHE: dict[str, Any] = {}
 # --------------------------------------------------------------------------- the round itself
 
 
-def _experiment(config_json: str, data_dir: str | None) -> Any:
-    """The run, rebuilt from the server's config on this node (cached per config)."""
+def _experiment(config_json: str, data_dir: str | None) -> tuple[Any, float]:
+    """The run, rebuilt from the server's config on this node (cached per config), and the
+    seconds the build took (0 when cached)."""
     from dpfl.config import parse_config
     from dpfl.rounds import build_experiment
 
     key = hashlib.sha256((config_json + "|" + str(data_dir)).encode()).hexdigest()
-    if key not in _CACHE:
-        raw = json.loads(config_json)
-        if data_dir:
-            raw.setdefault("data", {})["dir"] = data_dir
-        _CACHE.clear()
-        _CACHE[key] = build_experiment(parse_config(raw))
-    return _CACHE[key]
+    if key in _CACHE:
+        return _CACHE[key], 0.0
+    start = time.perf_counter()
+    raw = json.loads(config_json)
+    if data_dir:
+        raw.setdefault("data", {})["dir"] = data_dir
+    _CACHE.clear()
+    _CACHE[key] = build_experiment(parse_config(raw))
+    return _CACHE[key], time.perf_counter() - start
 
 
 def train_round(rc: dict[str, Any], params: np.ndarray, cid: int, data_dir: str | None) -> tuple[dict[str, Any], np.ndarray]:
@@ -70,8 +73,9 @@ def train_round(rc: dict[str, Any], params: np.ndarray, cid: int, data_dir: str 
         data_dir: this machine's data folder (None: the config's).
 
     Returns:
-        (meta, vector): meta holds ``num_samples``, ``train_loss``, ``declared`` and, for a
-        sealed report, ``sealed`` (hex); vector is the upload (empty when sealed).
+        (meta, vector): meta holds ``num_samples``, ``train_loss``, ``declared``, ``seconds``
+        (``build``, ``train``, ``step``: :mod:`.timing`) and, for a sealed report, ``sealed``
+        (hex); vector is the upload (empty when sealed).
     """
     import torch
 
@@ -79,7 +83,7 @@ def train_round(rc: dict[str, Any], params: np.ndarray, cid: int, data_dir: str 
     from dpfl.errors import ConfigError
     from dpfl.rng import SeedSequence
 
-    exp = _experiment(str(rc["config"]), data_dir)
+    exp, build = _experiment(str(rc["config"]), data_dir)
     if exp.data.num_clients != int(rc["num-clients"]):
         raise ConfigError(f"this node partitions the data into {exp.data.num_clients} clients, the server into "
                           f"{rc['num-clients']}: the data sets differ")
@@ -87,7 +91,9 @@ def train_round(rc: dict[str, Any], params: np.ndarray, cid: int, data_dir: str 
     algo.load_state_dict(rc["state"])
     t = int(rc["round"])
     start = torch.from_numpy(np.array(params, copy=True)).to(exp.init_params.device, exp.init_params.dtype)
+    t0, cpu0 = time.perf_counter(), time.process_time()
     local = exp.engine.train(start, [cid], t)
+    t1, cpu1 = time.perf_counter(), time.process_time()
     # the client's noise: from the OS CSPRNG unless the run asks for reproducible noise (testing)
     noise_seeds = exp.seeds if bool(rc.get("reproducible", False)) else SeedSequence.secure_mode()
     # own-coins: hidden participation, this client samples itself with its own secret coin
@@ -95,6 +101,7 @@ def train_round(rc: dict[str, Any], params: np.ndarray, cid: int, data_dir: str 
                      own_coins=bool(rc.get("own-coins", False)))
     up = algo.client_step(start, local, info)
     vector = up.params[0].detach().cpu()
+    seconds = {"build": build, "train": t1 - t0, "train_cpu": cpu1 - cpu0, "step": time.perf_counter() - t1}
     # a private algorithm's client keeps its training loss: the loss is a function of its data with
     # no noise on it, which the certificate against the server does not cover (NaN on the wire)
     from dpfl.algorithms.private import PrivateAlgorithm
@@ -102,13 +109,14 @@ def train_round(rc: dict[str, Any], params: np.ndarray, cid: int, data_dir: str 
     keep = isinstance(algo, PrivateAlgorithm) and not algo.reports_train_loss
     loss = float("nan") if keep else float(up.train_loss[0])
     meta: dict[str, Any] = {"num_samples": int(up.num_samples[0]), "train_loss": loss,
-                            "declared": {k: float(v[0]) for k, v in up.declared.items()}}
+                            "declared": {k: float(v[0]) for k, v in up.declared.items()}, "seconds": seconds}
     shuffler_key = rc.get("shuffler-key")
     if shuffler_key:  # split & shuffle: only the shuffler can read the report
         from dpfl.runtime.sealed import seal
 
         key = bytes.fromhex(shuffler_key) if isinstance(shuffler_key, str) else bytes(shuffler_key)
         meta["sealed"] = seal(vector, key, t).hex()
+        seconds["step"] = time.perf_counter() - t1
         return meta, np.zeros(0, dtype=np.float32)
     return meta, np.ascontiguousarray(vector.numpy())
 
@@ -173,7 +181,13 @@ def serve(path: Path, parent_pid: int, idle_seconds: float = IDLE_SECONDS) -> No
     ``idle_seconds``."""
     import torch
 
+    import dpfl.rounds  # noqa: F401 (the first request's build then times the data, not the imports)
+    from dpfl.runtime.flower.timing import process_start
+
     torch.set_num_threads(1)
+    began = process_start()
+    imports = time.time() - began if began is not None else 0.0  # interpreter start and imports
+    served = 0
     last = [time.monotonic()]
 
     def leave(*_: Any) -> None:
@@ -206,6 +220,8 @@ def serve(path: Path, parent_pid: int, idle_seconds: float = IDLE_SECONDS) -> No
             try:
                 header, params = _recv(conn)
                 meta, vector = train_round(header["rc"], params, int(header["client"]), header.get("data_dir"))
+                meta["seconds"] = {**meta["seconds"], "imports": imports, "first": served == 0}
+                served += 1
                 _send(conn, {"ok": True, **meta, "dtype": str(vector.dtype)}, vector)
             except Exception as err:  # reported to the ClientApp, which fails the round for this client
                 try:
@@ -279,19 +295,22 @@ class WarmClient:
 
     def train(self, rc: dict[str, Any], params: np.ndarray, client: int,
               data_dir: str | None) -> tuple[dict[str, Any], np.ndarray]:
-        """:func:`train_round` in the worker."""
+        """:func:`train_round` in the worker; the meta also holds ``connect``, the seconds it took
+        to reach the worker (including starting it when there was none)."""
+        begun = time.perf_counter()
         sock = self._connect()
         if sock is None:
             self._start()
             sock = self._connect()
             if sock is None:
                 raise ConnectionError(f"cannot connect to the dpfl worker at {self.path}")
+        connect = time.perf_counter() - begun
         with sock:
             _send(sock, {"rc": rc, "client": int(client), "data_dir": data_dir, "dtype": str(params.dtype)}, params)
             header, vector = _recv(sock)
         if not header.get("ok"):
             raise RuntimeError(f"the dpfl worker failed: {header.get('error')}")
-        return header, vector
+        return {**header, "connect": connect}, vector
 
 
 def main(argv: list[str] | None = None) -> None:
