@@ -158,5 +158,9 @@ def test_every_committed_report_with_records_regenerates_byte_for_byte(folder: P
     out = tmp_path / "reports" / folder.parent.name / folder.name
     out.mkdir(parents=True)
     shutil.copy(folder / RECORDS_FILE, out / RECORDS_FILE)
-    path = reproduce(get_recipe(key), folder.name, None, tmp_path / "reports", from_records=True)
-    assert path.read_text() == (folder / "report.md").read_text()
+    committed = (folder / "report.md").read_text()
+    # a sweep continued in pieces commits a partial report: it is rewritten as one (--max-runs 0)
+    partial = "**Partial report:" in committed
+    path = reproduce(get_recipe(key), folder.name, None, tmp_path / "reports", from_records=True,
+                     max_runs=0 if partial else None)
+    assert path.read_text() == committed

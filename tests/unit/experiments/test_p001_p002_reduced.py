@@ -153,10 +153,16 @@ def test_002_reduced_grids_and_rounds() -> None:
 def test_002_reduced_server_points_and_shared_c10_run(tmp_path: Path) -> None:
     fig5 = get_recipe("002/fig5").build("reduced")
     fig6 = get_recipe("002/fig6").build("reduced")
-    assert sorted(r.coords["x"] for r in fig5 if r.coords["side"] == "server") == [20, 60, 100, 140, 200]
+    assert sorted(r.coords["x"] for r in fig5 if r.coords["side"] == "server" and r.coords["seed"] == 0) == [
+        20, 60, 100, 140, 200]
+    # Theorem 2 is an equivalence test over seeds: both sides run 3 seeds at every N
+    assert sorted({r.coords["seed"] for r in fig5 if r.coords["side"] == "server"}) == [0, 1, 2]
+    assert len(fig5) == 30
     assert [r.coords["x"] for r in fig6 if r.coords["side"] == "server"] == [10.0]
     ids5 = {run_id(r.config) for r in fig5}
-    assert {r.label for r in fig6 if run_id(r.config) in ids5} == {"client C=10", "server C=10"}  # Fig. 5 N = 100
+    # Fig. 5's N = 100 runs (its client seeds 1-2 are Fig. 6's client C = 10 seeds 1-2)
+    assert {r.label for r in fig6 if run_id(r.config) in ids5} == {"client C=10", "server C=10", "client C=10 seed=1",
+                                                                   "client C=10 seed=2"}
     server_n100 = next(r for r in get_recipe("002/fig5").build("full") if r.label == "server N=100")
     assert next(r for r in fig6 if r.label == "server C=10").config.name == server_n100.config.name
     # Theorem 2's comparison matches points by N, not by position

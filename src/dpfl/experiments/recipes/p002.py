@@ -113,18 +113,25 @@ def _build_cifar(scale: str) -> list[RecipeRun]:
 SERVER_N_REDUCED = N_VALUES_REDUCED
 
 
+#: seeds of Fig. 5 (both sides): Theorem 2's equal accuracy is an equivalence test with seeds as replications,
+#: which one seed per side cannot pass or fail (reduced, one seed: inconclusive at every N)
+FIG5_SEEDS = {"smoke": (0,), "reduced": (0, 1, 2), "full": (0, 1, 2)}
+
+
 def _build_fig5(scale: str) -> list[RecipeRun]:
     values = N_VALUES_FULL if scale == "full" else N_VALUES_REDUCED
     s = _scale_settings(scale, rounds_reduced=ROUNDS_FIG5_6_REDUCED)
     spc = 20 if scale == "smoke" else 300
     runs = []
-    for side in ("client", "server"):
-        for n in values:
-            if scale == "reduced" and side == "server" and n not in SERVER_N_REDUCED:
-                continue
-            cfg = _config(f"002-fig5-{side}-N{n}", f"midp-{side}", {"epsilon": 10.0, "clip_norm": 10.0},
-                          rounds=s["rounds"], clients=n, spc=spc, epochs=s["epochs"])
-            runs.append(RecipeRun(f"{side} N={n}", cfg, {"side": side, "x": n}))
+    for seed in FIG5_SEEDS[scale]:
+        for side in ("client", "server"):
+            for n in values:
+                if scale == "reduced" and side == "server" and n not in SERVER_N_REDUCED:
+                    continue
+                cfg = _config(f"002-fig5-{side}-N{n}", f"midp-{side}", {"epsilon": 10.0, "clip_norm": 10.0},
+                              rounds=s["rounds"], clients=n, spc=spc, epochs=s["epochs"], seed=seed)
+                runs.append(RecipeRun(f"{side} N={n}" + (f" seed={seed}" if seed else ""), cfg,
+                                      {"side": side, "x": n, "seed": seed}))
     return runs
 
 
