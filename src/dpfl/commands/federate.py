@@ -3,7 +3,12 @@
 * ``dpfl federate local CONFIG --nodes N`` starts a SuperLink and N SuperNodes (node i holds
   client i; ``--shuffler`` adds the shuffler node of split & shuffle) as separate processes on
   127.0.0.1 with Flower's own commands, submits the run with ``flwr run``, streams its log and
-  stops the processes. The run is stored like a simulated one (run id suffix ``-flower``).
+  stops the processes. The run is stored like a simulated one (run id suffix ``-flower``), and
+  the command ends with the lines ``dpfl run`` ends with (certified epsilons, and what secure
+  aggregation buys); ``--csv`` / ``--tensorboard`` write the per-round metrics as ``dpfl run``'s
+  do (the ServerApp's round observers). A config of more than :data:`LOCAL_NODE_LIMIT` clients
+  (the built-in ``default`` has 1,000) is refused unless ``--nodes`` asks for that many: each
+  client is a SuperNode, a SuperExec and a warm worker process on this one machine.
   Relative paths (config, ``--store``, ``--data-dir`` or ``data.dir``, ``PYTHONPATH``) are the
   caller's: they reach Flower's processes absolute. The processes end with the command, also when
   it is killed (:mod:`dpfl.runtime.flower.local`).
@@ -19,6 +24,10 @@ from pathlib import Path
 
 from dpfl.errors import ConfigError
 from dpfl.store import DEFAULT_STORE
+
+LOCAL_NODE_LIMIT = 32
+"""The most SuperNodes ``dpfl federate local`` starts without ``--nodes`` asking for them (each
+is three processes, about 0.5 GB with its worker's torch and data set)."""
 
 
 def _config_path(name: str) -> Path:
@@ -43,10 +52,20 @@ def _local(args: argparse.Namespace) -> int:
     path = _config_path(args.config)
     overrides = list(args.set or [])
     config = load_config(path, overrides)
-    nodes = args.nodes if args.nodes is not None else config.partition.num_clients
-    if nodes != config.partition.num_clients:
+    clients = config.partition.num_clients
+    nodes = args.nodes if args.nodes is not None else clients
+    if nodes != clients:
         raise ConfigError(f"--nodes {nodes}: each SuperNode holds one client, and the config has "
-                          f"partition.num_clients = {config.partition.num_clients}")
+                          f"partition.num_clients = {clients}")
+    if args.nodes is None and clients > LOCAL_NODE_LIMIT:
+        raise ConfigError(f"partition.num_clients = {clients}: `dpfl federate local` runs one SuperNode per client "
+                          f"on this machine (3 processes each) and starts at most {LOCAL_NODE_LIMIT} unless asked; "
+                          f"run fewer clients (--set partition.num_clients=4), pass --nodes {clients} to start them "
+                          "all, or start SuperNodes on other machines (README, \"Running a federation on real "
+                          "machines\")")
+    from dpfl.commands.run import _observers
+
+    _observers(args)  # a missing `tensorboard` is refused here, before any process starts
     data_dir = Path(args.data_dir or config.data.dir).resolve()  # the SuperNodes' and the ServerApp's
     if args.reproducible and config.engine != "sequential":
         print(f"notice: --reproducible with engine: {config.engine}: the same cohorts and noise as `dpfl run`, but "
@@ -57,7 +76,7 @@ def _local(args: argparse.Namespace) -> int:
     with LocalFederation(nodes, data_dir=data_dir, shuffler=args.shuffler, workdir=args.workdir) as fed:
         result = fed.run(path, store=args.store, overrides=overrides, round_timeout=args.round_timeout,
                          connect_timeout=args.connect_timeout, reproducible=args.reproducible, echo=True,
-                         timeout=args.timeout)
+                         timeout=args.timeout, csv=args.csv, tensorboard=args.tensorboard)
     summary = {k: v for k, v in result.items() if k != "log"}
     lines, certified = _privacy_of(summary)
     if certified:
@@ -65,6 +84,10 @@ def _local(args: argparse.Namespace) -> int:
     print(json.dumps(summary, indent=2))
     if lines:
         print(lines)
+        if config.privacy.secure_aggregation and summary.get("status") == "finished":
+            from dpfl.commands.run import _secure_aggregation_lines
+
+            print(_secure_aggregation_lines(config))
     return 0 if summary.get("status") in ("finished", "stopped") else 1
 
 
@@ -99,7 +122,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     q = sub.add_parser("local", help="start a SuperLink and SuperNodes on 127.0.0.1 and run CONFIG on them")
     q.add_argument("config", help="a YAML config file or a built-in config name")
     q.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config value")
-    q.add_argument("--nodes", type=int, default=None, help="SuperNodes (one per client; default partition.num_clients)")
+    q.add_argument("--nodes", type=int, default=None,
+                   help=f"SuperNodes (one per client; default partition.num_clients, refused above {LOCAL_NODE_LIMIT} "
+                        "unless given)")
     q.add_argument("--shuffler", action="store_true", help="add a shuffler SuperNode (split & shuffle, 001)")
     q.add_argument("--data-dir", default=None, help="data directory the SuperNodes read (default: data.dir)")
     q.add_argument("--store", default=str(DEFAULT_STORE), help="run store (SQLite file)")
@@ -113,6 +138,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     q.add_argument("--workdir", default=None, help="keep the Flower logs here (default: a temporary directory, kept if "
                                                      "the run fails)")
     q.add_argument("--timeout", type=float, default=24 * 3600.0, help="give up after this many seconds")
+    q.add_argument("--csv", metavar="FILE", default=None,
+                   help="also write the per-round metrics to this CSV file ({run_id} in the name is replaced)")
+    q.add_argument("--tensorboard", metavar="DIR", default=None,
+                   help="also log the per-round metrics to TensorBoard in DIR/RUN_ID (needs `tensorboard`)")
     q.set_defaults(func=_local)
     a = sub.add_parser("app", help="print the Flower App directory (for `flwr run` on real machines)")
     a.set_defaults(func=_app)

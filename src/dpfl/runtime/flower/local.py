@@ -401,11 +401,14 @@ class LocalFederation:
 
     def submit(self, config: str | Path, *, store: str | Path, overrides: Sequence[str] = (),
                round_timeout: float = 120.0, connect_timeout: float = 120.0,
-               reproducible: bool = False) -> subprocess.Popen[str]:
+               reproducible: bool = False, csv: str | Path | None = None,
+               tensorboard: str | Path | None = None) -> subprocess.Popen[str]:
         """Start ``flwr run`` for a dpfl config (returns at once; see :meth:`run`).
 
         Paths are made absolute here (Flower's processes do not run in this working directory);
-        the federation's ``data_dir``, if any, is also the ServerApp's ``data.dir``."""
+        the federation's ``data_dir``, if any, is also the ServerApp's ``data.dir``. ``csv`` and
+        ``tensorboard``: the ServerApp writes the per-round metrics there (``dpfl run --csv
+        --tensorboard``)."""
         overrides = list(overrides)
         if self.data_dir is not None:
             overrides.append(f"data.dir={json.dumps(self.data_dir)}")  # last: it wins
@@ -418,7 +421,8 @@ class LocalFederation:
         values: dict[str, str | float | bool] = {
             "config": str(Path(config).resolve()), "store": str(Path(store).resolve()),
             "overrides": ";".join(overrides), "round-timeout": float(round_timeout),
-            "connect-timeout": float(connect_timeout), "reproducible": bool(reproducible)}
+            "connect-timeout": float(connect_timeout), "reproducible": bool(reproducible),
+            "csv": str(Path(csv).resolve()) if csv else "", "tensorboard": str(Path(tensorboard).resolve()) if tensorboard else ""}
         self._submitted += 1
         run_config = self.workdir / f"run-config-{self._submitted}.toml"
         run_config.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in values.items()), encoding="utf-8")
@@ -428,8 +432,10 @@ class LocalFederation:
 
     def run(self, config: str | Path, *, store: str | Path, overrides: Sequence[str] = (), round_timeout: float = 120.0,
             connect_timeout: float = 120.0, timeout: float = 1800.0, echo: bool = False,
-            reproducible: bool = False) -> dict[str, Any]:
-        """Run a dpfl config on the federation; returns the ``dpfl-result`` line and the log.
+            reproducible: bool = False, csv: str | Path | None = None,
+            tensorboard: str | Path | None = None) -> dict[str, Any]:
+        """Run a dpfl config on the federation; returns the ``dpfl-result`` line and the log
+        (``csv``, ``tensorboard``: :meth:`submit`).
 
         ``echo`` prints the run's log as it comes, without Flower's tracebacks.
 
@@ -440,7 +446,8 @@ class LocalFederation:
         """
         submitted = time.time()
         proc = self.submit(config, store=store, overrides=overrides, round_timeout=round_timeout,
-                           connect_timeout=connect_timeout, reproducible=reproducible)
+                           connect_timeout=connect_timeout, reproducible=reproducible, csv=csv,
+                           tensorboard=tensorboard)
         self._runs += 1
         log_path = self.workdir / f"flwr-run-{self._runs}.log"
         lines: list[str] = []

@@ -4,7 +4,8 @@ Run config (``[tool.flwr.app.config]`` of :data:`dpfl.runtime.flower.APP_DIR`, o
 ``flwr run ... --run-config``): ``config`` (path of the dpfl run config on the SuperLink
 machine), ``overrides`` (``key=value;key=value``), ``store`` (run store path), ``round-timeout``
 and ``connect-timeout`` (seconds), ``reproducible`` (draw all noise from the run's seed, for testing:
-default false, i.e. the OS CSPRNG on the server and on every client).
+default false, i.e. the OS CSPRNG on the server and on every client), ``csv`` and ``tensorboard``
+(per-round metrics, as ``dpfl run --csv FILE --tensorboard DIR``; "" for none).
 
 The server samples, calibrates, aggregates, evaluates, checkpoints and keeps the privacy ledger
 exactly as :func:`dpfl.rounds.run_experiment` does in simulation (it *is* that
@@ -22,12 +23,16 @@ from __future__ import annotations
 
 import json
 import time
+from typing import TYPE_CHECKING
 
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from dpfl.errors import ConfigError
 from dpfl.runtime.flower import masks, timing
+
+if TYPE_CHECKING:
+    from dpfl.rounds.loop import RoundObserver
 
 masks.install()  # SecAgg+ unmasks with ChaCha20 masks, like the ClientApps mask
 
@@ -38,6 +43,14 @@ app = ServerApp()
 
 def _overrides(text: str) -> list[str]:
     return [part.strip() for part in text.split(";") if part.strip()]
+
+
+def _observers(csv: str, tensorboard: str) -> tuple[RoundObserver, ...]:
+    """The round observers of the run config's ``csv`` and ``tensorboard`` (as ``dpfl run --csv
+    --tensorboard``; :mod:`dpfl.rounds.observers`)."""
+    from dpfl.rounds.observers import CsvMetrics, TensorBoardMetrics
+
+    return (*([CsvMetrics(csv)] if csv else []), *([TensorBoardMetrics(tensorboard)] if tensorboard else []))
 
 
 @app.main()
@@ -96,7 +109,7 @@ def main(grid: Grid, context: Context) -> None:
             print(f"notice: {message}", flush=True)
 
     result = run_experiment(config, store, remote=cohort, progress=progress, secure_rng=not reproducible,
-                            notice=notice)
+                            notice=notice, observers=_observers(str(rc.get("csv", "")), str(rc.get("tensorboard", ""))))
     timing.record("serverapp", **marks, done=time.time())
     print("dpfl-result " + json.dumps({"run_id": result.run_id, "status": result.status, "rounds": result.rounds_done,
                                        "store": str(store.path), **{k: v for k, v in result.final.items()
