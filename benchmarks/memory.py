@@ -10,8 +10,15 @@ The main job is the built-in ``default`` config (DP-FedAvg with secure aggregati
 child (``os.wait4``). A budget is the vectorized engine's ``memory_budget``: ``default`` (the
 engine's default), ``none`` (the whole cohort as one block), or a number of MiB.
 
+The round is streamed (:class:`dpfl.rounds.cohort.InProcessCohort`): each block of clients is
+trained, encoded (clip, scale, conditional rounding) and folded into the running modular sum
+before the next block trains, so the peak is the process's fixed share (data, model, evaluation)
+plus the budget, whatever the cohort. Target: <= 1.5 GB at 1k, 10k, 30k and 60k clients with the
+default budget, and s/round at 1k within 10% of the stacked round's.
+
 s/round is the median of the rounds' ``seconds`` after the first (warm-up) and before the last
-(which evaluates). Runs write to a temporary store that is deleted afterwards.
+(which evaluates); on a shared machine compare runs made back to back, alternating. Runs write to
+a temporary store that is deleted afterwards.
 """
 
 from __future__ import annotations
