@@ -25,9 +25,9 @@ from pathlib import Path
 from dpfl.errors import ConfigError
 from dpfl.store import DEFAULT_STORE
 
-LOCAL_NODE_LIMIT = 32
+LOCAL_NODE_LIMIT = 16
 """The most SuperNodes ``dpfl federate local`` starts without ``--nodes`` asking for them (each
-is three processes, about 0.5 GB with its worker's torch and data set)."""
+is three processes, about 0.9 GB with an MNIST worker: torch and the data set)."""
 
 
 def _config_path(name: str) -> Path:

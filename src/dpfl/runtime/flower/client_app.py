@@ -126,10 +126,25 @@ def _shuffler_key(context: Context) -> ShufflerKey:
 @app.query()
 def query(msg: Message, context: Context) -> Message:
     """Which dpfl client this node holds, or, for the shuffler, its public key (asked once by
-    the server before the first round)."""
+    the server before the first round). A query that carries the run's config (``q.config``)
+    also starts the node's warm worker, which builds the run while the server goes on."""
     if _is_shuffler(context):
         return Message(RecordDict({"shuffler": ConfigRecord({"public": _shuffler_key(context).public})}), reply_to=msg)
-    return Message(RecordDict({"meta": MetricRecord({"client": _client_id(context)})}), reply_to=msg)
+    cid = _client_id(context)
+    ask = msg.content.config_records.get("q")
+    config = ask.get("config") if ask is not None else None
+    if isinstance(config, str) and config and _warm(context):
+        data_dir = context.node_config.get("data-dir")
+        WarmClient(f"{os.getppid()}-{cid}", os.getppid()).prepare(config, str(data_dir) if data_dir else None)
+    return Message(RecordDict({"meta": MetricRecord({"client": cid})}), reply_to=msg)
+
+
+def _warm(context: Context) -> bool:
+    """Whether this node trains in its warm worker (node config ``warm``; never on Flower's
+    Simulation Engine, which sets ``num-partitions``)."""
+    if "num-partitions" in context.node_config:
+        return False
+    return str(context.node_config.get("warm", "true")).lower() not in ("false", "0", "no")
 
 
 @app.query("shuffle")
@@ -177,8 +192,7 @@ def _train_here(rc: dict[str, Any], params: np.ndarray, cid: int, context: Conte
         while True:  # until the node is killed
             time.sleep(3600)
     data = str(data_dir) if data_dir else None
-    simulated = "num-partitions" in context.node_config  # Flower's Simulation Engine sets it
-    if simulated or str(context.node_config.get("warm", "true")).lower() in ("false", "0", "no"):
+    if not _warm(context):
         meta, vector = train_round(rc, params, cid, data)  # cold: in this process
         _WORKER.update(worker=meta["seconds"])
         return meta, vector

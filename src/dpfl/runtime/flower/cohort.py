@@ -193,11 +193,13 @@ class Shuffler:
 
 
 def discover_nodes(grid: Grid, num_clients: int, timeout: float, log: Callable[[str], None] = print,
-                   shuffler: list[Shuffler] | None = None) -> dict[int, int]:
+                   shuffler: list[Shuffler] | None = None, config_json: str = "") -> dict[int, int]:
     """dpfl client id → node id, asking every connected SuperNode which client it holds.
 
     Waits up to ``timeout`` seconds for all ``num_clients`` clients to be present. A shuffler
-    node, if one answers, is appended to ``shuffler``.
+    node, if one answers, is appended to ``shuffler``. ``config_json`` (the run's config, as the
+    train messages carry it) goes with the question, so that each node's warm worker starts and
+    builds the run before the first round.
     """
     end = time.monotonic() + timeout
     mapping: dict[int, int] = {}
@@ -205,7 +207,8 @@ def discover_nodes(grid: Grid, num_clients: int, timeout: float, log: Callable[[
     while time.monotonic() < end:
         nodes = [n for n in grid.get_node_ids() if n not in asked]
         if nodes:
-            msgs = [Message(RecordDict({"q": ConfigRecord({"ask": "client"})}), n, "query") for n in nodes]
+            ask = {"ask": "client", **({"config": config_json} if config_json else {})}
+            msgs = [Message(RecordDict({"q": ConfigRecord(dict(ask))}), n, "query") for n in nodes]
             for rep in _exchange(grid, msgs, max(5.0, min(30.0, end - time.monotonic()))):
                 if rep.has_error():
                     continue

@@ -79,9 +79,11 @@ def main(grid: Grid, context: Context) -> None:
     reproducible = bool(rc.get("reproducible", False))
     secure_bits = secure_bits_for(config, exp.algorithm, reproducible=reproducible)  # refuses bits > 31 up front
     found: list[Shuffler] = []
-    nodes = discover_nodes(grid, exp.data.num_clients, float(rc.get("connect-timeout", 120.0)), shuffler=found)
+    config_json = json.dumps(config.model_dump(mode="json"))
+    nodes = discover_nodes(grid, exp.data.num_clients, float(rc.get("connect-timeout", 120.0)), shuffler=found,
+                           config_json=config_json)
     marks["connected"] = time.time()
-    cohort = FlowerCohort(grid, nodes, json.dumps(config.model_dump(mode="json")), exp.data.sizes(),
+    cohort = FlowerCohort(grid, nodes, config_json, exp.data.sizes(),
                           exp.problem.layout.numel, float(rc.get("round-timeout", 120.0)), reproducible=reproducible,
                           shuffler=found[0] if found else None, secure_bits=secure_bits,
                           own_coins=secure_bits is not None and config.privacy.participation == "hidden")

@@ -176,9 +176,10 @@ def process_alive(pid: int) -> bool:
         return True
 
 
-def serve(path: Path, parent_pid: int, idle_seconds: float = IDLE_SECONDS) -> None:
+def serve(path: Path, parent_pid: int, idle_seconds: float = IDLE_SECONDS, prepare: Path | None = None) -> None:
     """Answer ``train`` requests on ``path`` until ``parent_pid`` is gone or nothing came for
-    ``idle_seconds``."""
+    ``idle_seconds``; ``prepare``: a JSON file (``config``, ``data_dir``) of the run to build
+    once listening, before the first request is read (a request waits in the backlog)."""
     import torch
 
     import dpfl.rounds  # noqa: F401 (the first request's build then times the data, not the imports)
@@ -191,7 +192,7 @@ def serve(path: Path, parent_pid: int, idle_seconds: float = IDLE_SECONDS) -> No
     last = [time.monotonic()]
 
     def leave(*_: Any) -> None:
-        for leftover in (path, path.with_suffix(".lock")):
+        for leftover in (path, path.with_suffix(".lock"), path.with_suffix(".pid")):
             try:
                 leftover.unlink()
             except OSError:
@@ -211,6 +212,13 @@ def serve(path: Path, parent_pid: int, idle_seconds: float = IDLE_SECONDS) -> No
     os.chmod(tmp, 0o600)
     srv.listen(8)
     os.replace(tmp, path)  # visible only once it listens
+    if prepare is not None:
+        try:
+            plan = json.loads(prepare.read_text())
+            prepare.unlink()
+            _experiment(str(plan["config"]), plan.get("data_dir"))
+        except Exception:  # noqa: BLE001 (the first request rebuilds the run and reports the error)
+            pass
     while True:
         conn, _ = srv.accept()
         with conn:
@@ -270,7 +278,10 @@ class WarmClient:
             finally:
                 probe.close()
 
-    def _start(self) -> None:
+    def _start(self, prepare: tuple[str, str | None] | None = None, wait: bool = True) -> None:
+        """Start the worker unless one listens or is starting (its pid file names a live
+        process); ``prepare`` (config JSON, data dir): the worker builds that run as soon as it
+        listens; ``wait``: return once it listens."""
         self._clean_stale()
         lock = self.path.with_suffix(".lock")
         fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o600)
@@ -282,9 +293,25 @@ class WarmClient:
             if sock is not None:
                 sock.close()
                 return
-            subprocess.Popen([sys.executable, "-m", "dpfl.runtime.flower.warm", "--socket", str(self.path),
-                              "--parent-pid", str(self.parent_pid)], stdin=subprocess.DEVNULL,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True)
+            pid_file = self.path.with_suffix(".pid")
+            try:
+                starting = int(pid_file.read_text())
+            except (OSError, ValueError):
+                starting = 0
+            if not (starting and process_alive(starting)):
+                args = [sys.executable, "-m", "dpfl.runtime.flower.warm", "--socket", str(self.path),
+                        "--parent-pid", str(self.parent_pid)]
+                if prepare is not None:
+                    plan = self.path.with_suffix(".prepare.json")
+                    plan_fd = os.open(plan, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+                    with os.fdopen(plan_fd, "w") as f:
+                        json.dump({"config": prepare[0], "data_dir": prepare[1]}, f)
+                    args += ["--prepare", str(plan)]
+                proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL, close_fds=True)
+                pid_file.write_text(str(proc.pid))
+            if not wait:
+                return
             end = time.monotonic() + 120
             while not self.path.exists():
                 if time.monotonic() > end:
@@ -292,6 +319,13 @@ class WarmClient:
                 time.sleep(0.05)
         finally:
             os.close(fd)
+
+    def prepare(self, config_json: str, data_dir: str | None) -> None:
+        """Start the worker now, without waiting for it, and have it build the run of
+        ``config_json`` (load and partition the data, build the model) before the first
+        ``train`` (the ClientApp calls this when the server asks which client the node holds);
+        nothing when a worker already runs or is starting."""
+        self._start((config_json, data_dir), wait=False)
 
     def train(self, rc: dict[str, Any], params: np.ndarray, client: int,
               data_dir: str | None) -> tuple[dict[str, Any], np.ndarray]:
@@ -318,8 +352,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--socket", required=True)
     ap.add_argument("--parent-pid", type=int, required=True)
     ap.add_argument("--idle-seconds", type=float, default=IDLE_SECONDS)
+    ap.add_argument("--prepare", default=None, help="JSON file of the run to build before the first request")
     args = ap.parse_args(argv)
-    serve(Path(args.socket), args.parent_pid, args.idle_seconds)
+    serve(Path(args.socket), args.parent_pid, args.idle_seconds, None if args.prepare is None else Path(args.prepare))
 
 
 if __name__ == "__main__":
