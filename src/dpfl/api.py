@@ -35,7 +35,7 @@ from torch import nn
 from dpfl.config import RunConfig, parse_config
 from dpfl.data.checks import check_client_sizes
 from dpfl.errors import ConfigError
-from dpfl.rounds.build import Experiment, assemble, partition_clients
+from dpfl.rounds.build import Experiment, assemble, check_device, partition_clients
 from dpfl.rounds.loop import RoundObserver
 from dpfl.rounds.result import DryRunResult, PrivacySummary
 from dpfl.store import DEFAULT_STORE, RunStore
@@ -266,7 +266,7 @@ def _check_model(model: nn.Module) -> None:
 def _config(data: FederatedData, model: nn.Module, algorithm: str, options: Mapping[str, Any] | None,
             rounds: int, sampling: Mapping[str, Any] | None, local: Mapping[str, Any] | None,
             privacy: Mapping[str, Any] | None, seed: int, engine: str, threads: int | None,
-            checkpoint_every: int, eval_every: int, name: str) -> RunConfig:
+            checkpoint_every: int, eval_every: int, name: str, device: str = "cpu") -> RunConfig:
     raw: dict[str, Any] = {
         "name": name,
         "seed": seed,
@@ -280,6 +280,7 @@ def _config(data: FederatedData, model: nn.Module, algorithm: str, options: Mapp
         "local": dict(local or {}),
         "privacy": dict(privacy or {}),
         "engine": engine,
+        "device": device,
         "checkpoint_every": checkpoint_every,
         "eval_every": eval_every,
     }
@@ -306,8 +307,8 @@ def _choose_engine(engine: str, model: nn.Module, data: FederatedData, say: Call
 
     from dpfl.sim.cohort import CohortForward
 
-    x = data.x_train[:3]
     params = {n: p.detach() for n, p in model.named_parameters()}
+    x = data.x_train[:3].to(next(iter(params.values())).device)  # the probe runs where the model is
     try:
         with torch.no_grad():
             stacked = {n: torch.stack([p, p]) for n, p in params.items()}
@@ -323,6 +324,23 @@ def _choose_engine(engine: str, model: nn.Module, data: FederatedData, say: Call
     if say is not None:
         say(f"engine: sequential (the vectorized engine cannot train {type(model).__name__}: {why})")
     return "sequential"
+
+
+def _device_name(device: str | torch.device, *, available: bool = True) -> str:
+    """``device`` as a config's name (a ``torch.device`` as its string), checked on this machine
+    when ``available``.
+
+    Raises:
+        ConfigError: not a device name of a config, or a device this machine does not have.
+    """
+    if not isinstance(device, (str, torch.device)):
+        raise ConfigError(f"`device` must be a device name such as 'cpu' or 'cuda', or a torch.device. "
+                          f"Found {device!r}.")
+    name = str(device)
+    parse_config({"device": name})  # the name's form, with the config's message
+    if available:
+        check_device(name)  # this machine has it
+    return name
 
 
 def _build(model: nn.Module, data: FederatedData, config: RunConfig, *, train: bool, loss: Any = None) -> Experiment:
@@ -408,7 +426,7 @@ def train(model: nn.Module, data: FederatedData, algorithm: str = "dp-fedavg", *
           notice: Callable[[str], None] | None = print, threads: int | None = None,
           checkpoint_every: int = 5, eval_every: int = 1, name: str | None = None,
           loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
-          observers: Sequence[RoundObserver] = ()) -> TrainResult:
+          observers: Sequence[RoundObserver] = (), device: str | torch.device = "cpu") -> TrainResult:
     """Train ``model`` on ``data`` with a DP-FL algorithm; both epsilons in the result.
 
     Args:
@@ -423,6 +441,12 @@ def train(model: nn.Module, data: FederatedData, algorithm: str = "dp-fedavg", *
             ``{"delta": 1e-5, "target_epsilon": 8}``).
         engine: "auto" (vectorized when the model's layers allow it, else sequential),
             "vectorized", "sequential" or "ray".
+        device: where the engine trains, as in a YAML config: "cpu" (default), "cuda",
+            "cuda:N", "mps", or a ``torch.device``. Checked first: a device this machine does
+            not have is a ``ConfigError`` naming it, before anything is built. A GPU run is
+            another run than the CPU run of the same settings (another run id: on the GPU,
+            DP-SGD's and DP-FedAvg's noise comes from the GPU's generators). ``result.model``
+            is a copy of ``model`` on ``model``'s own device, whatever ``device`` trained it.
         store: the run store (as ``dpfl run --store``): the run is stored, checkpointed and
             resumed from there; a finished run is returned from it, with a notice saying so
             (``restart`` runs it again). ``None``: no store — the run trains in a temporary folder
@@ -454,10 +478,12 @@ def train(model: nn.Module, data: FederatedData, algorithm: str = "dp-fedavg", *
     from dpfl.rounds.session import run_experiment
     from dpfl.sim.checkpoint import load_checkpoint
 
+    device_name = _device_name(device)
     _check_model(model)
     chosen = _choose_engine(engine, model, data, notice)
     config = _config(data, model, algorithm, options, rounds, sampling, local, privacy, seed, chosen, threads,
-                     checkpoint_every, eval_every, _named(name, loss, f"{algorithm}-{data.name}-{type(model).__name__}"))
+                     checkpoint_every, eval_every, _named(name, loss, f"{algorithm}-{data.name}-{type(model).__name__}"),
+                     device_name)
     exp = _build(model, data, config, train=True, loss=loss)
     _warn_unheard(exp.notices, notice)
     with contextlib.ExitStack() as stack:
@@ -489,11 +515,15 @@ def account(model: nn.Module, data: FederatedData, algorithm: str = "dp-fedavg",
             sampling: Mapping[str, Any] | None = None, local: Mapping[str, Any] | None = None,
             privacy: Mapping[str, Any] | None = None, seed: int = 0, per_round: bool = False,
             notice: Callable[[str], None] | None = None,
-            loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None) -> DryRunResult:
+            loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+            device: str | torch.device = "cpu") -> DryRunResult:
     """The privacy of :func:`train` with the same arguments, without training (a dry run of the
-    same sampling, calibration and ledger): ``result.privacy`` per observer, ``result.rounds``."""
+    same sampling, calibration and ledger): ``result.privacy`` per observer, ``result.rounds``.
+    ``device`` is taken so that :func:`train`'s arguments can be passed as they are: a dry run
+    trains nowhere, so only the name's form is checked (a GPU run is planned on any machine)."""
     from dpfl.rounds.session import dry_run
 
+    _device_name(device, available=False)
     _check_model(model)
     config = _config(data, model, algorithm, options, rounds, sampling, local, privacy, seed, "sequential", None,
                      5, 1, _named(None, loss, f"{algorithm}-{data.name}-{type(model).__name__}"))

@@ -214,8 +214,19 @@ class PrivacyConfig(_Strict):
         return self
 
 
+DEVICE_TYPES = ("cpu", "cuda", "mps")
+"""The torch device types a run may train on (``device: cpu | cuda | cuda:N | mps``)."""
+
+
 class RunConfig(_Strict):
-    """A whole run. Every field has a default so a config file names only what it changes."""
+    """A whole run. Every field has a default so a config file names only what it changes.
+
+    ``device`` is where the engine trains (the model, the data, the batches, the stacked client
+    parameters): ``cpu``, ``cuda``, ``cuda:N`` or ``mps``. It is part of the run id like every
+    field: on a GPU the engines draw DP-SGD's and DP-FedAvg's noise from generators on the GPU,
+    whose streams are not the CPU's, so a GPU run is another run (``docs/architecture.md``,
+    "Devices").
+    """
 
     name: str = "run"
     seed: Int = Field(0, ge=0, lt=2**63)
@@ -236,14 +247,17 @@ class RunConfig(_Strict):
     @field_validator("device")
     @classmethod
     def _known_device(cls, v: str) -> str:
+        # the name's form only: whether this machine has the device is checked when a run is built
+        # (rounds.build.check_device), so that a GPU run's config still reads, plans and accounts
+        # on a machine without one
         import torch
 
         try:
-            torch.device(v)
+            kind = torch.device(v).type
         except (RuntimeError, ValueError):
-            raise ValueError(
-                f"must be a torch device name such as 'cpu', 'cuda', 'cuda:1' or 'mps'. Found {v!r}"
-            ) from None
+            kind = None
+        if kind not in DEVICE_TYPES:
+            raise ValueError(f"must be 'cpu', 'cuda', 'cuda:N' (GPU N) or 'mps'. Found {v!r}")
         return v
 
 

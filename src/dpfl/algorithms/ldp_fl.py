@@ -504,7 +504,7 @@ class LdpFl(PrivateAlgorithm[LdpFlPlan]):
         assert std is not None
         reports = log_range_reports(local_params, sizes, self.min_radius, self.max_radius, std, gens)
         radii_t = agree_log_ranges(reports, self.options.range_scale, self.min_radius, self.max_radius)
-        r = torch.repeat_interleave(radii_t, torch.tensor(sizes))
+        r = torch.repeat_interleave(radii_t, torch.tensor(sizes, device=radii_t.device))
         return torch.zeros(self.num_params, dtype=torch.float64), r, [float(x) for x in radii_t.tolist()]
 
     # ------------------------------------------------------------------ the round

@@ -715,7 +715,7 @@ class PmidpFl(PrivateAlgorithm[PmidpPlan]):
         out = super().server_step(global_params, local, info)
         metrics: dict[str, Any] = {
             "param_norm_mean": float(norms.mean()),
-            "clipped_fraction": float((norms > torch.as_tensor(clips, dtype=norms.dtype)).float().mean()),
+            "clipped_fraction": float((norms > torch.as_tensor(clips, dtype=norms.dtype, device=norms.device)).float().mean()),
         }
         metrics.update(out.metrics)
         return RoundOutput(out.global_params, metrics)

@@ -97,7 +97,8 @@ def partition_clients(config: RunConfig, dataset: Any) -> list[np.ndarray]:
 
 def check_names(config: RunConfig) -> None:
     """Check what can be checked without the data, so that a typo costs no data loading: the
-    data set, model and algorithm names, the model's option names, and the device.
+    data set, model and algorithm names, the model's option names, and the device (on this
+    machine, and not with the Ray engine, whose actors train on the CPU).
 
     Raises:
         ConfigError: the first problem found, naming the key, the value and the valid choices.
@@ -124,18 +125,21 @@ def check_names(config: RunConfig) -> None:
     table = algorithms()
     if config.algorithm.name not in table:
         raise ConfigError(f"unknown algorithm {config.algorithm.name!r}; valid: {sorted(table)}")
-    check_device(config.device)
+    if check_device(config.device).type != "cpu" and config.engine == "ray":
+        raise ConfigError(f"engine 'ray' trains on CPU actors; `device` must be 'cpu'. Found {config.device!r}.")
 
 
 def check_device(name: str) -> torch.device:
-    """The torch device ``name`` if this machine has it.
+    """The torch device ``name`` if this machine has it: where a run's engine trains (the one
+    place a config's ``device`` becomes a ``torch.device``; :func:`assemble` places the model and
+    the data on it, and the engines place what they create beside them).
 
     Raises:
         ConfigError: an unknown device name, or a GPU this machine does not have.
     """
     try:
         device = torch.device(name)
-    except (RuntimeError, ValueError):
+    except (RuntimeError, ValueError, TypeError):
         raise ConfigError(f"`device`: {name!r} is not a device name; use 'cpu', 'cuda', 'cuda:N' or 'mps'.") from None
     if device.type == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0

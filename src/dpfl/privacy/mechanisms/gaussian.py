@@ -11,8 +11,11 @@ Two ways to draw, both explicit about the stream:
   what a sequential engine draws for client k alone (the same as calling
   :func:`add_gaussian_noise` on ``x[k:k+1]`` with ``generators[k]``).
 
-The stream depends on dtype and device: float32 and float64 draws differ. Noise std 0 returns x
-unchanged but still advances the generator, so streams stay aligned whatever the noise level.
+The stream depends on dtype and device: float32 and float64 draws differ, and so do a CPU and a
+GPU generator's. A generator draws on its own device: a CPU generator's noise for a tensor on a
+GPU is drawn on the CPU and copied (:func:`~dpfl.privacy.mechanisms.rows.draws_on`). Noise std 0
+returns x unchanged but still advances the generator, so streams stay aligned whatever the noise
+level.
 
 This module imports nothing from dpfl except :mod:`dpfl.errors` and its sibling `rows`.
 """
@@ -26,7 +29,7 @@ import torch
 from torch import Tensor
 
 from dpfl.errors import ConfigError
-from dpfl.privacy.mechanisms.rows import for_rows
+from dpfl.privacy.mechanisms.rows import draws_on, for_rows
 
 __all__ = ["add_gaussian_noise", "add_gaussian_noise_per_client"]
 
@@ -115,7 +118,7 @@ def add_gaussian_noise(
     _check_x(x)
     std = _std_view(noise_std, x)
     noise = _buffer(x, out)
-    torch.randn(x.shape, generator=generator, out=noise)
+    _draw(noise, generator)
     return _combine(x, noise, std)
 
 
@@ -155,12 +158,20 @@ def add_gaussian_noise_per_client(
     return _combine(x, noise, std)
 
 
+def _draw(out: Tensor, generator: torch.Generator) -> None:
+    """``out`` ← standard normals from ``generator``, drawn on the generator's device."""
+    if draws_on(generator, out):
+        torch.randn(out.shape, generator=generator, out=out)
+    else:
+        out.copy_(torch.randn(out.shape, generator=generator, dtype=out.dtype, device=generator.device))
+
+
 def _draw_rows(noise: Tensor, generators: Sequence[torch.Generator]) -> None:
     """Row k ← standard normals from ``generators[k]``, rows split over torch's intra-op threads
     (:func:`dpfl.privacy.mechanisms.rows.for_rows`): every row gets exactly the numbers a
     sequential loop would give it."""
     def row(i: int) -> None:
-        torch.randn(noise.shape[1:], generator=generators[i], out=noise[i])
+        _draw(noise[i], generators[i])
 
     size = noise[0].numel() if noise.device.type == "cpu" and noise.shape[0] else 0
     for_rows(len(generators), row, size)

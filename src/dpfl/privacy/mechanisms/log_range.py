@@ -136,8 +136,8 @@ def log_range_reports(
     if len(generators) != v.shape[0]:
         raise ConfigError(f"need one generator per client: {v.shape[0]} rows, {len(generators)} generators.")
     for k, gen in enumerate(generators):
-        noise = torch.randn(v.shape[1], generator=gen, dtype=torch.float64, device=v.device)
-        v[k].add_(noise, alpha=float(noise_std))
+        noise = torch.randn(v.shape[1], generator=gen, dtype=torch.float64, device=gen.device)  # on its device
+        v[k].add_(noise.to(v.device), alpha=float(noise_std))
     return v
 
 

@@ -225,7 +225,7 @@ def two_point_randomize(
         001_8ad797a147f2b989.txt, eq. 2, Algorithm 2, Theorem 1, Lemma 2.
     """
     p, outside, c, r = _probability_and_count(x, center, radius, epsilon)
-    u = torch.rand(x.shape, generator=generator, dtype=torch.float64, device=x.device)
+    u = torch.rand(x.shape, generator=generator, dtype=torch.float64, device=generator.device).to(x.device)
     high = torch.lt(u, p)
     del u, p
     half_width = r / math.tanh(0.5 * epsilon)
