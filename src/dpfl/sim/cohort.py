@@ -14,6 +14,7 @@ This module imports only torch.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -204,3 +205,214 @@ class CohortForward:
             return functional_call(m, ({**pk, **buffers}), (xk,))
 
         return vmap(one)(p, x)
+
+
+# --------------------------------------------------------------------------- plain-SGD kernel
+
+_POOL_2D = (nn.MaxPool2d, nn.AvgPool2d, nn.AdaptiveAvgPool2d)
+_Op = tuple[str, Any, str]
+"""A step of :class:`SGDKernel`: (kind, the layer or None, its parameters' name prefix)."""
+
+
+class SGDKernel:
+    """Plain-SGD local steps of a few clients at once, the backward pass written out layer by
+    layer, each layer's parameters stepped in place as soon as its gradient is known.
+
+    For ``nn.Sequential`` models (nested Sequentials included) made of ``nn.Linear``, ``nn.Conv2d``
+    (numeric zero padding), ``nn.ReLU``, ``nn.Flatten`` and the parameter-free layers
+    :class:`CohortForward` merges or applies elementwise (pooling, other activations, dropout in
+    eval mode); :meth:`build` returns None for any other model.
+
+    A step of clients ``[c, ...]`` (rows of stacked parameters, each a contiguous ``[c, ...]``
+    tensor, updated in place) on a batch ``[c, B, ...]``: the forward pass keeps what each layer's
+    backward needs; the caller's ``loss_grad`` gives each client's loss and the gradient at the
+    output; the backward pass then visits the layers in reverse, computing the gradient at a
+    layer's input with the layer's pre-step weights and stepping the weights right after:
+
+    * ``nn.Linear``: W ← W − η gᵀx and b ← b − η Σ_batch g as one ``baddbmm_`` per layer — the
+      weight gradient is never materialized (as :class:`_FusedSGDLinear`);
+    * ``nn.Conv2d``: the grouped convolution of :class:`CohortForward` (groups × c) and its
+      ``convolution_backward``, then W ← W − η ∇W. Between convolutions the activations stay in
+      that grouped layout ``[B, c·C, H, W]``, channels last (2–3× faster convolutions and ~10×
+      faster max-pooling than channels first on CPU); 2-D pooling and activations apply to it
+      as they are (they act per channel), anything else gets the ``[c, B, C, H, W]`` layout back;
+    * ``nn.ReLU``: the gradient zeroed where the output is not positive (autograd's
+      ``threshold_backward``); other parameter-free layers: autograd on that layer alone.
+
+    These are the kernels autograd runs for the same forward pass, so a step gives the numbers of
+    the autograd path up to the float order of the kernels. No autograd graph spans the model and
+    nothing is shared between calls: calls on disjoint rows may run in parallel threads.
+    """
+
+    def __init__(self, ops: list[_Op]) -> None:
+        self.ops = ops
+        # the gradient at a layer's input is needed only if some parameter lies before it
+        self.first_param_op = next(i for i, op in enumerate(ops) if op[0] in ("linear", "conv"))
+
+    @classmethod
+    def build(cls, module: nn.Module) -> SGDKernel | None:
+        layers: list[_Op] = []
+
+        def walk(m: nn.Module, prefix: str) -> bool:
+            if isinstance(m, nn.Sequential):
+                return all(walk(c, f"{prefix}.{n}" if prefix else n) for n, c in m.named_children())
+            if isinstance(m, nn.Linear):
+                layers.append(("linear", m, prefix))
+                return True
+            if isinstance(m, nn.Conv2d) and m.padding_mode == "zeros" and not isinstance(m.padding, str):
+                layers.append(("conv", m, prefix))
+                return True
+            if any(True for _ in m.parameters()) or any(True for _ in m.buffers()):
+                return False
+            if isinstance(m, nn.ReLU):
+                layers.append(("relu", m, prefix))
+            elif isinstance(m, nn.Flatten):
+                layers.append(("flatten", m, prefix))
+            elif isinstance(m, nn.Identity) or (isinstance(m, nn.Dropout) and not m.training):
+                pass
+            elif isinstance(m, _ELEMENTWISE):
+                layers.append(("layer", m, prefix))
+            elif isinstance(m, _MERGE_BATCH) and not getattr(m, "return_indices", False):
+                layers.append(("merge", m, prefix))
+            else:
+                return False
+            return True
+
+        if not walk(module, "") or not any(kind in ("linear", "conv") for kind, _, _ in layers):
+            return None
+        # ReLU then max-pooling = max-pooling then ReLU, exactly, and so are the gradients (the
+        # window's first maximum gets the gradient when it is positive, nothing gets it when it is
+        # not): the ReLU runs on the pooled, smaller tensor
+        for i in range(len(layers) - 1):
+            if layers[i][0] == "relu" and layers[i + 1][0] == "merge" and isinstance(layers[i + 1][1], nn.MaxPool2d):
+                layers[i], layers[i + 1] = layers[i + 1], layers[i]
+        ops: list[_Op] = []
+        grouped = False
+        for kind, m, prefix in layers:
+            if kind == "conv" and not grouped:
+                ops.append(("to_grouped", None, ""))
+                grouped = True
+            elif grouped and kind == "merge" and isinstance(m, _POOL_2D):
+                kind = "layer"  # per channel: applies to the grouped layout as it is
+            elif grouped and kind not in ("conv", "relu", "layer"):
+                ops.append(("to_cohort", None, ""))
+                grouped = False
+            ops.append((kind, m, prefix))
+        if grouped:
+            ops.append(("to_cohort", None, ""))
+        return cls(ops)
+
+    def step(
+        self,
+        params: dict[str, torch.Tensor],
+        x: torch.Tensor,
+        loss_grad: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
+        lr: float,
+    ) -> torch.Tensor:
+        """One SGD step of the clients of ``params`` ({name: [c, ...]}, stepped in place) on the
+        batch ``x`` [c, B, ...]; ``loss_grad(outputs)`` returns (loss [c], ∂Σloss/∂outputs).
+        Returns the loss [c]."""
+        k = x.shape[0]
+        saved: list[Any] = []
+        h = x
+        with torch.no_grad():
+            for kind, m, prefix in self.ops:
+                if kind == "linear":
+                    saved.append(h)
+                    h = _linear(m, _sub(params, prefix), h)
+                elif kind == "conv":
+                    saved.append(h)
+                    h = _grouped_conv2d(m, _sub(params, prefix), h, k)
+                elif kind == "relu":
+                    h = torch.relu(h)
+                    saved.append(h)
+                elif kind == "to_grouped":  # [c, B, C, H, W] -> [B, c·C, H, W], channels last
+                    saved.append(h.shape)
+                    h = _channels_last(h.transpose(0, 1).reshape(h.shape[1], -1, *h.shape[3:]))
+                elif kind == "to_cohort":  # [B, c·C, H, W] -> [c, B, C, H, W]
+                    saved.append(None)
+                    h = h.reshape(h.shape[0], k, -1, *h.shape[2:]).transpose(0, 1)
+                elif kind == "flatten":
+                    saved.append(h.shape)
+                    start = m.start_dim + 1 if m.start_dim >= 0 else m.start_dim
+                    end = m.end_dim + 1 if m.end_dim >= 0 else m.end_dim
+                    h = h.flatten(start, end)
+                else:  # "layer" (elementwise, or pooling the grouped layout) or "merge": autograd on it alone
+                    with torch.enable_grad():
+                        inp = h.detach().requires_grad_(True)
+                        out = _merge(inp, m) if kind == "merge" else m(inp)
+                    saved.append((inp, out))
+                    h = out.detach()
+        loss, g = loss_grad(h)
+        with torch.no_grad():
+            for i in range(len(self.ops) - 1, self.first_param_op - 1, -1):
+                kind, m, prefix = self.ops[i]
+                s = saved[i]
+                need_input = i > self.first_param_op
+                if kind in ("linear", "conv"):
+                    p = _sub(params, prefix)
+                    if kind == "linear":
+                        grad_in = _linear_sgd(p, s, g, lr, need_input)
+                    else:
+                        grad_in = _grouped_conv2d_sgd(m, p, s, g, lr, k, need_input)
+                    if grad_in is None:  # the first layer with parameters: done
+                        break
+                    g = grad_in
+                elif kind == "relu":
+                    g = torch.ops.aten.threshold_backward(g, s, 0)
+                elif kind == "to_grouped":
+                    g = g.reshape(g.shape[0], k, -1, *g.shape[2:]).transpose(0, 1)
+                elif kind == "to_cohort":
+                    g = _channels_last(g.transpose(0, 1).reshape(g.shape[1], -1, *g.shape[3:]))
+                elif kind == "flatten":
+                    g = g.reshape(s)
+                else:
+                    inp, out = s
+                    (g,) = torch.autograd.grad(out, [inp], g)
+        return loss
+
+
+def _channels_last(t: torch.Tensor) -> torch.Tensor:
+    """``t`` [B, C, H, W] with channels-last strides — explicitly, also where a dimension of size 1
+    makes the format ambiguous (``contiguous(memory_format=...)`` keeps such a tensor as it is, and
+    a convolution then runs channels first)."""
+    b, c, h, w = t.shape
+    if t.stride() == (h * w * c, 1, w * c, c):
+        return t
+    return torch.empty(t.shape, dtype=t.dtype, device=t.device, memory_format=torch.channels_last).copy_(t)
+
+
+def _linear_sgd(p: dict[str, torch.Tensor], x: torch.Tensor, g: torch.Tensor, lr: float,
+                need_input: bool) -> torch.Tensor | None:
+    """The input gradient of a cohort ``nn.Linear`` (pre-step weights) and its SGD step in place."""
+    weight = p["weight"]
+    x3 = x.reshape(x.shape[0], -1, x.shape[-1])
+    g3 = g.reshape(g.shape[0], -1, g.shape[-1])
+    grad_x = torch.bmm(g3, weight).reshape(x.shape) if need_input else None
+    weight.baddbmm_(g3.transpose(1, 2), x3, alpha=-lr)
+    if "bias" in p:
+        p["bias"].sub_(g3.sum(1), alpha=lr)
+    return grad_x
+
+
+def _grouped_conv2d(m: nn.Conv2d, p: dict[str, torch.Tensor], x: torch.Tensor, k: int) -> torch.Tensor:
+    """``nn.Conv2d`` of k clients on the grouped layout ``[B, k·C, H, W]``."""
+    weight = p["weight"]  # [k, O, C/g, kh, kw]
+    bias = p["bias"].reshape(-1) if "bias" in p else None
+    return F.conv2d(x, weight.reshape(-1, *weight.shape[2:]), bias, m.stride, m.padding, m.dilation, m.groups * k)
+
+
+def _grouped_conv2d_sgd(m: nn.Conv2d, p: dict[str, torch.Tensor], x: torch.Tensor, g: torch.Tensor, lr: float,
+                        k: int, need_input: bool) -> torch.Tensor | None:
+    """The input gradient of :func:`_grouped_conv2d` (pre-step weights) and its SGD step in place."""
+    weight = p["weight"]
+    wk = weight.reshape(-1, *weight.shape[2:])
+    has_bias = "bias" in p
+    grad_x, grad_w, grad_b = torch.ops.aten.convolution_backward(
+        g, x, wk, [wk.shape[0]] if has_bias else None, list(m.stride), list(m.padding), list(m.dilation),
+        False, [0, 0], m.groups * k, [need_input, True, has_bias],
+    )
+    weight.sub_(grad_w.reshape(weight.shape), alpha=lr)
+    if has_bias:
+        p["bias"].sub_(grad_b.reshape(p["bias"].shape), alpha=lr)
+    return grad_x if need_input else None
