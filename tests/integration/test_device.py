@@ -26,12 +26,14 @@ from test_account_equals_run import CASES, _config
 from torch import nn
 
 import dpfl
+from dpfl.algorithms.base import Uploads
 from dpfl.cli import main
 from dpfl.config import load_config, parse_config, run_id
 from dpfl.errors import ConfigError
 from dpfl.rounds import build, build_experiment, run_experiment
 from dpfl.rounds.cohort import InProcessCohort
 from dpfl.sim.checkpoint import load_checkpoint
+from dpfl.sim.vectorized import VectorizedEngine
 from dpfl.store import RunStore
 
 logging.getLogger("absl").setLevel(logging.ERROR)
@@ -203,6 +205,15 @@ def test_the_fake_accelerator_fails_a_tensor_on_the_wrong_device() -> None:
 # Training on the fake accelerator
 # -------------------------------------------------------------------------------------------------
 
+@pytest.fixture(autouse=True)
+def _autograd_path_on_the_cpu_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CPU reference runs take the path a GPU takes: the vectorized engine's chunked plain-SGD
+    kernel runs on the CPU only, and its numbers equal the autograd path's up to float order, not
+    bit for bit (that equality is `tests/unit/sim/test_sgd_kernel.py`'s); here every run of the
+    vectorized engine trains through autograd, so a GPU run must give the CPU run's bits."""
+    monkeypatch.setattr(VectorizedEngine, "_kernel_for", lambda self, terms, device: None)
+
+
 @pytest.fixture
 def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> FakeAccelerator:
     """This machine has one CUDA GPU, and ``cuda`` resolves to :data:`FAKE` (the mode is
@@ -221,12 +232,22 @@ def engine_outputs(monkeypatch: pytest.MonkeyPatch) -> list[torch.device]:
     seen: list[torch.device] = []
     real = InProcessCohort.collect
 
+    real_blocks = VectorizedEngine.train_blocks
+
     def collect(self: InProcessCohort, params: torch.Tensor, info: Any, emit: Any) -> Any:
         out = real(self, params, info, emit)
-        seen.extend([params.device, out.payload.params.device])
+        seen.append(params.device)
+        if not isinstance(out.payload, Uploads):  # a streamed round's blocks are seen by train_blocks
+            seen.append(out.payload.params.device)
         return out
 
+    def train_blocks(self: VectorizedEngine, *args: Any, **kwargs: Any) -> Any:
+        for ids, local in real_blocks(self, *args, **kwargs):
+            seen.append(local.params.device)
+            yield ids, local
+
     monkeypatch.setattr(InProcessCohort, "collect", collect)
+    monkeypatch.setattr(VectorizedEngine, "train_blocks", train_blocks)
     return seen
 
 
