@@ -464,8 +464,8 @@ def _report_loss_curves(ctx: ReportContext) -> str:
                          + ", ".join(f"{side} {c.text()}" for side, c in close.items())
                          + f" → {_rule_verdict(ctx.scale, close_v)}.")
     if ctx.scale != "full":
-        lines += ["", f"Scale **{ctx.scale}**: fewer rounds than the paper's T = 100 (see the table), {n_seeds} "
-                  "seed(s) per setting (mean ± SE over seeds); trends over the first rounds only."]
+        lines += ["", f"Scale **{ctx.scale}**: fewer rounds than the paper's T = 100 (see the table), up to "
+                  f"{n_seeds} seed(s) per setting (mean ± SE over seeds); trends over the first rounds only."]
     return "\n".join(lines)
 
 
@@ -678,8 +678,8 @@ def _report_fig7_10(ctx: ReportContext) -> str:
                   "with fixed C = 10 (same seed). The threshold tracks ‖w_k‖, which includes the noise already in the "
                   "global model; the certified ε does not cover the release of these norms (see not_covered)."]
     if ctx.scale != "full":
-        lines += ["", f"Scale **{ctx.scale}**: fewer rounds than T = 100; {n_seeds} seed(s) per setting (mean ± SE "
-                  "over seeds)."]
+        lines += ["", f"Scale **{ctx.scale}**: fewer rounds than T = 100; up to {n_seeds} seed(s) per setting "
+                  "(mean ± SE over seeds)."]
     return "\n".join(lines)
 
 
