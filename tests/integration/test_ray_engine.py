@@ -71,7 +71,10 @@ def _cfg(shared: Path, engine: str):  # type: ignore[no-untyped-def]
 
 
 class _InProcessShards(VectorizedEngine):
-    """The Ray engine's computation without Ray: the same shards, each with the actors' one thread."""
+    """The Ray engine's computation without Ray: the same shards, each with the actors' one thread,
+    and, like the Ray engine, the stacked round (no ``train_blocks``: a round is not streamed)."""
+
+    train_blocks = None  # type: ignore[assignment]
 
     def train(self, global_params: torch.Tensor, clients: Sequence[int], round_idx: int) -> LocalResult:
         previous = torch.get_num_threads()
