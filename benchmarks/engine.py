@@ -1,6 +1,6 @@
 """Engine benchmark: seconds per round of the sequential and vectorized engines, side by side.
 
-    ./dev bench engine [--rounds 6] [--workloads W W2 FI FD C] [--repeat 2] [--data-dir DIR]
+    ./dev bench engine [--rounds 6] [--workloads W W2 FI FD C] [--repeat 3] [--data-dir DIR]
 
 Workloads (foundation issue; C: issue #28):
   W   100 clients × 600 MNIST training samples, MLP 784-256-10, 1 local epoch, batch 64, lr 0.05,
@@ -8,7 +8,8 @@ Workloads (foundation issue; C: issue #28):
       When the performance probe is there (``../shared/perf-probe``, ``--probe DIR``), its plain
       loop (``impl_torch.py A``) and hand-batched implementation (``impl_torch.py Bopt``) of the same
       workload run in the same pass, interleaved with the vectorized engine ``--repeat`` times, and
-      the benchmark prints the ratios dpfl / Bopt and dpfl / A of each repetition.
+      the benchmark prints the ratios dpfl / Bopt and dpfl / A of each repetition (medians of the
+      measured rounds) and of the fastest rounds of all repetitions (the least loaded).
   W2  1,000 clients × 50 samples of the UCI Census-Income (KDD) features, logistic regression,
       1 local epoch, batch 10. Overhead-bound.
   FI  Fashion-MNIST (all 60,000 training samples) split IID over 200 clients, 50 sampled per round,
@@ -231,8 +232,8 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=6, help="rounds per engine, the first is a warm-up (>= 6)")
     p.add_argument("--workloads", nargs="+", default=["W", "W2", "FI", "FD", "C"], choices=["W", "W2", "FI", "FD", "C"])
     p.add_argument("--data-dir", default=None)
-    p.add_argument("--repeat", type=int, default=2,
-                   help="W: runs of the vectorized engine and of each probe implementation, interleaved (default 2)")
+    p.add_argument("--repeat", type=int, default=3,
+                   help="W: runs of the vectorized engine and of each probe implementation, interleaved (default 3)")
     p.add_argument("--probe", default=str(ROOT.parent / "shared" / "perf-probe"),
                    help="the performance probe's directory (impl_torch.py); W compares against it when present")
     p.add_argument("--cnn-rounds", type=int, default=3, help="rounds of workload C, the first is a warm-up (default 3)")
@@ -307,14 +308,21 @@ def main() -> int:
         if probes:
             names = {"vectorized": "dpfl vectorized", "Bopt": "probe Bopt (hand-batched)", "A": "probe A (plain loop)"}
             meds: dict[str, list[float]] = {}
+            fastest: dict[str, float] = {}
             for impl, runs in probes.items():
-                meds[impl] = [_median(run["times"] if impl == "vectorized" else run["round_times"]) for run in runs]
+                rounds_of = [run["times"] if impl == "vectorized" else run["round_times"] for run in runs]
+                meds[impl] = [_median(t) for t in rounds_of]
+                fastest[impl] = min(min(t[1:] if len(t) > 1 else t) for t in rounds_of)
                 print(f"  {names[impl]:<27} " + "  ".join(f"run {i + 1}: {m:.3f} s/round ({bound / m:.0%})"
-                                                        for i, m in enumerate(meds[impl])))
+                                                        for i, m in enumerate(meds[impl]))
+                      + f"  fastest round {fastest[impl]:.3f} s ({bound / fastest[impl]:.0%})")
             for other in ("Bopt", "A"):
                 ratios = [a / b for a, b in zip(meds["vectorized"], meds[other], strict=False)]
                 print(f"  dpfl / {other:<4} " + "  ".join(f"run {i + 1}: {q:.2f}" for i, q in enumerate(ratios))
-                      + f"   (median {statistics.median(ratios):.2f}; same pass, consecutive processes)")
+                      + f"   median {statistics.median(ratios):.2f}; fastest rounds "
+                      f"{fastest['vectorized'] / fastest[other]:.2f}")
+            print("  (same pass, consecutive processes; on a shared machine the load moves within a run, and "
+                  "the fastest rounds are the least loaded ones)")
         if "sequential" in med:
             speedups[wl] = med["sequential"] / med["vectorized"]
             if wl == "FD":
