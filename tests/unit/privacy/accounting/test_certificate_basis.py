@@ -46,6 +46,18 @@ def test_per_participant_broadcast_under_sampling_is_given_the_cohorts_and_not_a
     assert never.epsilon == 0.0 and never.basis == "given-cohorts"
 
 
+def test_an_observer_charged_nothing_because_every_cohort_was_empty_is_given_the_cohorts() -> None:
+    # `dpfl account default --set partition.num_clients=2 --set rounds=1 --set privacy.participation=visible`
+    # drew an empty cohort: the server saw no upload (0), which another draw would not give
+    sampling = {"kind": "poisson", "sample_rate": 0.2}
+    led = _ledger(sampling, n=2)
+    led.record_round(0, [Release.gaussian("public", 2.0, 1.0, None, amplifiable=True)], sampling=sampling,
+                     participants=[])
+    server, public = led.certify("server", method="rdp"), led.certify("public", method="rdp")
+    assert server.epsilon == 0.0 and server.basis == "given-cohorts"
+    assert public.epsilon > 0 and public.basis == "ex-ante"
+
+
 def test_without_client_sampling_every_figure_is_ex_ante() -> None:
     sampling = {"kind": "all"}
     led = _ledger(sampling, n=3)
