@@ -1,15 +1,17 @@
 """Deployment round time: one config simulated (`dpfl run`) and deployed (`dpfl federate local`), with the breakdown.
 
     ./dev bench flower [--clients 4] [--rounds 2] [--config default] [--data-dir DIR] [--set KEY=VALUE ...]
+                       [--isolation fork,subprocess]
     ./dev bench flower --workload-w [--rounds 4] [--clients 100] [--deployment-clients 6] [--skip-simulation] [--cold]
 
 Default (issue #28 item 4): the built-in ``default`` config with ``partition.num_clients=4`` and
 ``rounds=2`` (DP-FedAvg with SecAgg+ and hidden participation: every round is four SecAgg+ stages
-among all four SuperNodes), run twice as a user runs it, each command a subprocess timed from
-start to exit:
+among all four SuperNodes), run as a user runs it, each command a subprocess timed from start to
+exit, simulated once and deployed once per ``--isolation`` (dpfl's forking executor, then Flower's
+``flwr-clientapp`` per message: the ratio of the two is printed):
 
   simulated   ``dpfl run CONFIG --set ...``
-  deployed    ``dpfl federate local CONFIG --set ...`` with ``DPFL_FLOWER_TIMINGS`` set, so that the
+  deployed    ``dpfl federate local CONFIG --set ... --isolation I`` with ``DPFL_FLOWER_TIMINGS`` set, so that the
               federation, the ServerApp, every ClientApp process and the warm workers write their
               timestamps (``dpfl.runtime.flower.timing``)
 
@@ -218,23 +220,33 @@ def _round_time(args: argparse.Namespace) -> None:
                                 "--store", str(tmp / "sim.sqlite")], env, tmp / "sim.log")
             if code:
                 sys.exit(f"dpfl run failed ({code}):\n{(tmp / 'sim.log').read_text()[-3000:]}")
-            timings = tmp / "timings.jsonl"
-            dep, code = _timed([*dpfl, "federate", "local", args.config, *flags, "--data-dir", data_dir,
-                                "--store", str(tmp / "dep.sqlite"), "--workdir", str(tmp / "fed")],
-                               {**env, TIMINGS_ENV: str(timings)}, tmp / "dep.log")
-            if code:
-                sys.exit(f"dpfl federate local failed ({code}):\n{(tmp / 'dep.log').read_text()[-3000:]}")
-            events = load(timings)
-            fed = next(e for e in events if e["event"] == "federation")
-            srv = next(e for e in events if e["event"] == "serverapp")
-            startup = (fed["superlink"] - fed["launched"]) + (srv["connected"] - srv["proc"])
-            print(f"\npass {i + 1}: simulated {sim:.1f} s, deployed {dep:.1f} s  (deployed / simulated {dep / sim:.1f}×; "
-                  f"target deployed <= 3 × simulated + Flower's start-up = 3 × {sim:.1f} + {startup:.1f} = "
-                  f"{3 * sim + startup:.1f} s: {'met' if dep <= 3 * sim + startup else 'missed'})", flush=True)
-            print(f"  Flower's start-up counted here: SuperLink listening + (ServerApp process → every SuperNode "
-                  f"answered) = {startup:.1f} s")
-            _breakdown(events, tmp / "dep.sqlite", args.clients)
-            sys.stdout.flush()
+            walls: dict[str, float] = {}
+            for isolation in args.isolation:
+                timings = tmp / f"timings-{isolation}.jsonl"
+                store = tmp / f"dep-{isolation}.sqlite"
+                dep, code = _timed([*dpfl, "federate", "local", args.config, *flags, "--data-dir", data_dir,
+                                    "--isolation", isolation, "--store", str(store), "--workdir",
+                                    str(tmp / f"fed-{isolation}")],
+                                   {**env, TIMINGS_ENV: str(timings)}, tmp / f"dep-{isolation}.log")
+                if code:
+                    sys.exit(f"dpfl federate local --isolation {isolation} failed ({code}):\n"
+                             f"{(tmp / f'dep-{isolation}.log').read_text()[-3000:]}")
+                walls[isolation] = dep
+                events = load(timings)
+                fed = next(e for e in events if e["event"] == "federation")
+                srv = next(e for e in events if e["event"] == "serverapp")
+                startup = (fed["superlink"] - fed["launched"]) + (srv["connected"] - srv["proc"])
+                print(f"\npass {i + 1}, --isolation {isolation}: simulated {sim:.1f} s, deployed {dep:.1f} s  "
+                      f"(deployed / simulated {dep / sim:.1f}×; target deployed <= 3 × simulated + Flower's start-up "
+                      f"= 3 × {sim:.1f} + {startup:.1f} = {3 * sim + startup:.1f} s: "
+                      f"{'met' if dep <= 3 * sim + startup else 'missed'})", flush=True)
+                print(f"  Flower's start-up counted here: SuperLink listening + (ServerApp process → every SuperNode "
+                      f"answered) = {startup:.1f} s")
+                _breakdown(events, store, args.clients)
+                sys.stdout.flush()
+            if len(walls) == 2:
+                a, b = args.isolation
+                print(f"\npass {i + 1}: deployed wall {a} / {b} = {walls[a] / walls[b]:.2f}", flush=True)
 
 
 def main() -> None:
@@ -247,6 +259,9 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=None, help="clients (round time: 4; --workload-w: 100)")
     ap.add_argument("--deployment-clients", type=int, default=6, help="--workload-w: 0 to skip the deployment engine")
     ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--isolation", default="fork,subprocess", type=lambda v: v.split(","),
+                    help="round time: deployed once per value, in this order (fork: dpfl's executor; subprocess: "
+                         "Flower's flwr-clientapp per message)")
     ap.add_argument("--skip-simulation", action="store_true", help="--workload-w: skip Flower's Simulation Engine")
     ap.add_argument("--cold", action="store_true", help="--workload-w: train in the per-message ClientApp process")
     args = ap.parse_args()

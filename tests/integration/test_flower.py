@@ -49,6 +49,7 @@ pytest.importorskip("flwr")
 
 from dpfl.config import load_config  # noqa: E402
 from dpfl.rounds import run_experiment  # noqa: E402
+from dpfl.runtime.flower import timing  # noqa: E402
 from dpfl.runtime.flower.local import LocalFederation  # noqa: E402
 from dpfl.runtime.flower.warm import process_alive  # noqa: E402
 from dpfl.sim.checkpoint import load_checkpoint  # noqa: E402
@@ -167,7 +168,7 @@ def test_client_killed_mid_round_is_dropped_and_the_ledger_stays_true(tmp_path: 
                 pytest.fail("client 2 never started round 2")
             time.sleep(0.1)
         processes = fed.node_processes(2)
-        assert len(processes) >= 3  # the SuperNode, its flower-superexec and the blocked ClientApp
+        assert len(processes) >= 3  # the SuperNode, its executor (+ fork server) and the blocked ClientApp
         fed.kill_node(2)
         end = time.monotonic() + 30
         while any(process_alive(p) for p in processes) and time.monotonic() < end:
@@ -194,6 +195,26 @@ def test_client_killed_mid_round_is_dropped_and_the_ledger_stays_true(tmp_path: 
     per_client = final["privacy"]["client_epsilons_rdp"]["server"]
     assert per_client["2"] < per_client["0"] == pytest.approx(per_client["1"])
     assert per_client["0"] == pytest.approx(sim["privacy"]["client_epsilons_rdp"]["server"]["0"], rel=1e-9)
+
+
+@pytest.mark.parametrize("isolation", ["fork", "subprocess"])
+def test_both_isolations_fork_or_spawn_every_clientapp_and_equal_the_simulator(
+        tmp_path: Path, mnist_fixture: Path, monkeypatch: pytest.MonkeyPatch, isolation: str) -> None:
+    """``fork`` (the default: ``--isolation process`` with dpfl's executor) forks every ClientApp
+    process from its fork server; ``subprocess`` (Flower's default) starts ``flwr-clientapp`` per
+    message. Each ClientApp process says which it was (``forked`` in its timings); both end with
+    the simulator's parameters."""
+    timings = tmp_path / "timings.jsonl"
+    monkeypatch.setenv(timing.TIMINGS_ENV, str(timings))
+    dp = _config(tmp_path, mnist_fixture, f"dpfedavg-{isolation}", DPFEDAVG, num_clients=2, rounds=1)
+    store = tmp_path / "flower.sqlite"
+    with LocalFederation(2, data_dir=mnist_fixture, workdir=tmp_path / "fed", isolation=isolation) as fed:
+        got = fed.run(dp, store=store, round_timeout=300, connect_timeout=120, timeout=900, reproducible=True)
+    assert got["status"] == "finished"
+    assert got["params_sha256"] == _simulate(dp, tmp_path / "sim.sqlite")["params_sha256"]
+    apps = [e for e in timing.load(timings) if e["event"] == "clientapp"]
+    assert {e["kind"] for e in apps} >= {"query", "train"} and len({e["pid"] for e in apps}) == len(apps)
+    assert [e["forked"] for e in apps] == [isolation == "fork"] * len(apps)
 
 
 def test_bad_uploads_are_rejected_with_the_client_id(tmp_path: Path, mnist_fixture: Path) -> None:

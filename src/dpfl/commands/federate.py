@@ -23,6 +23,7 @@ import json
 from pathlib import Path
 
 from dpfl.errors import ConfigError
+from dpfl.runtime.flower.local import ISOLATIONS
 from dpfl.store import DEFAULT_STORE
 
 LOCAL_NODE_LIMIT = 16
@@ -73,7 +74,8 @@ def _local(args: argparse.Namespace) -> int:
               "one batched step, which rounds differently); bit-identical needs engine: sequential", flush=True)
     print(f"starting a SuperLink and {nodes} SuperNodes{' + a shuffler' if args.shuffler else ''} on 127.0.0.1",
           flush=True)
-    with LocalFederation(nodes, data_dir=data_dir, shuffler=args.shuffler, workdir=args.workdir) as fed:
+    with LocalFederation(nodes, data_dir=data_dir, shuffler=args.shuffler, workdir=args.workdir,
+                         isolation=args.isolation) as fed:
         result = fed.run(path, store=args.store, overrides=overrides, round_timeout=args.round_timeout,
                          connect_timeout=args.connect_timeout, reproducible=args.reproducible, echo=True,
                          timeout=args.timeout, csv=args.csv, tensorboard=args.tensorboard)
@@ -137,6 +139,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "from one client trained alone)")
     q.add_argument("--workdir", default=None, help="keep the Flower logs here (default: a temporary directory, kept if "
                                                      "the run fails)")
+    q.add_argument("--isolation", choices=ISOLATIONS, default="fork",
+                   help="how each SuperNode starts its ClientApp processes: fork (default: `--isolation process` "
+                        "with dpfl's executor, forking them with Flower and dpfl imported) or subprocess (Flower's "
+                        "default: a fresh `flwr-clientapp` per message)")
     q.add_argument("--timeout", type=float, default=24 * 3600.0, help="give up after this many seconds")
     q.add_argument("--csv", metavar="FILE", default=None,
                    help="also write the per-round metrics to this CSV file ({run_id} in the name is replaced)")

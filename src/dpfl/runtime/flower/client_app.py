@@ -71,6 +71,18 @@ if TYPE_CHECKING:
 masks.install()  # this process masks with ChaCha20, like the server unmasks
 
 _LOADED = time.time()  # this module imported (the ClientApp process handles one message)
+
+
+_FORKED = False  # this process was forked by dpfl's executor (:mod:`.executor`), not started by Flower
+
+
+def mark_loaded() -> None:
+    """This process is ready to handle its message now: a ClientApp process forked from dpfl's
+    executor's fork server (:mod:`.executor`) inherits this module imported, and its timings
+    (:mod:`.timing`) count from the fork."""
+    global _LOADED, _FORKED
+    _LOADED, _FORKED = time.time(), True
+
 _WORKER: dict[str, Any] = {}  # the warm worker's timings of this process's training message
 
 
@@ -85,7 +97,7 @@ def secure_sum_mod(msg: Message, context: Context, call_next: ClientAppCallable)
     reply = secaggplus_mod(msg, context, call_next) if secure else call_next(msg, context)
     if fields is not None:
         timing.record("clientapp", **fields, proc=timing.process_start(), loaded=_LOADED, start=start,
-                      end=time.time(), **_WORKER)
+                      end=time.time(), forked=_FORKED, **_WORKER)
     return reply
 
 

@@ -50,6 +50,10 @@ TASK_POLL_ENV = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL"
 """Flower's environment variable: seconds between a SuperExec's requests for work (default 1)."""
 
 
+ISOLATIONS = ("fork", "subprocess")
+"""How a local SuperNode starts its ClientApp processes (:class:`LocalFederation`'s ``isolation``)."""
+
+
 def superexec_poll_seconds(num_nodes: int) -> float:
     """The SuperExec poll interval of a local federation of ``num_nodes`` SuperNodes: 0.25 s up
     to 4 nodes, then growing so that the SuperNodes' SuperExecs together ask 16 times a second, at most
@@ -227,6 +231,11 @@ class LocalFederation:
         node_config: extra node config per node index, e.g. ``{2: {"fault": "nan"}}``.
         workdir: where logs and Flower's home go (default: a temporary directory).
         shuffler: also start a shuffler SuperNode (``role=shuffler``) for split & shuffle.
+        isolation: ``"fork"`` (default): each SuperNode runs ``--isolation process`` with dpfl's
+            executor beside it (:mod:`.executor`: ClientApp processes forked with Flower and
+            dpfl's ClientApp imported); ``"subprocess"``: Flower's default, a fresh
+            ``flwr-clientapp`` process per message started by ``flower-superexec``. Same
+            messages and results; the fork saves the imports of every message.
         simulation: run on Flower's Simulation Engine instead (a SuperLink in simulation mode;
             ``num_nodes`` virtual SuperNodes as Ray actors, node i = partition i; no real
             SuperNode processes, so no ``node_config`` and no shuffler).
@@ -234,7 +243,10 @@ class LocalFederation:
 
     def __init__(self, num_nodes: int, *, data_dir: str | Path | None = None,
                  node_config: dict[int, dict[str, Any]] | None = None, workdir: str | Path | None = None,
-                 shuffler: bool = False, simulation: bool = False) -> None:
+                 shuffler: bool = False, simulation: bool = False, isolation: str = "fork") -> None:
+        if isolation not in ISOLATIONS:
+            raise ConfigError(f"isolation = {isolation!r}: expected one of {', '.join(ISOLATIONS)}")
+        self.isolation = isolation
         if num_nodes < 1:
             raise ConfigError(f"a federation needs at least one SuperNode; got num_nodes = {num_nodes}")
         self.num_nodes = num_nodes
@@ -257,6 +269,7 @@ class LocalFederation:
         self.port = _free_port()
         self.superlink: subprocess.Popen[bytes] | None = None
         self.nodes: list[subprocess.Popen[bytes] | None] = []
+        self.executors: list[subprocess.Popen[bytes] | None] = []  # node i's dpfl executor (isolation "fork")
         # Flower's processes start their helpers (flower-superexec, flwr-serverapp, flwr-clientapp)
         # by name: this interpreter's scripts come first on PATH
         path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
@@ -337,22 +350,34 @@ class LocalFederation:
         if self.data_dir is not None and config is None:
             cfg.setdefault("data-dir", self.data_dir)
         parts = " ".join(f"{k}={json.dumps(v)}" for k, v in cfg.items())
-        return self._spawn([_tool("flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{self.port}",
-                            "--port", str(_free_port()), "--node-config", parts], f"supernode-{i}.log")
+        runtime_port = _free_port()
+        isolation = ["--isolation", "process"] if self.isolation == "fork" else []
+        node = self._spawn([_tool("flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{self.port}",
+                            "--port", str(runtime_port), *isolation, "--node-config", parts], f"supernode-{i}.log")
+        executor = None
+        if self.isolation == "fork":
+            executor = self._spawn([sys.executable, "-m", "dpfl.runtime.flower.executor", "--insecure",
+                                    "--runtime-api-address", f"127.0.0.1:{runtime_port}",
+                                    "--parent-pid", str(node.pid)], f"executor-{i}.log")
+        self.executors.append(executor)
+        return node
 
     def kill_node(self, i: int) -> None:
-        """SIGKILL SuperNode ``i`` and everything it started (``flower-superexec``, ClientApps)."""
-        proc = self.nodes[i]
-        if proc is not None and proc.poll() is None:
-            _kill_tree(proc, signal.SIGKILL)
-            proc.wait(10)
+        """SIGKILL SuperNode ``i`` and everything it started (``flower-superexec``, ClientApps), and
+        its dpfl executor with the ClientApps that one started."""
+        for proc in (self.nodes[i], self.executors[i] if i < len(self.executors) else None):
+            if proc is not None and proc.poll() is None:
+                _kill_tree(proc, signal.SIGKILL)
+                proc.wait(10)
 
     def node_processes(self, i: int) -> list[int]:
         """Process ids of SuperNode ``i`` and its descendants while it runs (empty once it is gone)."""
         proc = self.nodes[i]
         if proc is None or proc.poll() is not None:
             return []
-        return [proc.pid, *_descendants(proc.pid)]
+        executor = self.executors[i] if i < len(self.executors) else None
+        extra = [] if executor is None or executor.poll() is not None else [executor.pid, *_descendants(executor.pid)]
+        return [proc.pid, *_descendants(proc.pid), *extra]
 
     def stop(self) -> None:
         """Stop every process of the federation: SIGTERM, then SIGKILL for what is left after 10 s.
@@ -360,9 +385,9 @@ class LocalFederation:
         The SuperNodes are stopped together (each takes about a second to exit), then the
         SuperLink they report to."""
         began = time.time()
-        procs = [p for p in [*self.nodes, self.superlink] if p is not None]
+        procs = [p for p in [*self.nodes, *self.executors, self.superlink] if p is not None]
         helpers = [(pid, _start_time(pid)) for p in procs if p.poll() is None for pid in _descendants(p.pid)]
-        nodes = [p for p in self.nodes if p is not None]
+        nodes = [p for p in [*self.nodes, *self.executors] if p is not None]
         for group in (nodes, [self.superlink] if self.superlink is not None else []):
             running = [p for p in group if p.poll() is None]
             for proc in running:

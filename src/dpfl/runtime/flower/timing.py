@@ -19,7 +19,8 @@ Events (every one has ``event``, ``pid`` and ``t``, a Unix time in seconds):
   ``"shuffler"``), ``kind`` (``query``, ``train``, or ``secagg-<stage>`` of SecAgg+),
   ``round`` (0-based, when the message says), ``id`` (the message id), ``sent`` (the server
   created the message), ``proc`` (the ClientApp process started), ``loaded`` (dpfl's ClientApp
-  module imported), ``start`` and ``end`` of the handler, and, for a training message, the warm
+  module imported; in a process forked by dpfl's executor: the fork), ``forked`` (whether it was),
+  ``start`` and ``end`` of the handler, and, for a training message, the warm
   worker's ``worker`` breakdown (below) and ``connect`` (seconds to reach the worker, starting
   it if there was none).
 * the ``worker`` breakdown (seconds): ``imports`` (torch and dpfl, once per worker), ``build``
