@@ -538,9 +538,12 @@ class _DpSgdSteps:
 
 def _chunks(steps: Sequence[int], size: int, threads: int) -> list[tuple[int, int]]:
     """Consecutive rows (clients ordered by non-increasing steps) in chunks of at most ``size``
-    clients and, unless one client alone has more, at most a ``2 × threads``-th of all the steps:
-    on an unbalanced split the long clients train in small chunks that the threads share out."""
-    cap = sum(steps) / (2 * max(threads, 1))
+    clients and, unless one client alone has more, at most a ``threads``-th of all the steps: on
+    an unbalanced split the long clients train in chunks that the threads share out. (A
+    ``2 × threads``-th put most long clients of a Dirichlet(0.1) split alone in a chunk, each
+    step a one-client kernel call paying the call's fixed cost: 0.115 s a round of the benchmark's
+    FD workload against 0.088 s with a ``threads``-th.)"""
+    cap = sum(steps) / max(threads, 1)
     chunks, lo = [], 0
     while lo < len(steps):
         hi, work = lo + 1, steps[lo]
