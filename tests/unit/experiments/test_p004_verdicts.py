@@ -66,7 +66,7 @@ def test_table1_measures_the_cost_of_dp_against_the_non_private_reference(tmp_pa
              (BASE, 2.0): [0.70, 0.71, 0.72], (OURS, 2.0): [0.74, 0.75, 0.76],
              (BASE, 8.0): [0.78, 0.80, 0.79], (OURS, 8.0): [0.82, 0.84, 0.83]}
     text = get_recipe("004/table1").report(_ctx("004/table1", tmp_path, cells, ("method", "epsilon")))
-    assert "no noise): 81.00 ± 1.00 % (3 seed(s))" in text
+    assert "no noise): 81.00 ± 1.00 % (mean ± sd, 3 seed(s))" in text
     # the reference is no row of its own: the rows are the two ε, each with its paired cost (mean ± SE)
     assert "| 2 | 71.00 ± 1.00 | 75.00 ± 1.00 | +4.00 ± 0.00 (SE) | +4.83 | -10.00 ± 0.58 (SE) | 6 |" in text
     assert "| 8 | 79.00 ± 1.00 | 83.00 ± 1.00 | +4.00 ± 0.00 (SE) | +2.73 | -2.00 ± 0.00 (SE) | 6 |" in text

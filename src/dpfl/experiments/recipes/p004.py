@@ -358,8 +358,8 @@ def _report_table1(ctx: ReportContext) -> str:
             groups.setdefault((run.coords["epsilon"], run.coords["method"]), []).append((run, rec, rows))
     ref_m, ref_sd = _mean_sd([_final(rows) for _, _, rows in reference])
     lines = [
-        f"Non-private reference ({NONPRIVATE}: DP-FedAvg with the same clipping, sampling and schedule, no "
-        f"noise): {_pct(ref_m)} ± {_pct(ref_sd)} % ({len(reference)} seed(s)). DP cost = DP-FedAvg − "
+        f"Non-private reference (DP-FedAvg with σ = 0: the same clipping, sampling and schedule, no noise): "
+        f"{_pct(ref_m)} ± {_pct(ref_sd)} % (mean ± sd, {len(reference)} seed(s)). DP cost = DP-FedAvg − "
         "non-private, paired by seed (mean ± SE).",
         "",
         "| ε (claimed target) | DP-FedAvg acc % | +BLUR+LUS acc % | gain (points) | paper gain | DP cost (points) | "
