@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -28,7 +29,8 @@ def _reproduce(args: argparse.Namespace) -> int:
             return run_experiment(config, store, progress=progress,
                                   notice=lambda m: print(f"  notice: {m}", file=sys.stderr))
 
-    path = reproduce(recipe, args.scale, store, Path(args.out), data_dir=args.data_dir, run_one=run_one,
+    data_dir = args.data_dir or default_data_dir_if_set()
+    path = reproduce(recipe, args.scale, store, Path(args.out), data_dir=data_dir, run_one=run_one,
                      report_only=args.report_only, max_runs=args.max_runs, from_records=args.from_records,
                      notice=lambda m: print(f"notice: {m}", file=sys.stderr))
     print(path.read_text())
@@ -36,12 +38,21 @@ def _reproduce(args: argparse.Namespace) -> int:
     return 0
 
 
+def default_data_dir_if_set() -> str | None:
+    """``$DPFL_DATA_DIR`` when set and non-empty: the recipes name ``./data``, the default any run
+    config falls back to, so the variable applies to them as to ``dpfl run``."""
+    from dpfl.data.layout import DATA_DIR_ENV
+
+    return os.environ.get(DATA_DIR_ENV) or None
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("reproduce", help="reproduce a paper figure or table (dpfl reproduce --list)")
     p.add_argument("key", nargs="?", help="e.g. 000/fig5")
     p.add_argument("--scale", default="reduced", choices=["smoke", "reduced", "full"])
     p.add_argument("--list", action="store_true")
-    p.add_argument("--data-dir", default=None, help="data directory for every run of the recipe")
+    p.add_argument("--data-dir", default=None,
+                   help="data directory for every run of the recipe (default: $DPFL_DATA_DIR if set, else ./data)")
     p.add_argument("--store", default=str(DEFAULT_STORE))
     p.add_argument("--out", default="reports")
     p.add_argument("--report-only", action="store_true",
