@@ -1235,10 +1235,10 @@ class PrivacyLedger:
         # than clients — arrivals after dropouts) every figure of that observer, a client's who
         # was never drawn included (its 0 holds only for these cohorts), is conditional on the
         # cohorts drawn. Shared receipts alone are events of the secret schedule (amplified, or
-        # charged to every client whatever the sample): ex ante. Under client sampling an observer
-        # charged nothing at all (every cohort it could have seen was empty) holds its 0 only for
-        # those cohorts, too.
-        per_participant = st.n > 0 or (sampled and self.rounds_recorded > 0 and not st.shared_counts)
+        # charged to every client whatever the sample): ex ante. An observer charged nothing at all
+        # (every cohort it could have seen was empty: none drawn, or none arrived) holds its 0 only
+        # for those cohorts, too.
+        per_participant = st.n > 0 or (self.rounds_recorded > 0 and not st.shared_counts)
         basis: Basis = "given-cohorts" if per_participant and (sampled or self._partial_rounds) else "ex-ante"
         if observer == "server" and any(_amplified(e, self.relation) for e in st.shared_counts):
             notes.append("hidden participation: the server sees only the secure sum of every client's masked "

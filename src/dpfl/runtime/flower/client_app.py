@@ -208,7 +208,8 @@ def _train_here(rc: dict[str, Any], params: np.ndarray, cid: int, context: Conte
         meta, vector = train_round(rc, params, cid, data)  # cold: in this process
         _WORKER.update(worker=meta["seconds"])
         return meta, vector
-    # the worker of this SuperNode (the parent of this process is its flower-superexec)
+    # the worker of this SuperNode (the parent of this process is its flower-superexec, or the
+    # fork server of dpfl's executor: either lives as long as the node's executor)
     meta, vector = WarmClient(f"{os.getppid()}-{cid}", os.getppid()).train(rc, params, cid, data)
     _WORKER.update(worker=meta.get("seconds"), connect=meta.get("connect"))
     return meta, vector

@@ -19,7 +19,9 @@ other types go to Flower's ``SubprocessExecutor`` unchanged.
     flower-supernode --insecure --superlink HOST:9092 --isolation process --port 9094 ...
     python -m dpfl.runtime.flower.executor --runtime-api-address 127.0.0.1:9094 --insecure
 
-(or keep Flower's default ``--isolation subprocess``: same results, slower messages).
+(or keep Flower's default ``--isolation subprocess``: same results, slower messages). A SuperNode
+served by this executor runs dpfl's app only: the fork server imports dpfl's ClientApp, which
+installs dpfl's ChaCha20 SecAgg+ masks in Flower (:mod:`.masks`) for every ClientApp it forks.
 """
 
 from __future__ import annotations
@@ -45,9 +47,12 @@ def _run_clientapp(runtime_api_address: str, token: str, insecure: bool, certifi
     """One ClientApp task, in a process forked from the fork server (what ``flwr-clientapp`` runs)."""
     from flwr.supernode.runtime.run_clientapp import run_clientapp
 
-    from dpfl.runtime.flower import client_app
+    try:
+        from dpfl.runtime.flower import client_app
 
-    client_app.mark_loaded()  # imported by the fork server: in this process it is ready now
+        client_app.mark_loaded()  # imported by the fork server: in this process it is ready now
+    except Exception:  # noqa: BLE001 - Flower's loader below fails on it too, and replies with the error
+        pass
     run_clientapp(runtime_api_address=runtime_api_address, token=token, insecure=insecure,
                   certificates=certificates, parent_pid=parent_pid, runtime_dependency_install=False)
 
@@ -86,7 +91,10 @@ class ForkExecutor:
         proc = self._ctx.Process(target=_run_clientapp, name=f"dpfl-clientapp-{spec.task_id}",
                                  args=(spec.runtime_api_address, spec.token, spec.insecure, certificates,
                                        spec.parent_pid))
-        proc.start()
+        try:
+            proc.start()
+        except Exception as exc:  # noqa: BLE001 - the task fails, the executor goes on with the next
+            return LaunchResult.failed(f"could not fork the ClientApp process: {exc!r}")
         self._children.append(proc)
         return LaunchResult.accepted()
 
@@ -95,7 +103,9 @@ class ForkExecutor:
         self._children = [p for p in self._children if p.is_alive()]
 
     def close(self) -> None:
-        return None  # a running ClientApp finishes its task; it watches this process (parent pid)
+        # A running ClientApp finishes its task (it watches this process: parent pid); on a
+        # graceful exit multiprocessing joins it, within Flower's exit handlers' time limit.
+        return None
 
     def warm_up(self) -> None:
         """Start the fork server now (it imports :data:`PRELOAD`), not at the first task."""
@@ -105,10 +115,19 @@ class ForkExecutor:
 
 
 def _poll_seconds() -> float:
+    """``FLWR_SUPEREXEC_TASK_POLL_INTERVAL`` checked as Flower's SuperExec checks it (0.01–60 s)."""
     from dpfl.runtime.flower.local import TASK_POLL_ENV
 
     raw = os.environ.get(TASK_POLL_ENV)
-    return float(raw) if raw else _DEFAULT_POLL_SECONDS
+    if not raw:
+        return _DEFAULT_POLL_SECONDS
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 0.01 <= value <= 60.0:
+        raise SystemExit(f"{TASK_POLL_ENV} = {raw!r}: expected seconds between 0.01 and 60")
+    return value
 
 
 def serve(runtime_api_address: str, *, insecure: bool, root_certificates_path: str | None = None,

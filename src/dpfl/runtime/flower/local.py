@@ -365,10 +365,14 @@ class LocalFederation:
     def kill_node(self, i: int) -> None:
         """SIGKILL SuperNode ``i`` and everything it started (``flower-superexec``, ClientApps), and
         its dpfl executor with the ClientApps that one started."""
-        for proc in (self.nodes[i], self.executors[i] if i < len(self.executors) else None):
-            if proc is not None and proc.poll() is None:
+        # the executor first: once its SuperNode is gone it may exit on its own, and its
+        # ClientApps would then be left to their own parent checks
+        procs = [p for p in (self.executors[i] if i < len(self.executors) else None, self.nodes[i]) if p is not None]
+        for proc in procs:
+            if proc.poll() is None:
                 _kill_tree(proc, signal.SIGKILL)
-                proc.wait(10)
+        for proc in procs:
+            proc.wait(10)
 
     def node_processes(self, i: int) -> list[int]:
         """Process ids of SuperNode ``i`` and its descendants while it runs (empty once it is gone)."""

@@ -4,8 +4,9 @@ Flower (1.41) starts a fresh ClientApp process for every message, which would re
 and rebuild the run (load and verify the data set, partition it, build the model) every round:
 ≈ 10 s of CPU per client per round, enough to make every upload late on a loaded machine. The
 dpfl ClientApp therefore only decodes the message and forwards the round to a long-running
-worker process of its SuperNode (started by the first ClientApp, in the SuperNode's process
-group, so it is stopped with it; it also exits when its SuperNode's process is gone or after
+worker process of its SuperNode (started by the first ClientApp, in the process group of what
+starts the node's ClientApps — the SuperNode's, or dpfl's executor's (:mod:`.executor`) — so it is
+stopped with it; it also exits when the ClientApps' parent process is gone or after
 ``IDLE_SECONDS`` without a request). Node config ``warm=false`` trains in the ClientApp process
 instead (the same code, cold).
 

@@ -58,6 +58,14 @@ def test_an_observer_charged_nothing_because_every_cohort_was_empty_is_given_the
     assert public.epsilon > 0 and public.basis == "ex-ante"
 
 
+def test_without_sampling_a_round_emptied_by_dropouts_leaves_a_zero_given_the_cohorts() -> None:
+    sampling = {"kind": "all"}
+    led = _ledger(sampling, n=3)
+    led.record_round(0, [], sampling=sampling, participants=[])  # nobody arrived
+    server = led.certify("server", method="rdp")
+    assert server.epsilon == 0.0 and server.basis == "given-cohorts"
+
+
 def test_without_client_sampling_every_figure_is_ex_ante() -> None:
     sampling = {"kind": "all"}
     led = _ledger(sampling, n=3)
