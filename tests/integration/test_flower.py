@@ -168,7 +168,8 @@ def test_client_killed_mid_round_is_dropped_and_the_ledger_stays_true(tmp_path: 
                 pytest.fail("client 2 never started round 2")
             time.sleep(0.1)
         processes = fed.node_processes(2)
-        assert len(processes) >= 3  # the SuperNode, its executor (+ fork server) and the blocked ClientApp
+        blocked = int((signals / "client-2-round-2").read_text())  # the ClientApp process, blocked
+        assert blocked in processes and len(processes) >= 3  # the SuperNode, its executor, the ClientApp
         fed.kill_node(2)
         end = time.monotonic() + 30
         while any(process_alive(p) for p in processes) and time.monotonic() < end:

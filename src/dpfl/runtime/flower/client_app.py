@@ -8,8 +8,8 @@ Node config (``flower-supernode --node-config '...'``):
     ``fault`` — for testing a deployment only: ``nan`` (send NaN), ``shape`` (send a truncated
     vector), ``noise`` (declare a noise std off the plan), ``scale`` (send the upload ×10⁶),
     ``crash`` (raise during training), ``delay:S`` (straggle: sleep S seconds before training),
-    ``block:R`` (in round R, 1-based, create the file ``signal-dir``/``client-<id>-round-R`` and
-    never reply: a test kills the node when the file appears, whatever the machine's load);
+    ``block:R`` (in round R, 1-based, create the file ``signal-dir``/``client-<id>-round-R``
+    holding the ClientApp process's pid, and never reply: a test kills the node when the file appears, whatever the machine's load);
     ``warm`` — ``true`` (default on a SuperNode): train in the node's warm worker process
     (:mod:`.warm`), which keeps torch, the data and the built run between rounds; ``false``:
     train in the ClientApp process itself (on Flower's Simulation Engine, whose ClientApps live in
@@ -200,7 +200,9 @@ def _train_here(rc: dict[str, Any], params: np.ndarray, cid: int, context: Conte
         time.sleep(float(fault.split(":", 1)[1]))
     if fault.startswith("block:") and int(fault.split(":", 1)[1]) == t + 1:
         folder = Path(str(context.node_config.get("signal-dir", ".")))
-        (folder / f"client-{cid}-round-{t + 1}").touch()
+        signal_file = folder / f"client-{cid}-round-{t + 1}"
+        signal_file.with_suffix(".tmp").write_text(str(os.getpid()))
+        signal_file.with_suffix(".tmp").replace(signal_file)  # appears with this process's pid in it
         while True:  # until the node is killed
             time.sleep(3600)
     data = str(data_dir) if data_dir else None
