@@ -146,7 +146,7 @@ def test_kill_9_of_federate_ends_its_whole_federation(tmp_path: Path, mnist_fixt
         token = _token(cmd.pid)
         members = federation_processes(token)
         names = " | ".join(_cmdline(p) for p in members)
-        for part in ("flower-superlink", "flower-supernode", "flower-superexec", "flwr-serverapp",
+        for part in ("flower-superlink", "dpfl.runtime.flower.supernode", "flower-superexec", "flwr-serverapp",
                      "dpfl.runtime.flower.executor", "forkserver", "dpfl.runtime.flower.warm"):
             assert part in names, f"{part} not among the federation's processes: {names}"
         watchdogs = [p for p in _children(cmd.pid) if "--watchdog" in _cmdline(p)]

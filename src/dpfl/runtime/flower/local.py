@@ -39,6 +39,7 @@ from typing import Any
 
 from dpfl.errors import ConfigError
 from dpfl.runtime.flower import APP_DIR, timing
+from dpfl.runtime.flower.warm import NODE_THREADS_ENV
 
 __all__ = ["FEDERATION_ENV", "TASK_POLL_ENV", "LocalFederation", "federation_processes", "superexec_poll_seconds"]
 
@@ -231,11 +232,13 @@ class LocalFederation:
         node_config: extra node config per node index, e.g. ``{2: {"fault": "nan"}}``.
         workdir: where logs and Flower's home go (default: a temporary directory).
         shuffler: also start a shuffler SuperNode (``role=shuffler``) for split & shuffle.
-        isolation: ``"fork"`` (default): each SuperNode runs ``--isolation process`` with dpfl's
-            executor beside it (:mod:`.executor`: ClientApp processes forked with Flower and
-            dpfl's ClientApp imported); ``"subprocess"``: Flower's default, a fresh
-            ``flwr-clientapp`` process per message started by ``flower-superexec``. Same
-            messages and results; the fork saves the imports of every message.
+        isolation: ``"fork"`` (default): each SuperNode is Flower's with shorter waits between
+            its pulls (:mod:`.supernode`, every :func:`superexec_poll_seconds`) and runs
+            ``--isolation process`` with dpfl's executor beside it (:mod:`.executor`: ClientApp
+            processes forked with Flower and dpfl's ClientApp imported); ``"subprocess"``:
+            Flower's own ``flower-supernode`` unchanged, a fresh ``flwr-clientapp`` process per
+            message started by ``flower-superexec``. Same messages and results; the fork saves
+            the imports of every message, the shorter waits up to 3 s per message.
         simulation: run on Flower's Simulation Engine instead (a SuperLink in simulation mode;
             ``num_nodes`` virtual SuperNodes as Ray actors, node i = partition i; no real
             SuperNode processes, so no ``node_config`` and no shuffler).
@@ -280,6 +283,8 @@ class LocalFederation:
         # (4 nodes: 0.14 cores idle at 1 s, 0.45 at 0.1 s), so the interval grows with the federation
         # (about 16 asks per second in all); FLWR_SUPEREXEC_TASK_POLL_INTERVAL set by the caller wins.
         self.env.setdefault(TASK_POLL_ENV, f"{superexec_poll_seconds(num_nodes):g}")
+        # the nodes share this machine's cores: one OpenMP team per node beyond them only spins
+        self.env.setdefault(NODE_THREADS_ENV, str(max(1, (os.cpu_count() or 1) // max(1, num_nodes))))
         if os.environ.get("PYTHONPATH"):  # user modules (`module:attribute` in a config), wherever Flower runs
             self.env["PYTHONPATH"] = _absolute_pythonpath(os.environ["PYTHONPATH"])
         self._watchdog: subprocess.Popen[bytes] | None = None
@@ -351,9 +356,13 @@ class LocalFederation:
             cfg.setdefault("data-dir", self.data_dir)
         parts = " ".join(f"{k}={json.dumps(v)}" for k, v in cfg.items())
         runtime_port = _free_port()
-        isolation = ["--isolation", "process"] if self.isolation == "fork" else []
-        node = self._spawn([_tool("flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{self.port}",
-                            "--port", str(runtime_port), *isolation, "--node-config", parts], f"supernode-{i}.log")
+        if self.isolation == "fork":
+            supernode = [sys.executable, "-m", "dpfl.runtime.flower.supernode",
+                         "--pull-interval", f"{superexec_poll_seconds(self.num_nodes):g}", "--isolation", "process"]
+        else:
+            supernode = [_tool("flower-supernode")]
+        node = self._spawn([*supernode, "--insecure", "--superlink", f"127.0.0.1:{self.port}",
+                            "--port", str(runtime_port), "--node-config", parts], f"supernode-{i}.log")
         executor = None
         if self.isolation == "fork":
             executor = self._spawn([sys.executable, "-m", "dpfl.runtime.flower.executor", "--insecure",
