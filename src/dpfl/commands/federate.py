@@ -74,6 +74,15 @@ def _local(args: argparse.Namespace) -> int:
               "one batched step, which rounds differently); bit-identical needs engine: sequential", flush=True)
     print(f"starting a SuperLink and {nodes} SuperNodes{' + a shuffler' if args.shuffler else ''} on 127.0.0.1",
           flush=True)
+    # what secure aggregation buys against the server is priced by dry runs of the config (the same
+    # cohorts, drawn from its seed): computed while the federation runs, printed after it
+    from concurrent.futures import ThreadPoolExecutor
+
+    from dpfl.commands.run import _secure_aggregation_lines
+
+    pool = ThreadPoolExecutor(1, thread_name_prefix="dpfl-secagg-lines")
+    secagg_lines = pool.submit(_secure_aggregation_lines, config) if config.privacy.secure_aggregation else None
+    pool.shutdown(wait=False)
     with LocalFederation(nodes, data_dir=data_dir, shuffler=args.shuffler, workdir=args.workdir,
                          isolation=args.isolation) as fed:
         result = fed.run(path, store=args.store, overrides=overrides, round_timeout=args.round_timeout,
@@ -86,10 +95,8 @@ def _local(args: argparse.Namespace) -> int:
     print(json.dumps(summary, indent=2))
     if lines:
         print(lines)
-        if config.privacy.secure_aggregation and summary.get("status") == "finished":
-            from dpfl.commands.run import _secure_aggregation_lines
-
-            print(_secure_aggregation_lines(config))
+        if secagg_lines is not None and summary.get("status") == "finished":
+            print(secagg_lines.result())
     return 0 if summary.get("status") in ("finished", "stopped") else 1
 
 

@@ -70,7 +70,8 @@ def _observers(args: argparse.Namespace) -> tuple[Any, ...]:
 def _secure_aggregation_lines(config: Any) -> str:
     """What secure aggregation and hidden participation buy against the server: the server's
     certificate of the same run (same cohorts) priced by dry runs without them."""
-    from dpfl.rounds import dry_run
+    from dpfl.rounds import build_experiment, dry_run
+    from dpfl.rounds.build import build_plan, plan_of
 
     p = config.privacy
     c = p.colluding_clients
@@ -84,9 +85,12 @@ def _secure_aggregation_lines(config: Any) -> str:
     variants.append(("without secure aggregation (the server sees each upload)",
                      p.model_copy(update={"secure_aggregation": False, "participation": "visible",
                                           "colluding_clients": 0})))
+    # the data set is read once for both variants: the client sizes and the model's size do not
+    # depend on the privacy settings (each dry run building its own read it twice, ~1 s each)
+    shapes = plan_of(build_experiment(config, train=False))
     for label, privacy in variants:
         other = config.model_copy(update={"privacy": privacy})
-        out = dry_run(other).privacy
+        out = dry_run(other, experiment=build_plan(other, shapes.client_sizes.tolist(), shapes.num_params)).privacy
         if out is not None and out.certified is not None and "server" in out.certified:
             cert = out.certified["server"]
             lines.append(f"  {label}: server epsilon {_eps(cert.epsilon)} ({cert.method}; {cert.basis_text})")
