@@ -23,3 +23,23 @@ class PrivacyPreconditionError(DpflError, ValueError):
 
 class DataFormatError(DpflError, ValueError):
     """A data file is missing, corrupt, or not in the format its reader expects."""
+
+
+def env_positive_int(name: str) -> int | None:
+    """The positive integer in environment variable ``name``; None when it is unset or blank.
+
+    Raises:
+        ConfigError: the value is not a whole number >= 1 (naming the variable and the value).
+    """
+    import os
+
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"${name} must be a positive integer. Found {raw!r}.") from None
+    if value < 1:
+        raise ConfigError(f"${name} must be a positive integer. Found {value}.")
+    return value

@@ -48,7 +48,7 @@ from typing import Any
 
 import torch
 
-from dpfl.errors import ConfigError
+from dpfl.errors import ConfigError, env_positive_int
 from dpfl.rng import SeedSequence
 from dpfl.sim.base import ClientData, Engine, LocalProblem, LocalResult
 
@@ -63,19 +63,6 @@ def _ray() -> Any:
     except ImportError:
         raise ConfigError("engine 'ray' needs Ray, which is not installed: pip install 'dpfl[ray]'") from None
     return ray
-
-
-def _env_int(name: str) -> int | None:
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"${name} must be a positive integer. Found {raw!r}.") from None
-    if value < 1:
-        raise ConfigError(f"${name} must be a positive integer. Found {value}.")
-    return value
 
 
 def shard_bounds(k: int, num_shards: int) -> list[tuple[int, int]]:
@@ -226,7 +213,7 @@ class RayEngine(Engine):
             if value is not None and value < 1:
                 raise ConfigError(f"`{name}` must be at least 1. Found {value}.")
         address = address or os.environ.get("RAY_ADDRESS") or None
-        num_cpus = num_cpus or _env_int("DPFL_RAY_NUM_CPUS")
+        num_cpus = num_cpus or env_positive_int("DPFL_RAY_NUM_CPUS")
         started = False
         if not ray.is_initialized():
             if address is not None:
@@ -244,7 +231,7 @@ class RayEngine(Engine):
         self._actors: list[Any] = []
         self._finalizer = weakref.finalize(self, _release, self._actors, started)
         available = int(ray.available_resources().get("CPU", 0))
-        self.num_actors = num_actors or _env_int("DPFL_RAY_ACTORS") or max(available, 1)
+        self.num_actors = num_actors or env_positive_int("DPFL_RAY_ACTORS") or max(available, 1)
         self.cpus_per_actor = cpus_per_actor or max(available // self.num_actors, 1)
         payload = ray.put((
             problem,

@@ -75,16 +75,9 @@ def _experiment(config_json: str, data_dir: str | None) -> tuple[Any, float]:
 
 def node_threads() -> int:
     """Torch threads for this node's training: ``DPFL_NODE_THREADS``, else 1 (:data:`NODE_THREADS_ENV`)."""
-    raw = os.environ.get(NODE_THREADS_ENV, "").strip()
-    if not raw:
-        return 1
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"{NODE_THREADS_ENV} = {raw!r}: expected a whole number of threads >= 1") from None
-    if value < 1:
-        raise ValueError(f"{NODE_THREADS_ENV} = {raw!r}: expected a whole number of threads >= 1")
-    return value
+    from dpfl.errors import env_positive_int
+
+    return env_positive_int(NODE_THREADS_ENV) or 1
 
 
 def train_round(rc: dict[str, Any], params: np.ndarray, cid: int, data_dir: str | None) -> tuple[dict[str, Any], np.ndarray]:
