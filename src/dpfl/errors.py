@@ -7,6 +7,8 @@ This module imports nothing else from dpfl.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 
 class DpflError(Exception):
     """Base class of every error dpfl raises on purpose."""
@@ -25,15 +27,16 @@ class DataFormatError(DpflError, ValueError):
     """A data file is missing, corrupt, or not in the format its reader expects."""
 
 
-def env_positive_int(name: str) -> int | None:
-    """The positive integer in environment variable ``name``; None when it is unset or blank.
+def env_positive_int(name: str, environ: Mapping[str, str] | None = None) -> int | None:
+    """The positive integer in environment variable ``name`` (of ``environ``, default this
+    process's); None when it is unset or blank.
 
     Raises:
         ConfigError: the value is not a whole number >= 1 (naming the variable and the value).
     """
     import os
 
-    raw = os.environ.get(name)
+    raw = (os.environ if environ is None else environ).get(name)
     if raw is None or raw.strip() == "":
         return None
     try:

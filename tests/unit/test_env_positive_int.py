@@ -27,11 +27,12 @@ def test_anything_else_is_refused_naming_the_variable_and_value(monkeypatch: pyt
         env_positive_int("DPFL_TEST_INT")
 
 
-def test_a_node_trains_on_one_thread_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_node_takes_the_configs_threads_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(NODE_THREADS_ENV, raising=False)
-    assert node_threads() == 1
+    assert node_threads() is None
     monkeypatch.setenv(NODE_THREADS_ENV, "2")
     assert node_threads() == 2
+    assert env_positive_int(NODE_THREADS_ENV, {NODE_THREADS_ENV: "5"}) == 5  # another environment
 
 
 def test_a_local_federation_shares_the_cores_among_its_nodes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -46,3 +47,6 @@ def test_a_local_federation_shares_the_cores_among_its_nodes(monkeypatch: pytest
     assert LocalFederation(20, workdir=tmp_path / "b").env[NODE_THREADS_ENV] == "1"
     monkeypatch.setenv(NODE_THREADS_ENV, "3")  # the caller's setting wins
     assert LocalFederation(4, workdir=tmp_path / "c").env[NODE_THREADS_ENV] == "3"
+    monkeypatch.setenv(NODE_THREADS_ENV, "none")  # refused before any process starts
+    with pytest.raises(ConfigError, match=r"\$DPFL_NODE_THREADS must be a positive integer\. Found 'none'"):
+        LocalFederation(4, workdir=tmp_path / "d")

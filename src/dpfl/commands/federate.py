@@ -20,7 +20,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from dpfl.errors import ConfigError
 from dpfl.runtime.flower.local import ISOLATIONS
@@ -41,6 +44,32 @@ def _config_path(name: str) -> Path:
     if name in builtin:
         return builtin[name]
     raise ConfigError(f"no config file {name!r} and no built-in config of that name; built-in: {sorted(builtin)}")
+
+
+class _Background:
+    """``fn(*args)`` in a daemon thread (a Ctrl-C or a failed run does not wait for it);
+    :meth:`result` joins it and returns its value or raises its exception. What secure aggregation
+    buys against the server is priced by dry runs of the config (the same cohorts, drawn from its
+    seed): computed while the federation runs, printed after it."""
+
+    def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
+        self._out: list[Any] = []
+        self._err: list[BaseException] = []
+
+        def work() -> None:
+            try:
+                self._out.append(fn(*args))
+            except BaseException as err:  # noqa: BLE001 - re-raised by result()
+                self._err.append(err)
+
+        self._thread = threading.Thread(target=work, name="dpfl-background", daemon=True)
+        self._thread.start()
+
+    def result(self) -> Any:
+        self._thread.join()
+        if self._err:
+            raise self._err[0]
+        return self._out[0]
 
 
 def _local(args: argparse.Namespace) -> int:
@@ -64,7 +93,7 @@ def _local(args: argparse.Namespace) -> int:
                           f"run fewer clients (--set partition.num_clients=4), pass --nodes {clients} to start them "
                           "all, or start SuperNodes on other machines (README, \"Running a federation on real "
                           "machines\")")
-    from dpfl.commands.run import _observers
+    from dpfl.commands.run import _observers, _secure_aggregation_lines
 
     _observers(args)  # a missing `tensorboard` is refused here, before any process starts
     data_dir = Path(args.data_dir or config.data.dir).resolve()  # the SuperNodes' and the ServerApp's
@@ -74,17 +103,11 @@ def _local(args: argparse.Namespace) -> int:
               "one batched step, which rounds differently); bit-identical needs engine: sequential", flush=True)
     print(f"starting a SuperLink and {nodes} SuperNodes{' + a shuffler' if args.shuffler else ''} on 127.0.0.1",
           flush=True)
-    # what secure aggregation buys against the server is priced by dry runs of the config (the same
-    # cohorts, drawn from its seed): computed while the federation runs, printed after it
-    from concurrent.futures import ThreadPoolExecutor
-
-    from dpfl.commands.run import _secure_aggregation_lines
-
-    pool = ThreadPoolExecutor(1, thread_name_prefix="dpfl-secagg-lines")
-    secagg_lines = pool.submit(_secure_aggregation_lines, config) if config.privacy.secure_aggregation else None
-    pool.shutdown(wait=False)
     with LocalFederation(nodes, data_dir=data_dir, shuffler=args.shuffler, workdir=args.workdir,
                          isolation=args.isolation) as fed:
+        secagg_lines = _Background(_secure_aggregation_lines, config.model_copy(
+            update={"data": config.data.model_copy(update={"dir": str(data_dir)})})) \
+            if config.privacy.secure_aggregation else None
         result = fed.run(path, store=args.store, overrides=overrides, round_timeout=args.round_timeout,
                          connect_timeout=args.connect_timeout, reproducible=args.reproducible, echo=True,
                          timeout=args.timeout, csv=args.csv, tensorboard=args.tensorboard)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import sys
 import time
 import types
 
@@ -20,7 +22,9 @@ def test_the_installed_flower_keeps_the_waits_where_the_wrapper_shortens_them() 
     from flwr.supernode import start_client_internal as sci
 
     source = inspect.getsource(sci)
-    assert "time.sleep(3)" in source and "time.sleep(0.5)" in source
+    # the module's only uses of `time` are its waits: capping them changes nothing else
+    assert sorted(re.findall(r"\btime\.\w+\([^)]*\)", source)) == ["time.sleep(0.5)", "time.sleep(0.5)", "time.sleep(3)"]
+    assert re.search(r"^import time$", source, re.M)
     saved = sci.time
     try:
         assert supernode.install(0.2, sci) is True
@@ -47,7 +51,7 @@ def test_sleeps_are_capped_and_every_other_name_is_the_time_modules() -> None:
     assert shim.time is time.time and shim.monotonic is time.monotonic
 
 
-@pytest.mark.parametrize("cap", [0.0, -1.0, 3.5])
+@pytest.mark.parametrize("cap", [0.0, -1.0, 0.04, 3.5, float("nan")])
 def test_a_pull_interval_out_of_range_is_refused_naming_it(cap: float) -> None:
     with pytest.raises(ValueError, match=rf"pull interval = {cap!r}"):
         supernode.ShortSleeps(cap)
@@ -70,3 +74,19 @@ def test_the_pull_interval_is_taken_out_and_the_rest_goes_to_flower() -> None:
         supernode._split_args(["--pull-interval", "soon"])
     with pytest.raises(SystemExit, match="needs a value"):
         supernode._split_args(["--pull-interval"])
+
+
+def test_main_caps_flowers_waits_and_hands_flower_its_own_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
+    from flwr.supernode import cli
+    from flwr.supernode import start_client_internal as sci
+
+    seen: list[tuple[list[str], object]] = []
+    monkeypatch.setattr(cli, "flower_supernode", lambda: seen.append((list(sys.argv), sci.time)))
+    monkeypatch.setattr(sys, "argv", ["x"])
+    monkeypatch.setattr(sci, "time", time)
+    supernode.main(["--insecure", "--pull-interval", "0.1", "--superlink", "127.0.0.1:9092"])
+    ((argv, shim),) = seen
+    assert argv == ["flower-supernode", "--insecure", "--superlink", "127.0.0.1:9092"]
+    assert isinstance(shim, supernode.ShortSleeps) and shim.cap == 0.1
+    with pytest.raises(SystemExit, match="pull interval = 0.01: must be between 0.05 and 3"):
+        supernode.main(["--pull-interval", "0.01"])

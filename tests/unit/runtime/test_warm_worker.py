@@ -68,3 +68,36 @@ def test_a_private_client_keeps_its_training_loss_a_plain_one_reports_it(shared_
     rc["config"] = json.dumps(cfg)
     plain_meta, _ = train_round(rc, params, 1, None)
     assert np.isfinite(plain_meta["train_loss"]) and plain_meta["train_loss"] > 0
+
+
+def test_a_node_trains_with_its_threads_not_the_configs(shared_data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The build sets torch's threads to the config's ``threads``; a node's DPFL_NODE_THREADS wins
+    over it (``dpfl federate local`` sets cores // nodes), unset leaves the config's, a bad value
+    fails the message before the run is cached."""
+    import torch
+
+    from dpfl.errors import ConfigError
+    from dpfl.runtime.flower import warm
+
+    rc = _rc(shared_data, 0)
+    cfg = json.loads(rc["config"])
+    cfg["threads"] = 3
+    rc["config"] = json.dumps(cfg)
+    params = np.zeros(7850, dtype=np.float32)
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.setattr(warm, "_CACHE", {})
+        monkeypatch.setenv(warm.NODE_THREADS_ENV, "1")
+        train_round(rc, params, 1, None)
+        assert torch.get_num_threads() == 1
+        monkeypatch.setattr(warm, "_CACHE", {})
+        monkeypatch.delenv(warm.NODE_THREADS_ENV)
+        train_round(rc, params, 1, None)
+        assert torch.get_num_threads() == 3
+        monkeypatch.setattr(warm, "_CACHE", {})
+        monkeypatch.setenv(warm.NODE_THREADS_ENV, "0")
+        with pytest.raises(ConfigError, match=r"\$DPFL_NODE_THREADS must be a positive integer\. Found 0"):
+            train_round(rc, params, 1, None)
+        assert warm._CACHE == {}
+    finally:
+        torch.set_num_threads(before)

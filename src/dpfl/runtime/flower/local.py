@@ -37,11 +37,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dpfl.errors import ConfigError
+from dpfl.errors import ConfigError, env_positive_int
 from dpfl.runtime.flower import APP_DIR, timing
 from dpfl.runtime.flower.warm import NODE_THREADS_ENV
 
-__all__ = ["FEDERATION_ENV", "TASK_POLL_ENV", "LocalFederation", "federation_processes", "superexec_poll_seconds"]
+__all__ = ["FEDERATION_ENV", "TASK_POLL_ENV", "LocalFederation", "federation_processes", "superexec_poll_seconds",
+           "supernode_pull_seconds"]
 
 FEDERATION_ENV = "DPFL_FEDERATION"
 """The environment variable holding a federation's token in each of its processes."""
@@ -53,6 +54,13 @@ TASK_POLL_ENV = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL"
 
 ISOLATIONS = ("fork", "subprocess")
 """How a local SuperNode starts its ClientApp processes (:class:`LocalFederation`'s ``isolation``)."""
+
+
+def supernode_pull_seconds(num_nodes: int) -> float:
+    """How long a local SuperNode waits after asking its SuperLink for work and finding none
+    (:mod:`.supernode`): 0.25 s up to 4 nodes, then growing so that the SuperNodes together ask
+    16 times a second, at most Flower's own 3 s (from 48 nodes on)."""
+    return min(3.0, max(0.25, num_nodes / 16))
 
 
 def superexec_poll_seconds(num_nodes: int) -> float:
@@ -233,7 +241,7 @@ class LocalFederation:
         workdir: where logs and Flower's home go (default: a temporary directory).
         shuffler: also start a shuffler SuperNode (``role=shuffler``) for split & shuffle.
         isolation: ``"fork"`` (default): each SuperNode is Flower's with shorter waits between
-            its pulls (:mod:`.supernode`, every :func:`superexec_poll_seconds`) and runs
+            its pulls (:mod:`.supernode`, every :func:`supernode_pull_seconds`) and runs
             ``--isolation process`` with dpfl's executor beside it (:mod:`.executor`: ClientApp
             processes forked with Flower and dpfl's ClientApp imported); ``"subprocess"``:
             Flower's own ``flower-supernode`` unchanged, a fresh ``flwr-clientapp`` process per
@@ -285,6 +293,7 @@ class LocalFederation:
         self.env.setdefault(TASK_POLL_ENV, f"{superexec_poll_seconds(num_nodes):g}")
         # the nodes share this machine's cores: one OpenMP team per node beyond them only spins
         self.env.setdefault(NODE_THREADS_ENV, str(max(1, (os.cpu_count() or 1) // max(1, num_nodes))))
+        env_positive_int(NODE_THREADS_ENV, self.env)  # a bad value of the caller's: refused here, not by every node
         if os.environ.get("PYTHONPATH"):  # user modules (`module:attribute` in a config), wherever Flower runs
             self.env["PYTHONPATH"] = _absolute_pythonpath(os.environ["PYTHONPATH"])
         self._watchdog: subprocess.Popen[bytes] | None = None
@@ -358,7 +367,7 @@ class LocalFederation:
         runtime_port = _free_port()
         if self.isolation == "fork":
             supernode = [sys.executable, "-m", "dpfl.runtime.flower.supernode",
-                         "--pull-interval", f"{superexec_poll_seconds(self.num_nodes):g}", "--isolation", "process"]
+                         "--pull-interval", f"{supernode_pull_seconds(self.num_nodes):g}", "--isolation", "process"]
         else:
             supernode = [_tool("flower-supernode")]
         node = self._spawn([*supernode, "--insecure", "--superlink", f"127.0.0.1:{self.port}",

@@ -9,12 +9,14 @@ has every node's previous reply), and each node has just pulled and found nothin
 one is sent: every message waits up to 3 s in the SuperLink, about 12 s a round per node, more than
 training and encoding take together (``./dev bench flower``).
 
-This module runs Flower's own ``flower-supernode`` command unchanged except for those two waits:
-in ``flwr.supernode.start_client_internal`` (and only there) ``time.sleep(s)`` becomes
-``time.sleep(min(s, interval))``, with ``--pull-interval`` seconds (default 0.25). The cost is
-pull requests: each SuperNode asks its SuperLink ``1 / interval`` times a second while it waits
-(Flower's default: once every 3 s), so a federation of many nodes should use a longer interval
-(``dpfl federate local`` scales it with the node count, :func:`dpfl.runtime.flower.local.superexec_poll_seconds`).
+This module runs Flower's own ``flower-supernode`` command unchanged except for the waits of that
+loop: in ``flwr.supernode.start_client_internal`` (and only there; its only uses of ``time`` are
+three sleeps: 3 s after an empty pull, 0.5 s while a reply or its contents are not ready)
+``time.sleep(s)`` becomes ``time.sleep(min(s, interval))``, with ``--pull-interval`` seconds
+(default 0.25, at least 0.05). The cost is pull requests: each SuperNode asks its SuperLink
+``1 / interval`` times a second while it waits (Flower's: once every 3 s), so a federation of
+many nodes should use a longer interval (``dpfl federate local`` scales it with the node count,
+:func:`dpfl.runtime.flower.local.supernode_pull_seconds`).
 
 If the installed Flower no longer has that module or its ``time`` name, the SuperNode runs as
 Flower's and says so on standard error: slower, same results. On other machines::
@@ -32,9 +34,10 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
-__all__ = ["DEFAULT_PULL_SECONDS", "ShortSleeps", "install", "main"]
+__all__ = ["DEFAULT_PULL_SECONDS", "MIN_PULL_SECONDS", "ShortSleeps", "install", "main"]
 
 DEFAULT_PULL_SECONDS = 0.25
+MIN_PULL_SECONDS = 0.05  # 20 pulls a second per node, the most a SuperLink is asked to serve
 
 
 class ShortSleeps:
@@ -42,8 +45,8 @@ class ShortSleeps:
     seconds, every other name is the ``time`` module's."""
 
     def __init__(self, cap: float) -> None:
-        if not 0.01 <= cap <= 3.0:
-            raise ValueError(f"pull interval = {cap!r}: must be between 0.01 and 3 seconds "
+        if not MIN_PULL_SECONDS <= cap <= 3.0:
+            raise ValueError(f"pull interval = {cap!r}: must be between {MIN_PULL_SECONDS:g} and 3 seconds "
                              "(3 s is Flower's own wait after an empty pull)")
         self.cap = float(cap)
 
@@ -104,6 +107,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(f"dpfl supernode: {err}") from None
     from flwr.supernode.cli import flower_supernode
 
+    if "-h" in rest or "--help" in rest:
+        print(f"python -m dpfl.runtime.flower.supernode [--pull-interval SECONDS] FLOWER-SUPERNODE-OPTIONS\n\n"
+              f"  --pull-interval SECONDS  the longest wait after an empty pull or while a reply is not ready "
+              f"(default {DEFAULT_PULL_SECONDS:g}; Flower's: 3 and 0.5)\n\nflower-supernode's options:")
     sys.argv = ["flower-supernode", *rest]
     flower_supernode()
 

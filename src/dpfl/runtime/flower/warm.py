@@ -39,10 +39,9 @@ __all__ = ["IDLE_SECONDS", "NODE_THREADS_ENV", "WarmClient", "node_threads", "pr
 
 IDLE_SECONDS = 1800.0
 NODE_THREADS_ENV = "DPFL_NODE_THREADS"
-"""Torch threads a node trains its client with (default 1): the run config's ``threads`` is the
-simulation's, for all clients of a round on one machine; a SuperNode holds one client, and the
-SuperNodes of a local federation share the machine's cores (``dpfl federate local`` sets it to
-cores // nodes, at least 1)."""
+"""Torch threads a node trains its client with (unset: the run config's ``threads``). The
+SuperNodes of a local federation share the machine's cores: ``dpfl federate local`` sets it to
+cores // nodes, at least 1."""
 _MAX_HEADER = 64 << 20  # the run config travels in the header
 _CACHE: dict[str, Any] = {}
 
@@ -60,24 +59,32 @@ def _experiment(config_json: str, data_dir: str | None) -> tuple[Any, float]:
     if key in _CACHE:
         return _CACHE[key], 0.0
     start = time.perf_counter()
+    threads = node_threads()  # a bad value fails this message, before anything is cached
     raw = json.loads(config_json)
     if data_dir:
         raw.setdefault("data", {})["dir"] = data_dir
     _CACHE.clear()
-    _CACHE[key] = build_experiment(parse_config(raw))
-    # the build sets torch's threads to the config's `threads`: four nodes on two cores each
-    # running two OpenMP threads spent 5-25x the CPU seconds of one thread on the same training
-    import torch
+    exp = build_experiment(parse_config(raw))
+    if threads is not None:
+        # the build sets torch's threads to the config's `threads`: four nodes on two cores each
+        # running two OpenMP threads spent 5-25x the CPU seconds of one thread on the same training
+        import torch
 
-    torch.set_num_threads(node_threads())
-    return _CACHE[key], time.perf_counter() - start
+        torch.set_num_threads(threads)
+    _CACHE[key] = exp
+    return exp, time.perf_counter() - start
 
 
-def node_threads() -> int:
-    """Torch threads for this node's training: ``DPFL_NODE_THREADS``, else 1 (:data:`NODE_THREADS_ENV`)."""
+def node_threads() -> int | None:
+    """Torch threads for this node's training: ``DPFL_NODE_THREADS``; None when unset (the run
+    config's ``threads``, set by the build).
+
+    Raises:
+        ConfigError: the variable holds anything but a whole number >= 1.
+    """
     from dpfl.errors import env_positive_int
 
-    return env_positive_int(NODE_THREADS_ENV) or 1
+    return env_positive_int(NODE_THREADS_ENV)
 
 
 def train_round(rc: dict[str, Any], params: np.ndarray, cid: int, data_dir: str | None) -> tuple[dict[str, Any], np.ndarray]:
@@ -203,7 +210,7 @@ def serve(path: Path, parent_pid: int, idle_seconds: float = IDLE_SECONDS, prepa
     import dpfl.rounds  # noqa: F401 (the first request's build then times the data, not the imports)
     from dpfl.runtime.flower.timing import process_start
 
-    torch.set_num_threads(node_threads())
+    torch.set_num_threads(1)  # until a run is built (each build sets the node's threads)
     began = process_start()
     imports = time.time() - began if began is not None else 0.0  # interpreter start and imports
     served = 0
