@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -47,8 +48,8 @@ def _config_path(name: str) -> Path:
 
 
 class _Background:
-    """``fn(*args)`` in a daemon thread (a Ctrl-C or a failed run does not wait for it);
-    :meth:`result` joins it and returns its value or raises its exception. What secure aggregation
+    """``fn(*args)`` in a daemon thread at the lowest CPU priority (a Ctrl-C or a failed run does not
+    wait for it); :meth:`result` joins it and returns its value or raises its exception. What secure aggregation
     buys against the server is priced by dry runs of the config (the same cohorts, drawn from its
     seed): computed while the federation runs, printed after it."""
 
@@ -57,6 +58,12 @@ class _Background:
         self._err: list[BaseException] = []
 
         def work() -> None:
+            try:
+                # the lowest CPU priority for this thread only (Linux: a thread's own nice value): the
+                # federation's processes start up on the same cores, and these lines wait for its end
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+            except (AttributeError, OSError):
+                pass
             try:
                 self._out.append(fn(*args))
             except BaseException as err:  # noqa: BLE001 - re-raised by result()
