@@ -59,6 +59,7 @@ from dpfl.privacy.accounting.events import (
     validate_relation,
     validate_unit,
 )
+from dpfl.privacy.accounting.sampled_gaussian import gaussian_rdp, sampled_gaussian_rdp
 from dpfl.privacy.accounting.skellam import is_skellam, skellam_rdp_vector
 
 __all__ = [
@@ -382,7 +383,15 @@ def rdp_vector(event: dpe.DpEvent, relation: str, orders: Sequence[float] = DEFA
     vec = np.zeros(len(tuple(orders)))
     for leaf, count in skellam:  # dp-accounting has no Skellam accountant (see .skellam)
         vec = vec + count * skellam_rdp_vector(leaf, relation, orders)
-    rest = [(leaf, c) for leaf, c in parts if not is_skellam(leaf)]
+    rest = []
+    for leaf, count in parts:
+        if is_skellam(leaf):
+            continue
+        closed = _closed_form_rdp(leaf, relation, orders)
+        if closed is None:
+            rest.append((leaf, count))
+        else:
+            vec = vec + count * closed
     if rest:
         others = compose(leaf if c == 1 else dpa.SelfComposedDpEvent(leaf, c) for leaf, c in rest)
         acc = rdp_acc.RdpAccountant(list(orders), neighboring_relation(relation))
@@ -397,6 +406,18 @@ def rdp_vector(event: dpe.DpEvent, relation: str, orders: Sequence[float] = DEFA
             _RDP_CACHE.clear()
         _RDP_CACHE[key] = vec.copy()
     return vec
+
+
+def _closed_form_rdp(leaf: dpe.DpEvent, relation: str, orders: Sequence[float]) -> np.ndarray | None:
+    """The RDP curve of a Gaussian, or of a Poisson-sampled Gaussian under add/remove, by
+    :mod:`.sampled_gaussian` (dp-accounting's formulas vectorized over the orders, tested equal to
+    its accountant); None for every other leaf (the accountant composes those)."""
+    if isinstance(leaf, dpa.GaussianDpEvent):
+        return gaussian_rdp(leaf.noise_multiplier, orders)
+    if (isinstance(leaf, dpa.PoissonSampledDpEvent) and isinstance(leaf.event, dpa.GaussianDpEvent)
+            and relation == "add_remove"):
+        return sampled_gaussian_rdp(leaf.sampling_probability, leaf.event.noise_multiplier, orders)
+    return None
 
 
 def epsilon_from_rdp(orders: Sequence[float], rdp: np.ndarray, delta: float) -> float:
