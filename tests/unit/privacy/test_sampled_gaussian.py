@@ -78,8 +78,8 @@ def test_integer_orders_equal_the_definition_integrated_numerically(q: float, si
 def test_fractional_orders_bound_the_definition_from_above(q: float, sigma: float, alpha: float) -> None:
     """At fractional orders the series (Sec. 3.3, as dp-accounting sums it) adds the binomial
     coefficients' absolute values, so it bounds the RDP from above (measured: 5e-7 to 42% above
-    the quadrature at these settings): never below the definition — a certificate built on it
-    cannot under-state ε."""
+    the quadrature at these settings) up to its truncated tail (about 1e-13 relative, when it
+    stops before i > α + 1): a certificate built on it does not under-state ε beyond that."""
     got = float(sampled_gaussian_rdp(q, sigma, (alpha,))[0])
     exact = _rdp_by_integration(q, sigma, alpha)
     assert got >= exact * (1 - 1e-10)
@@ -112,3 +112,67 @@ def test_rdp_vector_of_a_mixed_event_equals_the_accountant() -> None:
     acc = rdp_acc.RdpAccountant(list(DEFAULT_RDP_ORDERS), dpa.NeighboringRelation.ADD_OR_REMOVE_ONE)
     acc.compose(event)
     np.testing.assert_allclose(rdp_vector(event, "add_remove"), acc._rdp, rtol=1e-10, atol=1e-15)
+
+
+def _stop_index_by_definition(q: float, sigma: float, alpha: float) -> int | None:
+    """The fractional series' stopping index from the module's text, one term at a time: the
+    first i >= 1 at which both terms fell and the larger is 30 nats below the running total."""
+    z0 = sigma**2 * math.log(1 / q - 1) + 0.5
+    a0 = a1 = -math.inf
+    last = (-math.inf, -math.inf)
+    for i in range(1000):
+        j = alpha - i
+        coef = math.lgamma(alpha + 1) - math.lgamma(i + 1) - math.lgamma(alpha - i + 1)
+        # ½ erfc(x / √2σ) = Φ(−x / σ)
+        s0 = coef + i * math.log(q) + j * math.log1p(-q) + (i * i - i) / (2 * sigma**2) + float(
+            stats.norm.logcdf(-(i - z0) / sigma))
+        s1 = coef + j * math.log(q) + i * math.log1p(-q) + (j * j - j) / (2 * sigma**2) + float(
+            stats.norm.logcdf(-(z0 - j) / sigma))
+        a0, a1 = np.logaddexp(a0, s0), np.logaddexp(a1, s1)
+        if i >= 1 and s0 < last[0] and s1 < last[1] and max(s0, s1) < np.logaddexp(a0, a1) - 30:
+            return i
+        last = (s0, s1)
+    return None
+
+
+@pytest.mark.parametrize(("q", "sigma", "alpha"), [(0.1, 1.0, 2.5), (0.01, 2.0, 3.7), (0.05, 0.8, 4.5),
+                                                   (0.2, 3.0, 1.8), (0.05, 5.0, 20.5), (0.5, 0.5, 7.3),
+                                                   (1e-4, 30.0, 1.2), (0.9, 1.0, 1.07)])
+def test_fractional_series_stops_where_the_rule_says(q: float, sigma: float, alpha: float) -> None:
+    """The vectorized series stops at the first index the rule allows (found by giving it k terms
+    and finding the smallest k that stops), and at none when the rule never fires (∞)."""
+    from dpfl.privacy.accounting import sampled_gaussian as sg
+
+    expected = _stop_index_by_definition(q, sigma, alpha)
+    a = np.asarray([alpha])
+    stops = [k for k in range(1, 1001) if bool(sg._frac_series(q, sigma, a, k)[1][0])]
+    got = stops[0] - 1 if stops else None
+    assert got == expected
+    if expected is None:
+        assert np.isinf(sampled_gaussian_rdp(q, sigma, (alpha,))[0])
+
+
+def test_integer_orders_with_tied_largest_terms() -> None:
+    """q = 1/2 without noise (σ = ∞): the binomial terms are symmetric, tied at their peak for odd
+    α, and sum to exactly 1: RDP 0 (the module's log-sum must count every tied term)."""
+    got = sampled_gaussian_rdp(0.5, math.inf, (2.0, 3.0, 5.0, 64.0))
+    np.testing.assert_allclose(got, 0.0, atol=1e-15)
+
+
+def test_a_failed_computation_is_infinite_never_zero() -> None:
+    """σ so small that σ² underflows: dp-accounting's arithmetic gives NaN, which its conversion
+    would read as ε = 0; here every such order is ∞, and so is ε."""
+    from dpfl.privacy.accounting.certify import epsilons_from_rdp
+
+    event = dpa.PoissonSampledDpEvent(0.1, dpa.GaussianDpEvent(1e-170))
+    vec = rdp_vector(event, "add_remove")
+    assert not np.isnan(vec).any() and np.isinf(vec).all()
+    assert np.isinf(epsilons_from_rdp(DEFAULT_RDP_ORDERS, vec[None, :], 1e-5)[0])
+    # a NaN at one order excludes that order only
+    curve = rdp_vector(dpa.GaussianDpEvent(1.0), "add_remove")
+    with_nan = curve.copy()
+    with_nan[5] = np.nan
+    dropped = curve.copy()
+    dropped[5] = np.inf
+    assert epsilons_from_rdp(DEFAULT_RDP_ORDERS, with_nan[None, :], 1e-5)[0] == epsilons_from_rdp(
+        DEFAULT_RDP_ORDERS, dropped[None, :], 1e-5)[0]

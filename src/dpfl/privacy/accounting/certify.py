@@ -455,10 +455,15 @@ def epsilons_from_rdp(orders: Sequence[float], rdp: np.ndarray, delta: float) ->
     per-order terms are computed with :mod:`math` once (:func:`_conversion_terms`), and each
     row's ``(r + log1p(−1/α)) − log(δα)/(α − 1)`` with the same IEEE operations in the same
     order; the first minimum is taken, and a negative minimum is 0. A row with an entry below
-    4δ² (the KL branch, a negative value) or a NaN, and any order below 1 or δ outside (0, 1),
-    go through dp_accounting's own function; an all-zero row is ε = 0 (nothing was released)."""
+    4δ² (the KL branch, a negative value), and any order below 1 or δ outside (0, 1), go through
+    dp_accounting's own function; an all-zero row is ε = 0 (nothing was released). A NaN (a
+    curve whose computation failed, e.g. σ so small that σ² underflows) is ∞ at its order: that
+    order is excluded, as dp-accounting excludes a series that did not converge (its own
+    ``compute_epsilon`` would pick the NaN and return ε = 0)."""
     orders_t = orders if type(orders) is tuple else tuple(float(a) for a in orders)
     r = np.asarray(rdp, dtype=np.float64)
+    if np.isnan(r).any():
+        r = np.where(np.isnan(r), np.inf, r)
     if r.ndim != 2 or r.shape[1] != len(orders_t):
         raise ConfigError(f"an RDP matrix needs one column per order ({len(orders_t)}). Found shape {r.shape}.")
     out = np.zeros(r.shape[0])
