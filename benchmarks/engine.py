@@ -45,6 +45,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -149,15 +150,27 @@ def worker(workload: str, engine_name: str, rounds: int, data_dir: str | None) -
     params = problem.layout.flatten(problem.module)
     fwd, first = model_flops(problem.module, tuple(data.x.shape[1:]))
     memory: dict[str, int] = {}
-    times, cohort_samples = [], []
+    times, cohort_samples, longest_alone, client_steps, max_steps = [], [], [], [], []
     rss0 = _rss_bytes()
     for t in range(rounds):
         t0 = time.perf_counter()
         clients = algo.sample(t, data.num_clients, seeds)
-        cohort_samples += data.sizes(clients.tolist()).tolist()
+        sizes = data.sizes(clients.tolist())
+        cohort_samples += sizes.tolist()
+        start = params
         local = engine.train(params, clients.tolist(), t)
         params = algo.server_step(params, local, RoundInfo(t, data.num_clients, clients, seeds)).global_params
         times.append(time.perf_counter() - t0)
+        if isinstance(engine, VectorizedEngine) and workload in ("FI", "FD"):
+            counts = [int(p.shape[0]) for p in engine._client_plans(clients.tolist(), t)]
+            client_steps.append(sum(counts))
+            max_steps.append(max(counts))
+        if workload == "FD":
+            # the critical path: the cohort's largest client trained alone by this engine (timed
+            # apart from the round): no engine that runs a client's steps in order beats it
+            t0 = time.perf_counter()
+            engine.train(start, [int(clients[int(np.argmax(sizes))])], t)
+            longest_alone.append(time.perf_counter() - t0)
         if t == 0 and isinstance(engine, VectorizedEngine):
             plans = engine._client_plans(clients.tolist(), t)
             steps, width = max(p.shape[0] for p in plans), max(p.shape[1] for p in plans)
@@ -176,6 +189,9 @@ def worker(workload: str, engine_name: str, rounds: int, data_dir: str | None) -
         "first_layer_flops": first,
         "final_norm": float(params.norm()),
         "cohort_samples": cohort_samples,
+        "longest_alone": longest_alone,
+        "client_steps": client_steps,
+        "max_steps": max_steps,
     }))
 
 
@@ -330,6 +346,27 @@ def main() -> int:
                 if sizes:
                     print(f"  cohort sizes (samples per sampled client, all rounds): min {min(sizes)}, median "
                           f"{statistics.median(sizes):.0f}, max {max(sizes)}")
+                fi = next((r for w, r, _ in reports if w == "FI"), None)
+                fd_steps = res["vectorized"].get("client_steps", [])
+                if fi is not None and fi["vectorized"].get("client_steps") and fd_steps:
+                    fi_times, fi_steps = fi["vectorized"]["times"][1:], fi["vectorized"]["client_steps"][1:]
+                    per_step = statistics.median(t / n for t, n in zip(fi_times, fi_steps, strict=True))
+                    at_fi = statistics.median(per_step * n for n in fd_steps[1:])
+                    print(f"  at FI's cost per client-step ({per_step * 1e3:.2f} ms, vectorized), FD's "
+                          f"{statistics.median(fd_steps[1:]):.0f} client-steps per round would take {at_fi:.3f} s; "
+                          f"measured {med['vectorized']:.3f} s ({med['vectorized'] / at_fi:.2f}×): the rest is the "
+                          f"rounds' long tails, {statistics.median(res['vectorized']['max_steps'][1:]):.0f} steps "
+                          f"deep against FI's {statistics.median(fi['vectorized']['max_steps'][1:]):.0f}, most of "
+                          "them with few clients active")
+                alone = {eng: statistics.median(r["longest_alone"][1:]) for eng, r in res.items()
+                         if len(r.get("longest_alone", [])) > 1}
+                if alone:
+                    floor = min(alone.values())
+                    print("  critical path: each round's largest client trained alone, "
+                          + ", ".join(f"{eng} {v:.3f} s/round" for eng, v in alone.items())
+                          + f"; the faster, {floor:.3f} s, is a floor for any engine that runs a client's steps in "
+                          f"order: vectorized FD is {med['vectorized'] / floor:.2f}× it, sequential FD / floor "
+                          f"= {med['sequential'] / floor:.1f}× is the most any such engine can gain here")
             print(f"  speed-up vectorized / sequential: {speedups[wl]:.2f}×  "
                   f"(final-model norms {res['sequential']['final_norm']:.5f} vs {res['vectorized']['final_norm']:.5f})")
         if wl == "W" and not probes:
