@@ -22,7 +22,14 @@ import pytest  # noqa: E402
 from dpfl import cli  # noqa: E402
 from dpfl.config import RunConfig, parse_config  # noqa: E402
 from dpfl.errors import ConfigError  # noqa: E402
-from dpfl.experiments.recipes.base import Recipe, RecipeRun, ReportContext, get_recipe, reproduce  # noqa: E402
+from dpfl.experiments.recipes.base import (  # noqa: E402
+    MEASURED_FILE,
+    Recipe,
+    RecipeRun,
+    ReportContext,
+    get_recipe,
+    reproduce,
+)
 from dpfl.experiments.records import RECORDS_FILE, read_records  # noqa: E402
 from dpfl.rounds import PrivacySummary, run_experiment  # noqa: E402
 from dpfl.store import RunStore  # noqa: E402
@@ -158,9 +165,52 @@ def test_every_committed_report_with_records_regenerates_byte_for_byte(folder: P
     out = tmp_path / "reports" / folder.parent.name / folder.name
     out.mkdir(parents=True)
     shutil.copy(folder / RECORDS_FILE, out / RECORDS_FILE)
+    if (folder / MEASURED_FILE).is_file():  # what the report measured on the runs' saved models
+        shutil.copy(folder / MEASURED_FILE, out / MEASURED_FILE)
     committed = (folder / "report.md").read_text()
     # a sweep continued in pieces commits a partial report: it is rewritten as one (--max-runs 0)
     partial = "**Partial report:" in committed
     path = reproduce(get_recipe(key), folder.name, None, tmp_path / "reports", from_records=True,
                      max_runs=0 if partial else None)
     assert path.read_text() == committed
+
+
+def test_what_a_report_measures_on_saved_models_and_wall_times_survive_the_store(
+        mnist_fixture: Path, tmp_path: Path) -> None:
+    tiny = _tiny_recipe(mnist_fixture)
+    calls: list[str] = []
+
+    def model_bytes(path: str) -> int:
+        calls.append(path)
+        return Path(path).stat().st_size  # only the machine that ran holds the file
+
+    def report(ctx: ReportContext) -> str:
+        lines = []
+        for run, rec, _ in ctx.runs:
+            size = ctx.measured(f"model-bytes/{run.label}", lambda rec=rec: model_bytes(rec.result["model_path"]))
+            lines.append(f"| {run.label} | {size} | {rec.updated_at - rec.created_at!r} |")
+        return "\n".join(lines)
+
+    recipe = Recipe("999/records", "measured", "none", "claim", tiny.build, report)
+    store_dir, out = tmp_path / "machine", tmp_path / "reports"
+    store, ran = RunStore(store_dir / "s.sqlite"), []
+    path = reproduce(recipe, "smoke", store, out, run_one=_runner(store, ran))
+    text = path.read_text()
+    assert len(calls) == 3
+    measured = json.loads((path.parent / MEASURED_FILE).read_text())
+    assert sorted(measured) == ["model-bytes/z=0.8", "model-bytes/z=1.2", "model-bytes/z=2.0"]
+    assert all(isinstance(v, int) and v > 0 for v in measured.values())
+    for record in read_records(path.parent / RECORDS_FILE):
+        stored = store.get(record["run_id"])
+        assert record["wall_seconds"] == stored.updated_at - stored.created_at > 0
+
+    shutil.rmtree(store_dir)
+    assert reproduce(recipe, "smoke", None, out, from_records=True).read_text() == text
+    assert len(calls) == 3  # read from measured.json, not measured again
+
+    (path.parent / MEASURED_FILE).write_text("{}\n")
+    with pytest.raises(ConfigError, match=r"needs 'model-bytes/z=0\.8'.*measured\.json does not hold it"):
+        reproduce(recipe, "smoke", None, out, from_records=True)
+    (path.parent / MEASURED_FILE).write_text("[1, 2]\n")
+    with pytest.raises(ConfigError, match="must hold a JSON object"):
+        reproduce(recipe, "smoke", None, out, from_records=True)

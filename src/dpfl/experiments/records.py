@@ -3,9 +3,11 @@
 Every report ``reports/<key>/<scale>/report.md`` has a ``records.jsonl`` next to it: one JSON
 line per run of the report, in the recipe's order, holding the run's cell (label and plot
 coordinates), the hash of its config, its seed, the config itself (without the data folder), its
-per-round metrics, its final metrics and privacy summary, and both ε per observer (the paper's
-claimed ε and the certified one, with method and basis). No model weights: the file is a few
-hundred bytes per round.
+per-round metrics, its final metrics and privacy summary, both ε per observer (the paper's
+claimed ε and the certified one, with method and basis), and its wall seconds (first to last
+write of the run). No model weights: the file is a few hundred bytes per round; what a report
+measures on the saved models goes in ``measured.json`` beside it
+(:meth:`dpfl.experiments.recipes.base.ReportContext.measured`).
 
 ``dpfl reproduce KEY --from-records`` writes the report from these lines alone (no run store,
 no training): :class:`RecordStore` answers the few store queries a recipe's report makes.
@@ -84,6 +86,7 @@ def make_record(label: str, coords: dict[str, Any], config: RunConfig, rec: RunR
         "algorithm": rec.algorithm,
         "dataset": rec.dataset,
         "model": rec.model,
+        "wall_seconds": max(float(rec.updated_at) - float(rec.created_at), 0.0),
         "epsilon": epsilon_summary(rec.result),
         "final": final,
         "rounds": rows,
@@ -144,7 +147,7 @@ def to_run_record(record: dict[str, Any]) -> RunRecord:
         run_id=str(record["run_id"]), name=str(record.get("name", record["label"])),
         algorithm=str(record.get("algorithm", "?")), dataset=str(record.get("dataset", "?")),
         model=str(record.get("model", "?")), config=record["config"], env={}, status=str(record["status"]),
-        created_at=0.0, updated_at=0.0, result=record.get("final"),
+        created_at=0.0, updated_at=float(record.get("wall_seconds", 0.0)), result=record.get("final"),
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +29,8 @@ from dpfl.rounds.result import PrivacySummary
 from dpfl.store import RunRecord, RunStore
 
 SCALES = ("smoke", "reduced", "full")
+#: beside a report: what its recipe measured on the runs' saved models (:meth:`ReportContext.measured`)
+MEASURED_FILE = "measured.json"
 #: store statuses of a run that has not ended (a later `reproduce` resumes it from its checkpoint)
 IN_PROGRESS = ("running", "interrupted")
 
@@ -98,13 +101,41 @@ class RecipeRun:
 @dataclass
 class ReportContext:
     """What a recipe's report function reads: its runs, their stored records and rounds (from the run
-    store, or from the result records beside the report)."""
+    store, or from the result records beside the report), and the numbers it measured on what a
+    record does not hold (:meth:`measured`)."""
 
     recipe: Recipe
     scale: str
     store: RunSource
     runs: list[tuple[RecipeRun, RunRecord, list[dict[str, Any]]]]
     out_dir: Path
+    #: True when the report is written from its records alone: :meth:`measured` reads, never computes
+    from_records: bool = False
+    #: what :meth:`measured` returned, by key (written as ``measured.json`` beside the report)
+    measured_values: dict[str, Any] = field(default_factory=dict)
+
+    def measured(self, key: str, compute: Callable[[], Any]) -> Any:
+        """A number (or a JSON value) a report measures on what a run's record does not hold, such
+        as its final model's weights.
+
+        Written from the run store, ``compute()`` is called and its value kept under ``key``; the
+        sweep writes the kept values as ``measured.json`` beside the report. Written from the records
+        (``--from-records``), the value is read from that file instead, so the report reads the same
+        byte for byte without the saved models. The value goes through JSON both ways, so it renders
+        the same either way.
+
+        Raises:
+            ConfigError: from the records, ``key`` is not in ``measured.json``.
+        """
+        if self.from_records:
+            if key not in self.measured_values:
+                raise ConfigError(f"the report of {self.recipe.key} at scale {self.scale!r} needs {key!r}, measured on "
+                                  f"the runs' saved models, and {self.out_dir / MEASURED_FILE} does not hold it; "
+                                  "write the report from the run store that holds the models (--report-only)")
+            return self.measured_values[key]
+        value = json.loads(json.dumps(compute(), allow_nan=True))
+        self.measured_values[key] = value
+        return value
 
 
 @dataclass(frozen=True)
@@ -265,7 +296,16 @@ def reproduce(
     out_dir.mkdir(parents=True, exist_ok=True)
     if not from_records:
         write_records(records_path, new_records)
-    body = recipe.report(ReportContext(recipe, scale, source, records, out_dir))
+    measured_path = out_dir / MEASURED_FILE
+    ctx = ReportContext(recipe, scale, source, records, out_dir, from_records=from_records,
+                        measured_values=_read_measured(measured_path) if from_records else {})
+    body = recipe.report(ctx)
+    if not from_records:
+        if ctx.measured_values:
+            text = json.dumps(ctx.measured_values, sort_keys=True, indent=1, ensure_ascii=False, allow_nan=True)
+            measured_path.write_text(text + "\n", encoding="utf-8")
+        else:
+            measured_path.unlink(missing_ok=True)
     total_run_seconds = sum(sum(x.get("seconds", 0.0) for x in rows) for _, _, rows in records)
     if notice is not None:
         notice(f"{recipe.key} ({scale}): {len(records)} run(s) reported, this invocation {elapsed:.0f} s")
@@ -300,6 +340,23 @@ def reproduce(
     path = out_dir / "report.md"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def _read_measured(path: Path) -> dict[str, Any]:
+    """The values of a report's ``measured.json`` (empty when it has none).
+
+    Raises:
+        ConfigError: the file is not a JSON object.
+    """
+    if not path.is_file():
+        return {}
+    try:
+        values = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{path} is not JSON ({err.msg} at line {err.lineno}); restore the file from git") from None
+    if not isinstance(values, dict):
+        raise ConfigError(f"{path} must hold a JSON object of measured values. Found {type(values).__name__}.")
+    return values
 
 
 def _computed(recipe: Recipe, scale: str, out_root: Path, store: RunStore | None) -> Path:

@@ -25,6 +25,7 @@ This module imports from dpfl only the experiments layer, algorithms and models.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import statistics
 from collections import defaultdict
@@ -579,43 +580,61 @@ def _mechanism_section(ctx: ReportContext, dataset: str) -> list[str]:
         lo_p, hi_p = _round_noise_std(e, radius, n_paper)
         out.append(f"| {e:g} | {hi * math.sqrt(k):.3g} | {lo:.3g} – {hi:.3g} | {lo_p:.3g} – {hi_p:.3g} | "
                    f"{lo * math.sqrt(rounds):.3g} – {hi * math.sqrt(rounds):.3g} |")
-    # measured: the noise-free model of rep 0 and the LDP models of rep 0 (same seed: same partition,
-    # same initialization, same sampled clients), per layer
-    free = next((rec for r, rec in runs if r.coords["epsilon"] is None and r.coords["rep"] == 0), None)
-    ref = _final_model(free) if free is not None else None
-    if ref is None:
+    measured = ctx.measured(f"mechanism/{dataset}", lambda: _layer_noise(runs))
+    if measured is None:
         return out
-    ldp = {float(r.coords["epsilon"]): _final_model(rec) for r, rec in runs
-           if r.coords["epsilon"] is not None and r.coords["epsilon"] != CLIP_ONLY and r.coords["rep"] == 0}
+    ldp_eps = [float(e) for e in measured["eps"]]
+    layers = measured["layers"]
     out += ["", f"Measured on the final models of repetition 0 (noise-free vs LDP-FL: same seed, so same partition, "
             f"initialization and sampled clients); per layer, RMS of the noise-free weights, the share of them "
             f"outside [c − r, c + r] = [−{radius:g}, {radius:g}] (clipped before randomizing), and RMS of "
             "(LDP-FL − noise-free) weights:", "",
-            "| layer | weights | noise-free RMS | outside the range | " + " | ".join(f"ε = {e:g}" for e in sorted(ldp))
-            + " |", "|---|---|---|---|" + "---|" * len(ldp)]
-    for name, w in ref.items():
-        cells = []
-        for e in sorted(ldp):
-            m = ldp[e]
-            cells.append("—" if m is None else f"{float((m[name] - w).pow(2).mean().sqrt()):.3g}")
-        out.append(f"| {name} | {w.numel():,} | {float(w.pow(2).mean().sqrt()):.3g} | "
-                   f"{float((w.abs() > radius).double().mean()):.1%} | " + " | ".join(cells) + " |")
-    big = max(ref, key=lambda n: ref[n].numel())
-    w_rms = float(ref[big].pow(2).mean().sqrt())
+            "| layer | weights | noise-free RMS | outside the range | " + " | ".join(f"ε = {e:g}" for e in ldp_eps)
+            + " |", "|---|---|---|---|" + "---|" * len(ldp_eps)]
+    for layer in layers:
+        cells = ["—" if d is None else f"{d:.3g}" for d in layer["diff"]]
+        out.append(f"| {layer['name']} | {layer['weights']:,} | {layer['rms']:.3g} | "
+                   f"{layer['outside']:.1%} | " + " | ".join(cells) + " |")
+    big = max(layers, key=lambda layer: layer["weights"])  # the first of the largest, as the layers are ordered
+    w_rms = big["rms"]
     head = REDUCED.get(dataset, {}).get("headline", eps_list[len(eps_list) // 2] if eps_list else 1.0)
     if head in eps_list:
         lo, hi = _round_noise_std(head, radius, k)
         lo_p, hi_p = _round_noise_std(head, radius, n_paper)
-        meas = ldp.get(head)
-        meas_s = "" if meas is None else (f"; measured RMS(LDP − noise-free) of `{big}` after {rounds} rounds: "
-                                          f"{float((meas[big] - ref[big]).pow(2).mean().sqrt()):.3g} (predicted random "
+        meas = big["diff"][ldp_eps.index(head)] if head in ldp_eps else None
+        meas_s = "" if meas is None else (f"; measured RMS(LDP − noise-free) of `{big['name']}` after {rounds} rounds: "
+                                          f"{meas:.3g} (predicted random "
                                           f"walk {lo * math.sqrt(rounds):.3g} – {hi * math.sqrt(rounds):.3g})")
         out += ["", f"At ε = {head:g}: one round's aggregate adds per-weight noise of std {lo:.3g} – {hi:.3g} "
-                f"(k = {k}; {lo_p:.3g} – {hi_p:.3g} at the paper's k = {n_paper}) to `{big}` "
-                f"({ref[big].numel():,} of the model's weights), whose noise-free weights have RMS {w_rms:.3g}: "
+                f"(k = {k}; {lo_p:.3g} – {hi_p:.3g} at the paper's k = {n_paper}) to `{big['name']}` "
+                f"({big['weights']:,} of the model's weights), whose noise-free weights have RMS {w_rms:.3g}: "
                 f"{lo / w_rms:.1f}–{hi / w_rms:.1f}× the weight scale per round here, "
                 f"{lo_p / w_rms:.1f}–{hi_p / w_rms:.1f}× at the paper's k" + meas_s + "."]
     return out
+
+
+def _layer_noise(runs: list[tuple[RecipeRun, Any]]) -> dict[str, Any] | None:
+    """Per layer of the final models of repetition 0: the noise-free model's weights (count, RMS, share
+    outside the range) and the RMS of (LDP-FL − noise-free) per ε (None: no saved model at that ε).
+
+    The noise-free and LDP runs of one repetition share a seed, hence partition, initialization and
+    sampled clients. None when the noise-free run of repetition 0 has no saved model.
+    """
+    dataset = runs[0][0].coords["dataset"]
+    radius = float(SETTINGS[dataset]["radius"])
+    free = next((rec for r, rec in runs if r.coords["epsilon"] is None and r.coords["rep"] == 0), None)
+    ref = _final_model(free) if free is not None else None
+    if ref is None:
+        return None
+    ldp = {float(r.coords["epsilon"]): _final_model(rec) for r, rec in runs
+           if r.coords["epsilon"] is not None and r.coords["epsilon"] != CLIP_ONLY and r.coords["rep"] == 0}
+    eps = sorted(ldp)
+    layers = []
+    for name, w in ref.items():
+        diff = [None if (m := ldp[e]) is None else float((m[name] - w).pow(2).mean().sqrt()) for e in eps]
+        layers.append({"name": name, "weights": int(w.numel()), "rms": float(w.pow(2).mean().sqrt()),
+                       "outside": float((w.abs() > radius).double().mean()), "diff": diff})
+    return {"eps": eps, "layers": layers}
 
 
 def _unfinished_lines(ctx: ReportContext, dataset: str | None = None) -> list[str]:
@@ -735,7 +754,8 @@ def _small_cnn_section(ctx: ReportContext, small: list[Any],
         free_big = next((rec for run, rec, _ in cnn2_runs if run.coords["dataset"] == dataset
                          and run.coords["epsilon"] is None and run.coords["rep"] == 0 and _acc(rec) is not None), None)
         for name, rec in (("cnn2", free_big), (SMALL_CNN, free_small)):
-            share = _outside_range(rec, r)
+            share = ctx.measured(f"outside-range/{dataset}/{name}",
+                                 functools.partial(_outside_range, rec, r))
             if share is not None:
                 fits.append(f"{name} {share:.1%}")
         if fits:
