@@ -237,8 +237,15 @@ class VectorizedEngine(Engine):
         final_gradient = prob.local.final_gradient
         for start in range(0, k, block):
             rows = order[start : start + block]
+            trained = [int(clients[i]) for i in rows.tolist()]
+            block_plans = [plans[i] for i in rows.tolist()]
+            out_rows = None
+            if block >= k and not bool((order == torch.arange(k)).all()):
+                # one block, trained longest first: each client's row is written where it sits in
+                # ``clients`` (no reordering copy of the [K, P] result afterwards)
+                out_rows, rows = order, torch.arange(k)
             ids = [int(clients[i]) for i in rows.tolist()]
-            flat, loss = self._train_block(anchor, ids, [plans[i] for i in rows.tolist()], round_idx)
+            flat, loss = self._train_block(anchor, trained, block_plans, round_idx, out_rows=out_rows)
             final = self._final_gradient(flat, ids) if final_gradient else None
             yield rows, flat, loss, final
             del flat, final
@@ -292,18 +299,30 @@ class VectorizedEngine(Engine):
             del flat, final
 
     def _train_block(self, anchor: dict[str, torch.Tensor], clients: list[int], plans: list[torch.Tensor],
-                     round_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
+                     round_idx: int, out_rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Local training of clients ordered by non-increasing step count: (flat local parameters
-        [K, P], mean local objective [K] on the CPU)."""
-        prob = self.problem
-        local = prob.local
-        k = len(clients)
+        [K, P], mean local objective [K] on the CPU). With ``out_rows`` (a permutation of
+        ``range(K)``), client ``i``'s results are row ``out_rows[i]`` of both."""
         n_steps = torch.tensor([p.shape[0] for p in plans], dtype=torch.long)
         gidx, mask = self._stack_plans(clients, plans)
         device = self.data.x.device
         kernel = self._kernel_for(self._terms(anchor), device)
         if kernel is not None:
-            return self._train_chunks(kernel, anchor, gidx, mask, n_steps)
+            return self._train_chunks(kernel, anchor, gidx, mask, n_steps, out_rows)
+        flat, loss = self._train_autograd(anchor, clients, plans, round_idx, gidx, mask, n_steps)
+        if out_rows is None:
+            return flat, loss
+        placed = torch.empty_like(flat).index_copy_(0, out_rows.to(flat.device), flat)
+        return placed, torch.empty_like(loss).index_copy_(0, out_rows, loss)
+
+    def _train_autograd(self, anchor: dict[str, torch.Tensor], clients: list[int], plans: list[torch.Tensor],
+                        round_idx: int, gidx: torch.Tensor, mask: torch.Tensor, n_steps: torch.Tensor
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``_train_block`` through autograd (any model, loss, optimizer, objective terms, DP-SGD)."""
+        prob = self.problem
+        local = prob.local
+        k = len(clients)
+        device = self.data.x.device
         # the rows taking step s (a prefix, clients being ordered) and the widest batch among them
         live = [int(a) for a in (n_steps.unsqueeze(0) > torch.arange(gidx.shape[1]).unsqueeze(1)).sum(1)]
         cols = torch.arange(1, gidx.shape[2] + 1)
@@ -399,7 +418,8 @@ class VectorizedEngine(Engine):
         return max(1, min(per_cache, -(-k // (2 * max(threads, 1)))))
 
     def _train_chunks(self, kernel: SGDKernel, anchor: dict[str, torch.Tensor], gidx: torch.Tensor,
-                      mask: torch.Tensor, n_steps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                      mask: torch.Tensor, n_steps: torch.Tensor, out_rows: torch.Tensor | None = None
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
         """``_train_block`` with ``kernel``, chunk by chunk of clients: a chunk copies the global
         model into its own [c, ...] parameter tensors, takes all its steps, and writes its rows of
         the block's [K, P] result. Its parameters stay in cache from one step to the next and into
@@ -460,17 +480,24 @@ class VectorizedEngine(Engine):
                 loss = kernel.step({n: v[:live] for n, v in params.items()}, xb.view(live, w, *feat),
                                    functools.partial(_loss_grad, kind, yb=yb, weight=weight), lr)
                 loss_sum[lo : lo + live] += loss
-            out = prob.layout.views(flat[lo:hi])
-            for n in names:
-                out[n].copy_(params[n])
+            if out_rows is None:
+                out = prob.layout.views(flat[lo:hi])
+                for n in names:
+                    out[n].copy_(params[n])
+            else:  # each row straight to its place in the result
+                dest = out_rows[lo:hi].to(x.device)
+                for n in names:
+                    placed[n].index_copy_(0, dest, params[n])
 
+        placed = prob.layout.views(flat)
         total = sum(steps_of)
         heavy = [(lo, hi) for lo, hi in chunks if threads > 1 and sum(steps_of[lo:hi]) * threads > total]
         for lo, hi in heavy:
             run(lo, hi)
         _run_threaded([c for c in chunks if c not in heavy], run, threads)
         steps_taken = n_steps.clamp(min=1).to(device=loss_sum.device, dtype=loss_sum.dtype)
-        return flat, (loss_sum / steps_taken).cpu()
+        loss = (loss_sum / steps_taken).cpu()
+        return flat, loss if out_rows is None else torch.empty_like(loss).index_copy_(0, out_rows, loss)
 
     def _final_gradient(self, flat: torch.Tensor, clients: Sequence[int], chunk: int = 256) -> torch.Tensor:
         """∇ of each client's mean data loss over all its samples, at its final weights [K, P]."""

@@ -47,12 +47,12 @@ def _blocks_seen(engine: VectorizedEngine) -> list[int]:
     seen: list[int] = []
     inner = engine._train_block
 
-    def spy(anchor, clients, plans, round_idx):  # type: ignore[no-untyped-def]
+    def spy(anchor, clients, plans, round_idx, **kwargs):  # type: ignore[no-untyped-def]
         seen.append(len(clients))
         # the block's clients come longest first (the active rows are a prefix)
         steps = [p.shape[0] for p in plans]
         assert steps == sorted(steps, reverse=True)
-        return inner(anchor, clients, plans, round_idx)
+        return inner(anchor, clients, plans, round_idx, **kwargs)
 
     engine._train_block = spy  # type: ignore[method-assign]
     return seen

@@ -89,9 +89,9 @@ def test_a_streamed_round_is_the_stacked_round(case: str) -> None:
     blocks: list[int] = []
     inner = engine._train_block
 
-    def spy(anchor, clients, plans, round_idx):  # type: ignore[no-untyped-def]
+    def spy(anchor, clients, plans, round_idx, **kwargs):  # type: ignore[no-untyped-def]
         blocks.append(len(clients))
-        return inner(anchor, clients, plans, round_idx)
+        return inner(anchor, clients, plans, round_idx, **kwargs)
 
     engine._train_block = spy  # type: ignore[method-assign]
     seeds = SeedSequence(5)
@@ -146,9 +146,9 @@ def test_no_two_blocks_rows_are_alive_at_once(case: str) -> None:
     inner_train = engine._train_block
     inner_step = algo.client_step
 
-    def train_spy(anchor, clients, plans, round_idx):  # type: ignore[no-untyped-def]
+    def train_spy(anchor, clients, plans, round_idx, **kwargs):  # type: ignore[no-untyped-def]
         assert all(ref() is None for ref in alive), "an earlier block's rows are alive while a block trains"
-        flat, loss = inner_train(anchor, clients, plans, round_idx)
+        flat, loss = inner_train(anchor, clients, plans, round_idx, **kwargs)
         alive.append(weakref.ref(flat))
         blocks.append(flat.shape[0])
         return flat, loss
