@@ -125,6 +125,9 @@ def build_model(
         )
     with torch.device("meta"):
         model = builder(shape, num_classes, **options)
-    model.to_empty(device="cpu")
+    # what ``model.to_empty(device="cpu")`` does, without its ``empty_like`` of meta tensors: that
+    # goes through torch's reference implementations, whose first use imports sympy (0.35 s of
+    # every process that builds a model, a SuperNode's worker included)
+    model._apply(lambda t: torch.empty(t.shape, dtype=t.dtype, device="cpu"))
     init_parameters(model, generator)
     return model
