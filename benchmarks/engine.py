@@ -28,6 +28,10 @@ Every figure is measured in this run: each engine (and each probe implementation
 child process (so peak memory is its own), with 2 torch threads; a round's time is the median over
 the measured rounds after one warm-up round. The FLOP-bound time is FLOPs / (float32 matmul
 GFLOP/s measured now on 2 threads, before and after the workloads; the bound uses the faster).
+W also prints its matrix products alone (:func:`mlp_matmul_floor`): the same batched products
+the engine's kernel makes, timed without anything else, so the gap between the engine and the
+FLOP bound splits into the products' own shapes (a weight gradient's inner dimension is the batch
+width, 64) and the engine's overhead.
 FLOPs per round: W, W2, FI, FD 6 × parameters × samples; C 3 × the forward FLOPs of the
 convolutions and linear layers × samples (forward, weight gradient, input gradient: the same
 rule). "Exact" counts what a step has to compute: no input gradient for the first layer.
@@ -208,6 +212,49 @@ def matmul_gflops(n: int = 2048, reps: int = 8) -> float:
     return 2 * n**3 / statistics.median(times) / 1e9
 
 
+def mlp_matmul_floor(clients: int, batches: list[int], dims: tuple[int, ...], reps: int = 7) -> float:
+    """Seconds one round of an MLP's matrix products alone takes, made as the vectorized engine's
+    kernel makes them (``sim/vectorized.py``, ``sim/cohort.py``): clients in chunks of the engine's
+    size, each chunk taking all its steps on one of 2 threads with one intra-op thread; weights
+    stacked [c, out, in]; per step the forward ``bmm(x, Wᵀ)``, the input gradient ``bmm(g, W)`` for
+    every layer but the first, and the SGD step fused into ``W.baddbmm_(gᵀ, x)``. Only those
+    products, over the real batch widths ``batches`` (no padding, copies, bias, activation, loss,
+    clip or noise); buffers preallocated per chunk; the median of ``reps`` rounds after one
+    warm-up. What the engine's round costs beyond this is its overhead; what this costs beyond
+    the FLOP bound is the products' shapes (a weight gradient's inner dimension is the batch)."""
+    from dpfl.sim.vectorized import _l2_cache_bytes, _run_threaded
+
+    threads = 2
+    torch.set_num_threads(threads)
+    layers = list(zip(dims[:-1], dims[1:], strict=True))
+    client_bytes = 4 * sum(i * o + o for i, o in layers)
+    chunk = max(1, min(4 * _l2_cache_bytes() // client_bytes, -(-clients // (2 * threads))))
+    chunks = [(lo, min(lo + chunk, clients)) for lo in range(0, clients, chunk)]
+    gen = torch.Generator().manual_seed(0)
+    bufs = {lo: ([torch.randn(hi - lo, o, i, generator=gen) * 1e-3 for i, o in layers],
+                 {b: [torch.randn(hi - lo, b, d, generator=gen) for d in dims] for b in set(batches)},
+                 {b: [torch.empty(hi - lo, b, d) for d in dims] for b in set(batches)}) for lo, hi in chunks}
+
+    def run(lo: int, hi: int) -> None:
+        w, acts_of, outs_of = bufs[lo]
+        for b in batches:
+            acts, outs = acts_of[b], outs_of[b]
+            for li in range(len(layers)):
+                torch.bmm(acts[li], w[li].transpose(1, 2), out=outs[li + 1])  # forward
+            for li in reversed(range(len(layers))):
+                if li:
+                    torch.bmm(acts[li + 1], w[li], out=outs[li])  # input gradient
+                w[li].baddbmm_(acts[li + 1].transpose(1, 2), acts[li], alpha=-1e-9)  # fused SGD step
+
+    times = []
+    for rep in range(reps + 1):
+        t0 = time.perf_counter()
+        _run_threaded(chunks, run, threads)
+        if rep:
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
 def _run_worker(workload: str, engine: str, rounds: int, data_dir: str) -> dict | None:
     out = subprocess.run(
         [sys.executable, __file__, "--worker", workload, engine, "--rounds", str(rounds)]
@@ -294,6 +341,9 @@ def main() -> int:
         reports.append((wl, res, probes))
     gflops_after = matmul_gflops()
     rate = max(gflops, gflops_after)
+    # W's round of matrix products alone (100 clients x 600 samples, batch 64, MLP 784-256-10)
+    w_floor = mlp_matmul_floor(100, [64] * (600 // 64) + ([600 % 64] if 600 % 64 else []), (784, 256, 10)) \
+        if "W" in args.workloads else None
     print(f"float32 matmul on 2 threads after the workloads: {gflops_after:.1f} GFLOP/s; the FLOP bounds use "
           f"{rate:.1f}")
     for wl, res, probes in reports:
@@ -314,6 +364,11 @@ def main() -> int:
             med[eng] = statistics.median(measured)
             print(f"  {eng:<11} {med[eng]:.3f} s/round (median of {len(measured)}; all: {_times(measured)})  "
                   f"{bound / med[eng]:.0%} of FLOP bound  peak RSS {r['maxrss_mb']:.0f} MB")
+        if wl == "W" and w_floor is not None:
+            print(f"  its matrix products alone, made as the engine's kernel makes them (chunks of clients on 2 "
+                  f"threads, the SGD step fused into the weight gradient; real batch widths): {w_floor:.3f} s/round = {bound / w_floor:.0%} of the "
+                  f"FLOP bound; dpfl vectorized {med['vectorized']:.3f} s = {w_floor / med['vectorized']:.0%} of "
+                  "that (the rest: padding, activations, loss, clip, noise, data)")
         vec = res["vectorized"]
         if vec.get("memory"):
             m = vec["memory"]
