@@ -366,9 +366,10 @@ def main() -> int:
                   f"{bound / med[eng]:.0%} of FLOP bound  peak RSS {r['maxrss_mb']:.0f} MB")
         if wl == "W" and w_floor is not None:
             print(f"  its matrix products alone, made as the engine's kernel makes them (chunks of clients on 2 "
-                  f"threads, the SGD step fused into the weight gradient; real batch widths): {w_floor:.3f} s/round = {bound / w_floor:.0%} of the "
-                  f"FLOP bound; dpfl vectorized {med['vectorized']:.3f} s = {w_floor / med['vectorized']:.0%} of "
-                  "that (the rest: padding, activations, loss, clip, noise, data)")
+                  f"threads, the SGD step fused into the weight gradient; real batch widths): {w_floor:.3f} "
+                  f"s/round = {bound / w_floor:.0%} of the FLOP bound; dpfl vectorized {med['vectorized']:.3f} s = "
+                  f"{w_floor / med['vectorized']:.0%} of that (the rest: biases, activations, loss, copies, clip, "
+                  "noise, data)")
         vec = res["vectorized"]
         if vec.get("memory"):
             m = vec["memory"]
