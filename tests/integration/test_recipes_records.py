@@ -177,6 +177,35 @@ def test_every_committed_report_with_records_regenerates_byte_for_byte(folder: P
     assert path.read_text() == committed
 
 
+def test_a_run_recorded_beside_another_report_is_taken_not_run_again(mnist_fixture: Path, tmp_path: Path) -> None:
+    first, out = _tiny_recipe(mnist_fixture), tmp_path / "reports"
+    store, ran = RunStore(tmp_path / "a" / "s.sqlite"), []
+    reproduce(first, "smoke", store, out, run_one=_runner(store, ran))
+    assert len(ran) == 3
+    # a second recipe whose runs are the first's, plus one new: on a machine with an empty store
+    base_runs = first.build("smoke")
+    extra = RecipeRun("z=3.0", base_runs[0].config.model_copy(update={"name": "records z=3.0", "seed": 7}),
+                      {"z": 3.0, "seed": 7})
+
+    def build(scale: str) -> list[RecipeRun]:
+        return [RecipeRun("again " + r.label, r.config, {**r.coords, "again": True}) for r in base_runs] + [extra]
+
+    second = Recipe("999/again", "records shared", "none", "claim", build, first.report)
+    other, ran2, notices = RunStore(tmp_path / "b" / "s.sqlite"), [], []
+    path = reproduce(second, "smoke", other, out, run_one=_runner(other, ran2), notice=notices.append)
+    assert ran2 == ["records z=3.0"]  # the three recorded beside 999/records are taken, not trained
+    assert any("3 run(s) of 999/again" in n and "recorded beside other reports" in n for n in notices)
+    records = read_records(path.parent / RECORDS_FILE)
+    assert [r["label"] for r in records] == ["again z=0.8", "again z=1.2", "again z=2.0", "z=3.0"]
+    assert all(r["cell"]["again"] for r in records[:3])
+    theirs = read_records(out / "999_records" / "smoke" / RECORDS_FILE)
+    assert [r["rounds"] for r in records[:3]] == [r["rounds"] for r in theirs]
+    # the report is then its own: deleting the other report's records changes nothing
+    text = path.read_text()
+    shutil.rmtree(out / "999_records")
+    assert reproduce(second, "smoke", None, out, from_records=True).read_text() == text
+
+
 def test_every_committed_smoke_report_and_only_those_say_their_verdicts_mean_nothing() -> None:
     reports = sorted((ROOT / "reports").glob("*/*/report.md"))
     assert len(reports) > 40

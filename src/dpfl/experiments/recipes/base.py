@@ -244,12 +244,25 @@ def reproduce(
         notice(f"{stale} record(s) in {records_path} match no run of {recipe.key} at scale {scale!r} "
                "(the recipe changed since they were written); they are left out"
                + ("" if from_records else " and dropped from the file"))
+    # a run recorded beside another report (the same config, e.g. a grid shared by a reduced and a
+    # full figure) is not run again: its record is taken, relabelled as this recipe's cell
+    borrowed: dict[str, dict[str, Any]] = {}
+    if not from_records:
+        wanted = {h for h in hashes if h not in by_hash}
+        if wanted and store is not None:
+            wanted = {h for h, r in zip(hashes, runs, strict=True)
+                      if h in wanted and not _finished(store.find(run_id(r.config)))}
+        borrowed = records_elsewhere(out_root, records_path, wanted) if wanted else {}
+        if borrowed and notice is not None:
+            notice(f"{len(borrowed)} run(s) of {recipe.key} at scale {scale!r} are recorded beside other reports: "
+                   "their records are taken, not run again")
+        by_hash.update(borrowed)
     if from_records or store is None:
         if not from_records:
             raise ConfigError("a run store is needed unless the report is written from its records")
         source: RunSource = RecordStore(records_path, kept)
     else:
-        source = CombinedSource(store, RecordStore(records_path, kept))
+        source = CombinedSource(store, RecordStore(records_path, kept + list(borrowed.values())))
     started = time.perf_counter()
     if not report_only and not from_records:
         if run_one is None:
@@ -279,6 +292,8 @@ def reproduce(
             continue
         if h in by_hash:
             record = by_hash[h]
+            if h in borrowed:
+                record = {**record, "label": r.label, "cell": r.coords}
             records.append((r, to_run_record(record), list(record["rounds"])))
             new_records.append(record)
             continue
@@ -347,6 +362,29 @@ def reproduce(
     path = out_dir / "report.md"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def _finished(rec: RunRecord | None) -> bool:
+    return rec is not None and rec.status == "finished"
+
+
+def records_elsewhere(out_root: Path, own: Path, wanted: set[str]) -> dict[str, dict[str, Any]]:
+    """The finished runs among ``wanted`` (config hashes) recorded beside other reports under
+    ``out_root`` (``*/*/records.jsonl`` but ``own``), the first record found per hash, folders in
+    sorted order."""
+    found: dict[str, dict[str, Any]] = {}
+    for path in sorted(out_root.glob(f"*/*/{RECORDS_FILE}")):
+        if path.resolve() == own.resolve():
+            continue
+        for record in read_records(path):
+            if record.get("status") != "finished":
+                continue
+            h = current_hash(record)
+            if h in wanted and h not in found:
+                found[h] = record
+        if len(found) == len(wanted):
+            break
+    return found
 
 
 def _read_measured(path: Path) -> dict[str, Any]:
