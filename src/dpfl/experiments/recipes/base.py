@@ -326,14 +326,17 @@ def reproduce(
             measured_path.write_text(text + "\n", encoding="utf-8")
         else:
             measured_path.unlink(missing_ok=True)
-    total_run_seconds = sum(sum(x.get("seconds", 0.0) for x in rows) for _, _, rows in records)
+    distinct = {rec.run_id: rows for _, rec, rows in records}  # a run may serve two cells of a recipe
+    total_run_seconds = sum(sum(x.get("seconds", 0.0) for x in rows) for rows in distinct.values())
+    shared = len(records) - len(distinct)
     if notice is not None:
         notice(f"{recipe.key} ({scale}): {len(records)} run(s) reported, this invocation {elapsed:.0f} s")
     lines = [
         f"# {recipe.key}: {recipe.title}",
         "",
-        f"Paper: `{recipe.paper}`. Scale: **{scale}**. Runs: {len(records)} "
-        f"(training time summed over runs: {total_run_seconds:.0f} s).",
+        f"Paper: `{recipe.paper}`. Scale: **{scale}**. Runs: {len(distinct)} "
+        + (f"for {len(records)} cells ({shared} run(s) serve two cells) " if shared else "")
+        + f"(training time summed over runs: {total_run_seconds:.0f} s).",
         f"Command: `dpfl reproduce {recipe.key} --scale {scale}`. Result records: `{RECORDS_FILE}` beside this "
         f"report (one line per run); `dpfl reproduce {recipe.key} --scale {scale} --from-records` rewrites this "
         "report from them, without a run store and without training.",
