@@ -11,8 +11,9 @@ The inverse forms take the paper's target ε (the algorithm calibrates the paper
 --target-epsilon`` the largest per-weight ε whose dry run meets it. ``dp-fedavg
 --secure-aggregation`` is the config with ``privacy.secure_aggregation: true`` (DP-FedAvg's integer
 pipeline with distributed Skellam noise, as runs execute it; ``--participation hidden`` for hidden
-participation). ``ldp-fl --trusted-shuffler`` is a what-if (no runtime implements a shuffler),
-labelled as such.
+participation). ``ldp-fl --trusted-shuffler`` is a what-if, labelled as such: a run's certificate
+never counts a shuffler's amplification, not even where a shuffler node mixes the reports
+(``dpfl federate local --shuffler``), since it rests on trusting that node.
 
 A shortcut prints a table (default) or one JSON object (``--json``) with at least
 ``epsilon_claimed`` (the paper's claim; the largest per-client claim for UDP), the worst

@@ -40,7 +40,8 @@ def _reproduce(args: argparse.Namespace) -> int:
 
 def default_data_dir_if_set() -> str | None:
     """``$DPFL_DATA_DIR`` when set and non-empty: the recipes name ``./data``, the default any run
-    config falls back to, so the variable applies to them as to ``dpfl run``."""
+    config falls back to, so the variable applies to them as to ``dpfl data`` (``dpfl run`` reads
+    only the config's ``data.dir``)."""
     from dpfl.data.layout import DATA_DIR_ENV
 
     return os.environ.get(DATA_DIR_ENV) or None
