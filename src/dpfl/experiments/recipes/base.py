@@ -272,8 +272,7 @@ def reproduce(
             if h in by_hash:
                 continue  # a recorded result: not run again
             if partial:
-                rec = store.find(run_id(r.config)) if store is not None else None
-                if rec is not None and rec.status == "finished":
+                if store is not None and _finished(store.find(run_id(r.config))):
                     continue
                 if started_runs >= max_runs:  # type: ignore[operator]
                     break
