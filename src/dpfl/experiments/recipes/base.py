@@ -301,8 +301,9 @@ def reproduce(
                 continue
             where = records_path if from_records else f"{store.path if store else '?'} or {records_path}"
             raise ConfigError(f"run {r.label!r} of {recipe.key} is not in {where}; "
-                              + ("run without --from-records to make it" if from_records else
-                                 "run without --report-only") + " (or pass --max-runs N to report the runs held so far)")
+                              + ("run without --from-records to make it, or pass --max-runs 0 to report the runs "
+                                 "held so far" if from_records else
+                                 "run without --report-only, or pass --max-runs 0 to report the runs held so far"))
         # a run cut short (it resumes from its checkpoint): its last round is not a result
         if not partial:
             raise ConfigError(f"run {r.label!r} of {recipe.key} is not finished (status {rec.status!r}); run "
