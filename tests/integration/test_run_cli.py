@@ -125,10 +125,7 @@ def test_kill_9_then_same_command_resumes_to_the_same_model(mnist_fixture: Path,
     cfg = _tiny(mnist_fixture, rounds=40, checkpoint_every=4)
     cfg["partition"] = {"kind": "iid", "num_clients": 20, "samples_per_client": 50}
     cfg["model"] = {"name": "mlp"}
-    # one thread: with two, the engine's chunk threads can end a run in other last bits from one
-    # process to the next, fresh or resumed (docs/architecture.md, "Chunks"); this test is about
-    # the checkpoint and the resume, which must give the same model bit for bit
-    cfg["threads"] = 1
+    cfg["threads"] = 2  # the engine's chunk threads: a resumed run is the fresh one bit for bit on them too
     path = _write(tmp_path, cfg)
     killed_store = tmp_path / "killed" / "dpfl.sqlite"
     proc = subprocess.Popen([sys.executable, "-m", "dpfl", "run", str(path), "--store", str(killed_store)],
@@ -150,6 +147,19 @@ def test_kill_9_then_same_command_resumes_to_the_same_model(mnist_fixture: Path,
     fresh = _run_to_end(path, tmp_path / "fresh" / "dpfl.sqlite")
     assert resumed == fresh
     json.dumps(rounds)  # the stored metrics are plain JSON
+
+
+def test_fresh_processes_of_one_config_on_two_threads_end_in_the_same_model(mnist_fixture: Path, tmp_path: Path) -> None:
+    """A run is bit-reproducible from one process to the next on the engine's chunk threads: the
+    first kernel call of a process made from two threads at once once ended some runs of this
+    config in other last bits (docs/architecture.md, "Chunks")."""
+    cfg = _tiny(mnist_fixture, rounds=3, checkpoint_every=3)
+    cfg["partition"] = {"kind": "iid", "num_clients": 20, "samples_per_client": 50}
+    cfg["model"] = {"name": "mlp"}
+    cfg["threads"] = 2
+    path = _write(tmp_path, cfg)
+    shas = {_run_to_end(path, tmp_path / f"p{i}" / "dpfl.sqlite") for i in range(4)}
+    assert len(shas) == 1, shas
 
 
 def test_algorithm_can_end_the_run_early(mnist_fixture: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -54,6 +54,7 @@ import copy
 import ctypes
 import functools
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 
 import torch
@@ -494,7 +495,11 @@ class VectorizedEngine(Engine):
         heavy = [(lo, hi) for lo, hi in chunks if threads > 1 and sum(steps_of[lo:hi]) * threads > total]
         for lo, hi in heavy:
             run(lo, hi)
-        _run_threaded([c for c in chunks if c not in heavy], run, threads)
+        rest = [c for c in chunks if c not in heavy]
+        first_alone = bool(rest) and kernel not in _KERNELS_RUN_ALONE
+        _run_threaded(rest, run, threads, first_alone=first_alone)
+        if first_alone:
+            _KERNELS_RUN_ALONE.add(kernel)
         steps_taken = n_steps.clamp(min=1).to(device=loss_sum.device, dtype=loss_sum.dtype)
         loss = (loss_sum / steps_taken).cpu()
         return flat, loss if out_rows is None else torch.empty_like(loss).index_copy_(0, out_rows, loss)
@@ -625,14 +630,34 @@ def _per_thread_intraop() -> bool:
     return "parallel backend: OpenMP" in torch.__config__.parallel_info()
 
 
-def _run_threaded(chunks: Sequence[tuple[int, int]], run: Callable[[int, int], None], threads: int) -> None:
+_KERNELS_RUN_ALONE: weakref.WeakSet[SGDKernel] = weakref.WeakSet()
+"""The kernels whose first chunk has run alone in this process (see :func:`_run_threaded`); not
+carried by pickling, so an engine shipped to another process runs its first chunk alone there too."""
+
+
+def _run_threaded(chunks: Sequence[tuple[int, int]], run: Callable[[int, int], None], threads: int,
+                  first_alone: bool = False) -> None:
     """``run(lo, hi)`` for every chunk, on up to ``threads`` threads that take the next chunk when
     they finish one, each with one intra-op thread (the caller's count is restored). One thread,
-    one chunk, or a torch whose thread count is not per thread: in the caller's thread, as it is."""
+    one chunk, or a torch whose thread count is not per thread: in the caller's thread, as it is.
+
+    ``first_alone``: the first chunk runs in the caller's thread on one intra-op thread — the same
+    arithmetic as on a worker — before the threads start. The first kernel call of a process made
+    from two threads at once sometimes ends in other last bits on one of them (some one-time
+    initialization below torch that is not safe to race; the MLP run of ``docs/architecture.md``,
+    "Chunks": 2 processes in 72 differed in round 0's first chunk, 0 in 264 with a chunk run
+    alone first), so a kernel's first call in a process runs one chunk alone."""
     if threads <= 1 or len(chunks) <= 1 or not _per_thread_intraop():
         for lo, hi in chunks:
             run(lo, hi)
         return
+    if first_alone:
+        torch.set_num_threads(1)
+        try:
+            run(*chunks[0])
+        finally:
+            torch.set_num_threads(threads)
+        chunks = chunks[1:]
     queue = list(reversed(chunks))
     lock = threading.Lock()
     errors: list[BaseException] = []

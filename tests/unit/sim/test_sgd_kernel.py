@@ -169,3 +169,56 @@ def test_an_error_in_a_worker_thread_reaches_the_caller() -> None:
     finally:
         torch.set_num_threads(before)
     assert (2, 3) in ran
+
+
+def test_first_alone_runs_the_first_chunk_in_the_caller_on_one_thread_before_the_workers() -> None:
+    if not vectorized._per_thread_intraop():
+        pytest.skip("torch's intra-op thread count is not per thread in this build")
+    import threading
+
+    seen: list[tuple[int, str, int]] = []
+    lock = threading.Lock()
+
+    def run(lo: int, hi: int) -> None:
+        with lock:
+            seen.append((lo, threading.current_thread().name, torch.get_num_threads()))
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        vectorized._run_threaded([(0, 1), (1, 2), (2, 3), (3, 4)], run, 2, first_alone=True)
+        assert torch.get_num_threads() == 2  # restored
+        first = seen[0]
+        vectorized._run_threaded([(0, 1), (1, 2), (2, 3)], run, 2)
+    finally:
+        torch.set_num_threads(before)
+    assert first == (0, threading.current_thread().name, 1)  # alone, before any worker, one intra-op thread
+    assert sorted(lo for lo, _, _ in seen[:4]) == [0, 1, 2, 3]  # every chunk once
+    assert all(name.startswith("dpfl-chunk-") and n == 1 for _, name, n in seen[1:])
+
+
+def test_a_kernels_first_call_in_a_process_runs_one_chunk_alone_and_later_calls_do_not(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    data = random_client_data(SIZES[:8], (1, 28, 28), 10, seed=1)
+    m = build_model("mlp", (1, 28, 28), 10, generator=torch.Generator().manual_seed(3), hidden=32)
+    problem = LocalProblem(m, LocalTraining(lr=0.05, epochs=1, batch_size=16), loss_kind=m.loss_kind)
+    flags: list[bool] = []
+    real = vectorized._run_threaded
+
+    def spy(chunks: list[tuple[int, int]], run: object, threads: int, first_alone: bool = False) -> None:
+        flags.append(first_alone)
+        real(chunks, run, threads, first_alone=first_alone)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(vectorized, "_run_threaded", spy)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        engine = VectorizedEngine(problem, data, SeedSequence(11))
+        engine._chunk_clients = lambda k, threads: 2  # type: ignore[method-assign]
+        _rounds(engine, problem, rounds=3)
+        other = VectorizedEngine(problem, data, SeedSequence(11))  # another kernel: its own first call
+        other._chunk_clients = lambda k, threads: 2  # type: ignore[method-assign]
+        _rounds(other, problem, rounds=1)
+    finally:
+        torch.set_num_threads(before)
+    assert flags == [True, False, False, True]
