@@ -38,11 +38,8 @@ def main() -> int:
     from dp_accounting.rdp import rdp_privacy_accountant as rdp
 
     from dpfl.privacy.accounting.certify import DEFAULT_RDP_ORDERS
-    from dpfl.privacy.accounting.ledger import (
-        GaussianRelease,
-        PrivacyLedger,
-        federated_round_releases,
-    )
+    from dpfl.privacy.accounting.ledger import PrivacyLedger
+    from dpfl.privacy.releases import GaussianRelease, federated_round_releases
     from dpfl.sampling import AllClients
 
     n, delta = args.clients, 1e-5

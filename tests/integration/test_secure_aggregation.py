@@ -342,7 +342,7 @@ def test_charged_ahead_a_secure_round_costs_its_fewest_shares(mnist_fixture: Pat
     import torch
 
     from dpfl.client.context import RoundInfo
-    from dpfl.privacy.accounting.ledger import SkellamRelease
+    from dpfl.privacy.releases import SkellamRelease
     from dpfl.rounds import build_experiment
     from dpfl.rounds.loop import _worst_secure_sum
     from dpfl.rounds.session import make_gate

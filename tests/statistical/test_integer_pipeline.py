@@ -147,7 +147,7 @@ def test_a_scale_below_one_integer_unit_is_refused() -> None:
 def test_the_tail_bound_does_not_cancel_at_huge_variance() -> None:
     """For t ≪ μ the Chernoff bound is 2·exp(−t²/(2μ)(1 + O(t/μ))): at μ = 1e18 and t = 7e9 the
     exponent is −24.5 + ln 2, which the difference form lost to cancellation."""
-    from dpfl.privacy.accounting.skellam import skellam_tail_log_probability
+    from dpfl.privacy.releases.skellam import skellam_tail_log_probability
 
     mu, t = 1e18, 7e9
     assert skellam_tail_log_probability(mu, t) == pytest.approx(math.log(2) - t * t / (2 * mu), rel=1e-6)

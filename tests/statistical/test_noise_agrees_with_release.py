@@ -33,7 +33,7 @@ from dpfl.algorithms.private import PrivateAlgorithm
 from dpfl.algorithms.registry import BuildContext, build_algorithm, build_sampler
 from dpfl.client.context import LocalResult, RoundInfo
 from dpfl.config import parse_config
-from dpfl.privacy.accounting.ledger import GaussianRelease, Release
+from dpfl.privacy.releases import GaussianRelease, Release
 from dpfl.rng import SeedSequence
 
 P = 40_000
@@ -227,7 +227,7 @@ def test_dp_fedavg_secure_sum_carries_the_skellam_variance_it_declares(participa
     no noise (its residues are the encoded update)."""
     import dataclasses
 
-    from dpfl.privacy.accounting.ledger import SkellamRelease
+    from dpfl.privacy.releases import SkellamRelease
 
     raw = {
         "rounds": 5,

@@ -179,6 +179,12 @@ class Algorithm(abc.ABC):
     # release that it is (udp-crd's train-loss-rise variant).
     reports_train_loss: bool = False
 
+    def plan(self, info: RoundInfo) -> Any:
+        """The round's frozen plan, computed once and read by every part of the round (a private
+        algorithm's noise, clip and weights: :class:`dpfl.algorithms.private.PrivateAlgorithm`);
+        None for an algorithm without one."""
+        return None
+
     def server_step(self, global_params: torch.Tensor, local: LocalResult, info: RoundInfo) -> RoundOutput:
         """Client transforms on the cohort's updates, then aggregation into the new global model."""
         return self.aggregate(global_params, self.client_step(global_params, local, info), info)

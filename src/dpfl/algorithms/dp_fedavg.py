@@ -61,7 +61,6 @@ from dpfl.client.lus import sparsify_updates
 from dpfl.errors import ConfigError
 from dpfl.privacy.accounting.claimed import dpfedavg_claimed_epsilon, dpfedavg_noise_multiplier
 from dpfl.privacy.accounting.cohorts import broadcast_mode
-from dpfl.privacy.accounting.ledger import Release, SkellamRelease, federated_round_releases
 from dpfl.privacy.calibration import (
     combined_noise_multiplier,
     dpfedavg_client_noise_std,
@@ -79,6 +78,7 @@ from dpfl.privacy.mechanisms.integer import (
     skellam_noise,
     skellam_noise_rows,
 )
+from dpfl.privacy.releases import Release, SkellamRelease, federated_round_releases
 from dpfl.rng import SERVER
 from dpfl.server.adaptive_clip import COUNT_SENSITIVITY, QuantileClipRule
 

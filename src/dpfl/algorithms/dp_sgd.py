@@ -72,7 +72,7 @@ from dpfl.client.local import (
 )
 from dpfl.errors import ConfigError
 from dpfl.privacy.accounting.claimed import dpsgd_claimed_epsilon
-from dpfl.privacy.accounting.ledger import Release, SampledGaussianRelease
+from dpfl.privacy.releases import Release, SampledGaussianRelease
 from dpfl.server.aggregators import WeightedMean
 
 __all__ = ["ALGORITHMS", "DpSgdFedAvg", "DpSgdOptions"]

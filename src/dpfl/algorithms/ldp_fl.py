@@ -104,7 +104,6 @@ from dpfl.errors import ConfigError, PrivacyPreconditionError
 from dpfl.privacy.accounting.certify import certify
 from dpfl.privacy.accounting.claimed import CLAIM_NOTIONS, ldp_fl_claimed_epsilon
 from dpfl.privacy.accounting.events import compose, gaussian_rounds_event, two_point_event
-from dpfl.privacy.accounting.ledger import Release
 from dpfl.privacy.accounting.shuffle import max_local_epsilon, shuffled_two_point_epsilon
 from dpfl.privacy.mechanisms import (
     agree_log_ranges,
@@ -114,6 +113,7 @@ from dpfl.privacy.mechanisms import (
     two_point_realized_epsilon,
     two_point_values,
 )
+from dpfl.privacy.releases import Release
 from dpfl.server.shuffle import IdMultisets, Shuffler, mean_by_id
 
 __all__ = ["LdpFl", "LdpFlOptions", "LdpFlPlan", "LdpFlPrivacy", "ldp_fl_plan", "ldp_fl_privacy"]

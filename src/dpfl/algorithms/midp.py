@@ -73,7 +73,6 @@ from dpfl.privacy.accounting.claimed import (
     pmidp_claimed_epsilon,
 )
 from dpfl.privacy.accounting.cohorts import broadcast_mode, interchangeable
-from dpfl.privacy.accounting.ledger import Release, federated_round_releases
 from dpfl.privacy.calibration import (
     midp_client_noise_std,
     midp_server_noise_std,
@@ -86,6 +85,7 @@ from dpfl.privacy.mechanisms import (
     clip_by_l2_norm,
     per_client_l2_norms,
 )
+from dpfl.privacy.releases import Release, federated_round_releases
 from dpfl.rng import SERVER, SeedSequence
 from dpfl.server.aggregators import WeightedMean
 

@@ -58,7 +58,6 @@ from dpfl.client.local import LocalTraining
 from dpfl.errors import ConfigError, PrivacyPreconditionError
 from dpfl.privacy.accounting.claimed import nbafl_claimed_epsilon
 from dpfl.privacy.accounting.cohorts import broadcast_mode, interchangeable
-from dpfl.privacy.accounting.ledger import Release, federated_round_releases
 from dpfl.privacy.calibration import (
     classical_gaussian_constant,
     nbafl_downlink_noise_std,
@@ -71,6 +70,7 @@ from dpfl.privacy.mechanisms import (
     add_gaussian_noise_per_client,
     clip_by_l2_norm,
 )
+from dpfl.privacy.releases import Release, federated_round_releases
 from dpfl.rng import SERVER
 from dpfl.sampling import AllClients, FixedSizeSampler
 from dpfl.server.aggregators import WeightedMean

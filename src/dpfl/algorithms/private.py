@@ -18,7 +18,7 @@ import torch
 
 from dpfl.algorithms.base import Algorithm
 from dpfl.client.context import RoundInfo
-from dpfl.privacy.accounting.ledger import Observer, Release
+from dpfl.privacy.releases import Observer, Release
 
 
 class Calibration:

@@ -88,9 +88,9 @@ from dpfl.errors import ConfigError
 from dpfl.models import per_sample_loss
 from dpfl.privacy.accounting.claimed import udp_claimed_epsilon
 from dpfl.privacy.accounting.cohorts import broadcast_mode, worst_cohort_multipliers
-from dpfl.privacy.accounting.ledger import Release, federated_round_releases
 from dpfl.privacy.calibration import udp_noise_std, udp_noise_std_after_change, udp_sensitivity
 from dpfl.privacy.mechanisms import add_gaussian_noise_per_client
+from dpfl.privacy.releases import Release, federated_round_releases
 from dpfl.server.aggregators import WeightedMean
 
 __all__ = ["ALGORITHMS", "Udp", "UdpCalibration", "UdpCrd", "UdpCrdOptions", "UdpLei", "UdpLeiOptions",

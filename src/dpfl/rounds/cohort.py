@@ -76,11 +76,20 @@ class Cohort(Protocol):
         remote: uploads cross a network: they may be lost, late or rejected, and a redo of a
             round draws fresh noise, so the loop charges each round before using its aggregate.
         trains: False for a dry run (no training, no evaluation, no model).
+        hidden_participation: every client of the population is asked each round and decides
+            with its own secret coin whether its update is in the secure sum: the loop does not
+            sample, the round's cohort is the whole population.
     """
 
     tag: str | None
     remote: bool
     trains: bool
+    hidden_participation: bool
+
+    def fewest_in_sum(self, cohort_size: int) -> int | None:
+        """The fewest uploads a completed secure sum of a cohort of ``cohort_size`` can hold (what
+        the server may see at worst), or None when uploads are not securely summed."""
+        ...
 
     def collect(self, params: torch.Tensor, info: RoundInfo, emit: EmitFn) -> Collected:
         """Train ``info.clients`` from ``params``; what reached the server."""
@@ -127,12 +136,16 @@ class InProcessCohort:
 
     remote = False
     trains = True
+    hidden_participation = False
 
     def __init__(self, engine: Engine, algorithm: Algorithm, step: ServerStep | None = None) -> None:
         self.engine = engine
         self.algorithm = algorithm
         self.step: ServerStep = step if step is not None else algorithm
         self.tag: str | None = getattr(step, "tag", "wrapped") if step is not None else None
+
+    def fewest_in_sum(self, cohort_size: int) -> int | None:
+        return None
 
     def streams(self) -> bool:
         """Whether rounds are streamed: the engine trains in blocks (``train_blocks``), the
@@ -199,7 +212,8 @@ class InProcessCohort:
 Transport = Callable[[torch.Tensor, RoundInfo, Algorithm, EmitFn], Uploads]
 """Trains a round's cohort somewhere else (e.g. on Flower SuperNodes) and returns the valid
 uploads that arrived: (global params, round info, algorithm, emit(kind, message, round)) → rows.
-It may also offer ``tag``, ``unused_uploads(final=, emit=)`` and ``outstanding()``."""
+It may also offer ``tag``, ``hidden_participation``, ``fewest_in_sum(cohort_size)``,
+``unused_uploads(final=, emit=)`` and ``outstanding()``."""
 
 
 class UploadCohort:
@@ -215,7 +229,7 @@ class UploadCohort:
         self.tag: str | None = getattr(transport, "tag", "remote")
         # the transport asks every client and each decides with its own secret coin (hidden
         # participation): the loop does not sample, the round's rows are the whole population
-        self.own_coins = bool(getattr(transport, "own_coins", False))
+        self.hidden_participation = bool(getattr(transport, "hidden_participation", False))
 
     def fewest_in_sum(self, cohort_size: int) -> int | None:
         """The transport's fewest uploads a completed secure sum can hold (None: no secure sum)."""
@@ -260,9 +274,13 @@ class DryCohort:
     tag: str | None = None
     remote = False
     trains = False
+    hidden_participation = False
 
     def __init__(self, client_sizes: Callable[[list[int]], torch.Tensor]) -> None:
         self.client_sizes = client_sizes
+
+    def fewest_in_sum(self, cohort_size: int) -> int | None:
+        return None
 
     def collect(self, params: torch.Tensor, info: RoundInfo, emit: EmitFn) -> Collected:
         return Collected(info.clients, self.client_sizes(info.clients.tolist()), None)

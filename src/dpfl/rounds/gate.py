@@ -20,8 +20,9 @@ from dpfl.client.context import RoundInfo
 from dpfl.config import PrivacyConfig
 from dpfl.errors import ConfigError, PrivacyPreconditionError
 from dpfl.privacy.accounting.certify import Certificate
-from dpfl.privacy.accounting.ledger import GaussianRelease, PrivacyLedger, Release
+from dpfl.privacy.accounting.ledger import PrivacyLedger
 from dpfl.privacy.notices import collect_range_warnings
+from dpfl.privacy.releases import GaussianRelease, Release
 from dpfl.rounds.result import PrivacySummary
 
 EmitFn = Callable[[str, str, "int | None"], None]

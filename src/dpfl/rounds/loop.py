@@ -29,9 +29,9 @@ from typing import Any, Protocol
 
 import torch
 
-from dpfl.algorithms.base import Algorithm
+from dpfl.algorithms.base import Algorithm, RoundOutput
 from dpfl.client.context import RoundInfo
-from dpfl.privacy.accounting.ledger import Release
+from dpfl.privacy.releases import Release
 from dpfl.rng import SeedSequence
 from dpfl.rounds.cohort import Cohort
 from dpfl.rounds.gate import PrivacyGate, entry_metrics, server_charges
@@ -39,21 +39,6 @@ from dpfl.rounds.gate import PrivacyGate, entry_metrics, server_charges
 MAX_CONSECUTIVE_EMPTY_ROUNDS = 3
 """On real clients, a run stops (status ``failed``) after this many rounds in a row in which no
 upload arrived; a run in which every round was empty is ``failed`` too, never ``finished``."""
-
-
-def _worst_secure_sum(cohort: Cohort, gate: PrivacyGate, info: RoundInfo, clients: torch.Tensor) -> list[Release] | None:
-    """Ahead of a secure round on real clients, what the server may see at worst: a completed sum
-    of as few vectors as the protocol allows (``cohort.fewest_in_sum``), i.e. the fewest noise
-    shares, charged to every client of the cohort (visible participation: any of them may be in
-    it) or as the round's shared release (the clients' own coins). None for other rounds."""
-    fewest = getattr(cohort, "fewest_in_sum", None)
-    k = fewest(int(clients.numel())) if fewest is not None else None
-    if k is None:
-        return None
-    ids = clients[:k]
-    worst = [r for r in gate.arrivals(info, ids, torch.ones(len(ids), dtype=torch.long)) if r.observer == "server"]
-    everyone = [int(c) for c in clients.tolist()]
-    return [r if r.client_ids is None else r.for_clients(everyone) for r in worst]
 
 
 class Recorder(Protocol):
@@ -132,151 +117,222 @@ def run_rounds(
         per_round: called with (round, the ledger entry) after each recorded round (dry runs
             asking for per-round ε).
     """
-    out = LoopOutcome()
-    emit = recorder.notice
-    planned_server: dict[int, list[Release]] = {}  # per round: what an upload shows the server
-    t_start = time.perf_counter()
+    loop = _Rounds(algorithm, cohort, gate, recorder, state, rounds=rounds, seeds=seeds, eval_every=eval_every,
+                   checkpoint_every=checkpoint_every, charge_ahead=charge_ahead, per_round=per_round)
+    for t in range(state.rounds_done, rounds):
+        t0 = time.perf_counter()
+        round_start_state = cohort.state_dict() if charge_ahead else {}
+        reason = algorithm.should_stop(t)
+        if reason:
+            loop.stop(None, reason, "early-end", t)
+            break
+        info = loop.round_info(t, num_clients)
+        metrics: dict[str, Any] = {"clients": int(info.clients.numel())}
+        round_ = _Round(info, metrics, round_start_state)
+        if gate is not None:
+            decision = gate.before_round(info, recorder.notice)
+            round_.releases, round_.claimed_after = decision.releases, decision.claimed_after
+            if decision.stop_reason is not None:
+                loop.stop("stopped", decision.stop_reason, decision.stop_kind or "stopped", t)
+                break
+        if info.clients.numel() > 0:
+            if not loop.train(round_):
+                break
+        elif algorithm.releases_empty_rounds:  # an empty cohort: the round's noise is still released
+            loop.step(cohort.empty_round(state.params, info), metrics)
+        loop.record(round_)
+        state.rounds_done = t + 1
+        if cohort.trains and not loop.report(t, metrics, t0):
+            break
+    if cohort.remote and gate is not None:
+        loop.charge_unused(final=True)  # late uploads of the last rounds
+    return loop.out
 
-    def checkpoint(done: int, ledger_state: dict[str, Any] | None, algo_state: dict[str, Any]) -> None:
-        recorder.checkpoint(LoopState(state.params, done, state.empty_rounds, state.consecutive_empty),
-                            ledger_state, algo_state)
 
-    def charge_unused(final: bool = False) -> int:
+@dataclass
+class _Round:
+    """One round as the loop goes through it: its info, metrics, releases still to record."""
+
+    info: RoundInfo
+    metrics: dict[str, Any]
+    start_state: dict[str, Any]
+    releases: list[Release] | None = None
+    claimed_after: Any = None
+    participants: torch.Tensor | None = None
+
+
+class _Rounds:
+    """The parts of :func:`run_rounds`: what one round does after its gate, and what it records."""
+
+    def __init__(self, algorithm: Algorithm, cohort: Cohort, gate: PrivacyGate | None, recorder: Recorder,
+                 state: LoopState, *, rounds: int, seeds: SeedSequence, eval_every: int, checkpoint_every: int,
+                 charge_ahead: bool, per_round: Callable[[int, dict[str, Any]], None] | None) -> None:
+        self.algorithm, self.cohort, self.gate, self.recorder, self.state = algorithm, cohort, gate, recorder, state
+        self.rounds, self.seeds, self.eval_every, self.checkpoint_every = rounds, seeds, eval_every, checkpoint_every
+        self.charge_ahead, self.per_round = charge_ahead, per_round
+        self.out = LoopOutcome()
+        self.emit = recorder.notice
+        self.planned_server: dict[int, list[Release]] = {}  # per round: what an upload shows the server
+        self.t_start = time.perf_counter()
+
+    def stop(self, status: str | None, reason: str, kind: str, t: int) -> None:
+        self.emit(kind, reason, t)
+        if status is not None:
+            self.out.status = status
+        self.out.stop_reason = reason
+
+    def round_info(self, t: int, num_clients: int) -> RoundInfo:
+        """The round's cohort and, for a private algorithm, its plan, fixed once for every part.
+        Under hidden participation every client is asked and samples itself."""
+        hidden = self.cohort.hidden_participation
+        clients = torch.arange(num_clients) if hidden else self.algorithm.sample(t, num_clients, self.seeds)
+        info = RoundInfo(t, num_clients, clients, self.seeds, own_coins=hidden)
+        plan = self.algorithm.plan(info)
+        return info if plan is None else info.with_plan(plan)
+
+    def checkpoint(self, done: int, ledger_state: dict[str, Any] | None, algo_state: dict[str, Any]) -> None:
+        st = self.state
+        self.recorder.checkpoint(LoopState(st.params, done, st.empty_rounds, st.consecutive_empty),
+                                 ledger_state, algo_state)
+
+    def step(self, step: RoundOutput, metrics: dict[str, Any]) -> None:
+        self.state.params = step.global_params
+        metrics.update(step.metrics)
+
+    def train(self, r: _Round) -> bool:
+        """Collect the cohort's uploads and aggregate them; False when the run must stop."""
+        cohort, gate, info, t = self.cohort, self.gate, r.info, r.info.round_idx
+        if cohort.remote and r.releases is not None:
+            self.planned_server[t] = [x for x in r.releases if x.observer == "server"]
+            if self.charge_ahead and gate is not None:
+                self.checkpoint(t, self.ahead(gate, info), r.start_state)
+        collected = cohort.collect(self.state.params, info, self.emit)
+        r.participants = collected.clients
+        if collected.train_loss is not None and collected.num_rows:
+            # NaN: the clients kept it (a private algorithm's clients in deployment)
+            loss = float(collected.train_loss.mean())
+            if math.isfinite(loss):
+                r.metrics["train_loss"] = loss
+        if cohort.remote:
+            r.metrics["arrived"] = collected.num_rows
+        if r.releases is not None and gate is not None and collected.num_rows < info.clients.numel():
+            r.releases = gate.arrivals(info, collected.clients, collected.num_samples)
+            withheld = gate.arrivals_exceed(r.releases, collected.clients.tolist(), t)
+            if withheld is not None:
+                # fewer arrivals can release more than planned (larger weights): the uploads
+                # reached the server and are charged; the aggregate is withheld
+                gate.record(t, [x for x in r.releases if x.observer == "server"], collected.clients.tolist(),
+                            r.claimed_after)
+                self.stop("stopped", withheld[0], withheld[1], t)
+                return False
+        if cohort.remote and gate is not None and r.releases is not None and self.charge_ahead:
+            # charged before the aggregate is used (a redo is charged as the release it is)
+            entry = gate.record(t, r.releases, collected.clients.tolist(), r.claimed_after)
+            r.releases = None
+            r.metrics["charged_unaggregated"] = self.charge_unused()
+            self.checkpoint(t, gate.ledger.to_dict(), r.start_state)
+            entry_metrics(r.metrics, entry, r.claimed_after)
+        if collected.num_rows:
+            self.state.consecutive_empty = 0
+            self.step(cohort.aggregate(self.state.params, collected, info), r.metrics)
+        else:
+            self.empty(r)
+        return True
+
+    def ahead(self, gate: PrivacyGate, info: RoundInfo) -> dict[str, Any]:
+        """The ledger's saved form with every upload of this cohort, and every one still
+        outstanding, charged: each may reach the server from now on."""
+        t, clients = info.round_idx, info.clients
+        late = [(t, int(c)) for c in clients.tolist()] + self.cohort.outstanding()
+        worst = self.worst_secure_sum(gate, info)
+        charges = []
+        for r in sorted({r for r, _ in late}):
+            who = sorted({c for q, c in late if q == r})
+            charges.append((r, who, worst if worst is not None and r == t
+                            else server_charges(self.planned_server.get(r, []), who)))
+        return gate.ledger.charged_ahead(charges)
+
+    def worst_secure_sum(self, gate: PrivacyGate, info: RoundInfo) -> list[Release] | None:
+        """Ahead of a secure round on real clients, what the server may see at worst: a completed
+        sum of as few vectors as the protocol allows (``cohort.fewest_in_sum``), i.e. the fewest
+        noise shares, charged to every client of the cohort (visible participation: any of them
+        may be in it) or as the round's shared release (hidden participation). None for other
+        rounds."""
+        clients = info.clients
+        k = self.cohort.fewest_in_sum(int(clients.numel()))
+        if k is None:
+            return None
+        ids = clients[:k]
+        worst = [r for r in gate.arrivals(info, ids, torch.ones(len(ids), dtype=torch.long))
+                 if r.observer == "server"]
+        everyone = [int(c) for c in clients.tolist()]
+        return [r if r.client_ids is None else r.for_clients(everyone) for r in worst]
+
+    def empty(self, r: _Round) -> None:
+        """A round in which no upload arrived."""
+        state, t, n = self.state, r.info.round_idx, int(r.info.clients.numel())
+        state.empty_rounds += 1
+        state.consecutive_empty += 1
+        r.metrics["empty"] = True
+        if self.algorithm.releases_empty_rounds:
+            # the round's planned noise, drawn by the server: skipping it would tell the public
+            # that the (secret) cohort was not empty — a cheaper-looking event that depends on who
+            # was sampled; released, it is the same event as every round
+            self.step(self.cohort.empty_round(state.params, r.info), r.metrics)
+            self.emit("round-empty", f"round {t + 1}: no upload of the {n} scheduled clients arrived; the "
+                      "server released the round's planned noise (as for an empty cohort)", t)
+        else:  # nothing to aggregate: nothing is released, the model stays as it was
+            self.emit("round-empty", f"round {t + 1}: no upload of the {n} scheduled clients arrived; the "
+                      "round is skipped (global model unchanged, nothing released)", t)
+
+    def record(self, r: _Round) -> None:
+        """The round's releases into the ledger (unless charged ahead already)."""
+        if self.gate is None or r.releases is None:
+            return
+        t = r.info.round_idx
+        participants = r.info.clients if r.participants is None else r.participants
+        entry = self.gate.record(t, r.releases, participants.tolist(), r.claimed_after,
+                                 certify_round=self.cohort.trains)
+        if self.cohort.trains:
+            entry_metrics(r.metrics, entry, r.claimed_after)
+        if self.per_round is not None:
+            self.per_round(t, entry)
+
+    def report(self, t: int, metrics: dict[str, Any], t0: float) -> bool:
+        """Evaluate, log, checkpoint and show progress after round ``t``; False when the run fails."""
+        state, rounds = self.state, self.rounds
+        if (t + 1) % self.eval_every == 0 or t + 1 == rounds:
+            self.out.last_eval = self.recorder.evaluate(state.params)
+            metrics.update(self.out.last_eval)
+        metrics["seconds"] = time.perf_counter() - t0
+        # an infinite certified epsilon (an un-noised release) is a true statement, not divergence
+        if not all(math.isfinite(v) for k, v in metrics.items()
+                   if isinstance(v, float) and not k.startswith("epsilon")):
+            metrics["non_finite"] = True
+        self.recorder.log_round(t, metrics)
+        if state.consecutive_empty >= MAX_CONSECUTIVE_EMPTY_ROUNDS:
+            reason = (f"stopped after round {t + 1}: no upload arrived in {state.consecutive_empty} rounds in a "
+                      "row (check the round timeout and the SuperNodes' logs)")
+            self.stop("failed", reason, "empty-rounds", t)
+            return False
+        if t + 1 < rounds and (self.charge_ahead or (t + 1) % self.checkpoint_every == 0):
+            ledger_state = self.gate.ledger.to_dict() if self.gate is not None else None
+            self.checkpoint(t + 1, ledger_state, self.cohort.state_dict())
+        self.recorder.progress(t + 1, rounds, metrics, time.perf_counter() - self.t_start)
+        return True
+
+    def charge_unused(self, final: bool = False) -> int:
         """Charge the server observer for uploads it received but did not aggregate."""
-        seen = cohort.unused_uploads(final=final, emit=emit)
-        if gate is None or seen is None:
+        seen = self.cohort.unused_uploads(final=final, emit=self.emit)
+        if self.gate is None or seen is None:
             return 0
         by_round: dict[int, list[int]] = {}
         for r, c in seen:
             by_round.setdefault(int(r), []).append(int(c))
         charged = 0
         for r, clients_seen in sorted(by_round.items()):
-            extra = server_charges(planned_server.get(r, []), clients_seen)
+            extra = server_charges(self.planned_server.get(r, []), clients_seen)
             if extra:
-                gate.record(r, extra, sorted(set(clients_seen)), None)
+                self.gate.record(r, extra, sorted(set(clients_seen)), None)
                 charged += len(set(clients_seen))
         return charged
-
-    for t in range(state.rounds_done, rounds):
-        t0 = time.perf_counter()
-        round_start_state = cohort.state_dict() if charge_ahead else {}
-        reason = algorithm.should_stop(t)
-        if reason:
-            out.stop_reason = reason
-            emit("early-end", reason, t)
-            break
-        own_coins = bool(getattr(cohort, "own_coins", False))
-        # hidden participation on real clients: every client is asked, each samples itself
-        clients = torch.arange(num_clients) if own_coins else algorithm.sample(t, num_clients, seeds)
-        info = RoundInfo(t, num_clients, clients, seeds, own_coins=own_coins)
-        planner = getattr(algorithm, "plan", None)
-        if planner is not None:  # a private algorithm: its round plan, fixed once for every part
-            info = info.with_plan(planner(info))
-        metrics: dict[str, Any] = {"clients": int(clients.numel())}
-        releases: list[Release] | None = None
-        claimed_after = None
-        if gate is not None:
-            decision = gate.before_round(info, emit)
-            releases, claimed_after = decision.releases, decision.claimed_after
-            if decision.stop_reason is not None:
-                emit(decision.stop_kind or "stopped", decision.stop_reason, t)
-                out.status, out.stop_reason = "stopped", decision.stop_reason
-                break
-        participants = clients
-        if clients.numel() > 0:
-            if cohort.remote and releases is not None:
-                planned_server[t] = [r for r in releases if r.observer == "server"]
-                if charge_ahead and gate is not None:
-                    # every upload of this cohort, and every one still outstanding, may reach the
-                    # server from now on: a checkpoint that charges them all
-                    ahead = gate.ledger.to_dict()
-                    late = [(t, int(c)) for c in clients.tolist()] + cohort.outstanding()
-                    worst = _worst_secure_sum(cohort, gate, info, clients)
-                    for r in sorted({r for r, _ in late}):
-                        who = sorted({c for q, c in late if q == r})
-                        charges = (worst if worst is not None and r == t
-                                   else server_charges(planned_server.get(r, []), who))
-                        ahead["rounds"].append({"round": r, "participants": who, "claimed_epsilon": None, "releases": [
-                            x.to_dict() for x in charges]})
-                    checkpoint(t, ahead, round_start_state)
-            collected = cohort.collect(state.params, info, emit)
-            participants = collected.clients
-            if collected.train_loss is not None and collected.num_rows:
-                # NaN: the clients kept it (a private algorithm's clients in deployment)
-                loss = float(collected.train_loss.mean())
-                if math.isfinite(loss):
-                    metrics["train_loss"] = loss
-            if cohort.remote:
-                metrics["arrived"] = collected.num_rows
-            if releases is not None and gate is not None and collected.num_rows < clients.numel():
-                releases = gate.arrivals(info, collected.clients, collected.num_samples)
-                withheld = gate.arrivals_exceed(releases, collected.clients.tolist(), t)
-                if withheld is not None:
-                    # fewer arrivals can release more than planned (larger weights): the uploads
-                    # reached the server and are charged; the aggregate is withheld
-                    gate.record(t, [r for r in releases if r.observer == "server"], participants.tolist(),
-                                claimed_after)
-                    out.status, out.stop_reason = "stopped", withheld[0]
-                    emit(withheld[1], withheld[0], t)
-                    break
-            if cohort.remote and gate is not None and releases is not None and charge_ahead:
-                # charged before the aggregate is used (a redo is charged as the release it is)
-                entry = gate.record(t, releases, participants.tolist(), claimed_after)
-                releases = None
-                metrics["charged_unaggregated"] = charge_unused()
-                checkpoint(t, gate.ledger.to_dict(), round_start_state)
-                entry_metrics(metrics, entry, claimed_after)
-            if collected.num_rows:
-                state.consecutive_empty = 0
-                step = cohort.aggregate(state.params, collected, info)
-                state.params = step.global_params
-                metrics.update(step.metrics)
-            else:
-                state.empty_rounds += 1
-                state.consecutive_empty += 1
-                metrics["empty"] = True
-                if algorithm.releases_empty_rounds:
-                    # the round's planned noise, drawn by the server: skipping it would tell the
-                    # public that the (secret) cohort was not empty — a cheaper-looking event that
-                    # depends on who was sampled; released, it is the same event as every round
-                    step = cohort.empty_round(state.params, info)
-                    state.params = step.global_params
-                    metrics.update(step.metrics)
-                    emit("round-empty", f"round {t + 1}: no upload of the {int(clients.numel())} scheduled clients "
-                         "arrived; the server released the round's planned noise (as for an empty cohort)", t)
-                else:  # nothing to aggregate: nothing is released, the model stays as it was
-                    emit("round-empty", f"round {t + 1}: no upload of the {int(clients.numel())} scheduled "
-                         "clients arrived; the round is skipped (global model unchanged, nothing released)", t)
-        elif algorithm.releases_empty_rounds:  # an empty cohort: the round's noise is still released
-            step = cohort.empty_round(state.params, info)
-            state.params = step.global_params
-            metrics.update(step.metrics)
-        if gate is not None and releases is not None:
-            entry = gate.record(t, releases, participants.tolist(), claimed_after, certify_round=cohort.trains)
-            if cohort.trains:
-                entry_metrics(metrics, entry, claimed_after)
-            if per_round is not None:
-                per_round(t, entry)
-        state.rounds_done = t + 1
-        if not cohort.trains:
-            continue
-        if (t + 1) % eval_every == 0 or t + 1 == rounds:
-            out.last_eval = recorder.evaluate(state.params)
-            metrics.update(out.last_eval)
-        metrics["seconds"] = time.perf_counter() - t0
-        # an infinite certified epsilon (an un-noised release) is a true statement, not divergence
-        if not all(math.isfinite(v) for k, v in metrics.items() if isinstance(v, float) and not k.startswith("epsilon")):
-            metrics["non_finite"] = True
-        recorder.log_round(t, metrics)
-        if state.consecutive_empty >= MAX_CONSECUTIVE_EMPTY_ROUNDS:
-            out.status = "failed"
-            out.stop_reason = (f"stopped after round {t + 1}: no upload arrived in {state.consecutive_empty} rounds "
-                               "in a row (check the round timeout and the SuperNodes' logs)")
-            emit("empty-rounds", out.stop_reason, t)
-            break
-        if t + 1 < rounds and (charge_ahead or (t + 1) % checkpoint_every == 0):
-            checkpoint(t + 1, gate.ledger.to_dict() if gate is not None else None, cohort.state_dict())
-        recorder.progress(t + 1, rounds, metrics, time.perf_counter() - t_start)
-    if cohort.remote and gate is not None:
-        charge_unused(final=True)  # late uploads of the last rounds
-    return out

@@ -43,13 +43,6 @@ from dpfl.algorithms.registry import algorithms
 from dpfl.client.context import LocalResult, RoundInfo
 from dpfl.config import parse_config
 from dpfl.errors import ConfigError
-from dpfl.privacy.accounting.ledger import (
-    ExactRelease,
-    GaussianRelease,
-    Release,
-    SampledGaussianRelease,
-    TwoPointRelease,
-)
 from dpfl.privacy.calibration import (
     midp_client_noise_std,
     midp_server_noise_std,
@@ -57,6 +50,13 @@ from dpfl.privacy.calibration import (
     pmidp_client_noise_std,
 )
 from dpfl.privacy.mechanisms import clip_by_l2_norm, two_point_randomize
+from dpfl.privacy.releases import (
+    ExactRelease,
+    GaussianRelease,
+    Release,
+    SampledGaussianRelease,
+    TwoPointRelease,
+)
 from dpfl.rng import SERVER, SeedSequence
 from dpfl.rounds import Experiment, build_experiment
 from dpfl.runtime.validate import check_upload

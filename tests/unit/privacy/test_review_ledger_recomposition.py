@@ -30,16 +30,16 @@ from dp_accounting.rdp import rdp_privacy_accountant as rdp_acc
 
 from dpfl.privacy.accounting.certify import DEFAULT_RDP_ORDERS, pld_epsilon
 from dpfl.privacy.accounting.events import compose, neighboring_relation
-from dpfl.privacy.accounting.ledger import (
+from dpfl.privacy.accounting.ledger import PrivacyLedger
+from dpfl.privacy.releases import (
     ExactRelease,
     GaussianRelease,
-    PrivacyLedger,
     Release,
     SampledGaussianRelease,
     SkellamRelease,
     TwoPointRelease,
 )
-from dpfl.privacy.accounting.skellam import is_skellam, skellam_rdp_vector
+from dpfl.privacy.releases.skellam import is_skellam, skellam_rdp_vector
 
 DELTA = 1e-5
 Q = 0.3
@@ -225,7 +225,7 @@ def test_restored_and_resumed_ledgers_certify_the_same(seed: int, monkeypatch: p
     _record(resumed, rounds[5:], start=5)
     _check(resumed, ref, with_pld=False)
     # the receipts grouped from the log alone, the dense count matrix dropped mid-run
-    from dpfl.privacy.accounting import ledger as ledger_mod
+    from dpfl.privacy.accounting import receipts as ledger_mod
 
     monkeypatch.setattr(ledger_mod, "_DENSE_MAX_CELLS", 40)
     logged = _ledger(n, relation)

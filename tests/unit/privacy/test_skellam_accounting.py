@@ -17,8 +17,9 @@ from scipy.special import ive, logsumexp
 
 from dpfl.errors import ConfigError, PrivacyPreconditionError
 from dpfl.privacy.accounting.certify import DEFAULT_RDP_ORDERS, certify, rdp_vector
-from dpfl.privacy.accounting.ledger import PrivacyLedger, Release, SkellamRelease
-from dpfl.privacy.accounting.skellam import (
+from dpfl.privacy.accounting.ledger import PrivacyLedger
+from dpfl.privacy.releases import Release, SkellamRelease
+from dpfl.privacy.releases.skellam import (
     SkellamDpEvent,
     skellam_rdp,
     skellam_tail_log_probability,

@@ -20,8 +20,11 @@ note says so — never an error, never a silently wrong number.
 :func:`calibrate_noise_multiplier` is the inverse (noise multiplier for a target ε) through
 ``dp_accounting.mechanism_calibration.calibrate_dp_mechanism``.
 
-This module imports nothing from dpfl except :mod:`dpfl.errors` and its siblings ``events`` and
-``skellam`` (the Skellam mechanism's RDP, which dp-accounting does not have).
+An event dp-accounting does not price (the Skellam sum) is priced by what its mechanism's module
+registered (:mod:`.registry`): its RDP curve, and the note saying why it has no PLD.
+
+This module imports nothing from dpfl except :mod:`dpfl.errors` and its siblings ``events``,
+``sampled_gaussian`` and ``registry``.
 
 References:
     dp_accounting ``rdp/rdp_privacy_accountant.py``, ``pld/pld_privacy_accountant.py``,
@@ -59,8 +62,8 @@ from dpfl.privacy.accounting.events import (
     validate_relation,
     validate_unit,
 )
+from dpfl.privacy.accounting.registry import accounting_of
 from dpfl.privacy.accounting.sampled_gaussian import gaussian_rdp, sampled_gaussian_rdp
-from dpfl.privacy.accounting.skellam import is_skellam, skellam_rdp_vector
 
 __all__ = [
     "DEFAULT_PLD_DISCRETIZATION",
@@ -379,13 +382,12 @@ def rdp_vector(event: dpe.DpEvent, relation: str, orders: Sequence[float] = DEFA
         # accountant refuses a *sampled* non-private event, which would fail a z = 0 run.
         return np.full(len(tuple(orders)), np.inf)
     parts = leaves(view)
-    skellam = [(leaf, c) for leaf, c in parts if is_skellam(leaf)]
     vec = np.zeros(len(tuple(orders)))
-    for leaf, count in skellam:  # dp-accounting has no Skellam accountant (see .skellam)
-        vec = vec + count * skellam_rdp_vector(leaf, relation, orders)
     rest = []
     for leaf, count in parts:
-        if is_skellam(leaf):
+        registered = accounting_of(leaf)
+        if registered is not None:  # a mechanism dp-accounting does not have (.registry)
+            vec = vec + count * registered.rdp(leaf, relation, orders)
             continue
         closed = _closed_form_rdp(leaf, relation, orders)
         if closed is None:
@@ -486,14 +488,14 @@ def rdp_epsilon(
 ) -> tuple[float | None, list[str]]:
     """(ε by RDP or None when unsupported, notes)."""
     view, notes = _rdp_view(event, relation)
-    if any(is_skellam(leaf) for leaf, _ in leaves(view)):
+    registered = [r for r in (accounting_of(leaf) for leaf, _ in leaves(view)) if r is not None]
+    if registered:
         try:
             vec = rdp_vector(event, relation, orders)
         except PrivacyPreconditionError as exc:
             notes.append(f"RDP: {exc}")
             return None, notes
-        notes.append("RDP: Skellam releases priced by Agarwal, Kairouz, Liu 2021 (Thm 3.5), Poisson-sampled "
-                     "ones by Zhu & Wang 2019 (Thm 6)")
+        notes += list(dict.fromkeys(r.rdp_note for r in registered))
         return epsilon_from_rdp(orders, vec, delta), notes
     acc = rdp_acc.RdpAccountant(list(orders), neighboring_relation(relation))
     if not acc.supports(view):
@@ -513,9 +515,9 @@ def pld_epsilon(
             math.isfinite(discretization) and discretization > 0):
         raise ConfigError(f"the PLD discretization (`--pld-discretization`) must be a finite number > 0. "
                           f"Found {discretization!r}.")
-    if any(is_skellam(leaf) for leaf, _ in leaves(event)):
-        return None, ["PLD: not available for the Skellam mechanism (dp-accounting has no Skellam PLD); "
-                      "certified by RDP."]
+    registered = [r for r in (accounting_of(leaf) for leaf, _ in leaves(event)) if r is not None]
+    if registered:
+        return None, list(dict.fromkeys(r.pld_note for r in registered))
     view, notes = _pld_view(event, relation)
     sampled_count = sum(c for leaf, c in leaves(view)
                         if isinstance(leaf, (dpa.PoissonSampledDpEvent, dpa.SampledWithoutReplacementDpEvent)))

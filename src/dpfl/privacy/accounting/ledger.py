@@ -1,21 +1,22 @@
 """The privacy ledger: per-round, per-client receipts → certified ε per client and per observer.
 
-A run records every round's releases (:class:`Release`: who sees it, which clients it is about,
-the noise std and the sensitivity *actually enforced*, the mechanism kind) together with the
-sampling the engine actually performed and the claimed ε so far (computed by the caller with
-:mod:`.claimed`). The ledger certifies (ε at the run's δ) per client and per observer:
+A run — or any program: :class:`PrivacyLedger` needs no round loop — records every round's
+releases (:mod:`dpfl.privacy.releases`: who sees it, which clients it is about, the noise and the
+sensitivity *actually enforced*) together with the sampling actually performed and the claimed ε
+so far (computed by the caller with :mod:`.claimed`). The ledger certifies (ε at its δ) per
+client and per observer:
 
 * **server** — sees every individual upload and knows whom it sampled: no amplification by
   sampling, and client-split noise (e.g. σ/sqrt(K) per client, 004 Alg. 1) protects a client only
   at its own level σ/sqrt(K) (unless a secure aggregation hides the uploads — then the caller
-  records the aggregate as the server's release: a :class:`SkellamRelease` of the integer sum).
-  Server noise added after aggregation does not protect against the server. Under *hidden
+  records the aggregate as the server's release: a Skellam release of the integer sum). Server
+  noise added after aggregation does not protect against the server. Under *hidden
   participation* every client joins the secure sum and only a secret coin decides whether its
   update is in it: the server's release is then a broadcast (``client_ids=None``,
-  ``amplifiable``) amplified by the Poisson sample like the public's.
-* **public** — sees only the broadcast global models: the aggregate's total noise (client noises
-  scaled by the aggregation weights, plus server noise) against the aggregate's sensitivity
-  (max weight × per-client sensitivity, 000 eq. 2 / 002 eq. 4.7). If the sample is secret
+  ``amplifiable``, and :meth:`~dpfl.privacy.releases.Release.hidden_from_server`) amplified by the
+  Poisson sample like the public's.
+* **public** — sees only the broadcast global models: the aggregate's total noise against the
+  aggregate's sensitivity (000 eq. 2 / 002 eq. 4.7). If the sample is secret
   (``sample_secret=True``, the default), a broadcast release (``client_ids=None``) is amplified
   by the sampler's own event and charged to every client; otherwise it is charged, unamplified,
   to the clients that took part.
@@ -23,32 +24,26 @@ sampling the engine actually performed and the claimed ε so far (computed by th
 The headline is the worst observer's worst client. Per-client ledgers come for free: each client
 has its own receipts, so personalized noise (002's σ_k) gives each client its own ε.
 
-**Never silently weaken.** The aggregate's noise is whatever the caller says is *really* in it:
-:func:`federated_round_releases` computes it from the clients that actually arrived, so if fewer
-arrive than the noise was split over, the weaker guarantee is what gets recorded.
-
 **Sampling.** The ledger is constructed with the sampler the engine uses (or its ``describe()``);
 every round must report the same description or :class:`PrivacyPreconditionError` is raised —
-sampling and accounting cannot disagree.
+sampling and accounting cannot disagree. :meth:`PrivacyLedger.record` is the short form for a
+program that feeds releases itself: the round is numbered and the sampling is the ledger's own.
 
-**Cost policy.** The ledger is vectorized over clients: a release about many clients costs a few
-array operations, never a Python step per client. Each observer keeps a shared stream (events
-and RDP curve) and, per charged client, a row of an RDP matrix to which each release adds its
-event's curve (computed once per distinct event, cached) for all its clients at once; the
-receipts themselves are a log of (event, clients), so a client's release multiset is a count of
-identical releases. Certification groups the clients by multiset on demand (cached until the
-next receipt) and composes once per distinct multiset: RDP ε of every distinct curve in one
-vectorized conversion (dp-accounting's formula, bit for bit), PLD recomposed from the grouped
-events (``SelfComposedDpEvent`` per distinct event) and cached per multiset. Checking a round
-before it runs (:meth:`PrivacyLedger.would_exceed`, :meth:`PrivacyLedger.within_budget`) adds
-its curves to copies of the rows and answers from the pointwise maximum first (ε is
-non-decreasing in every order's RDP). :meth:`PrivacyLedger.record_round` stores an RDP
-certificate every round and the tightest (RDP/PLD) one every ``pld_every`` rounds and on demand
-(:meth:`PrivacyLedger.certify`). :meth:`PrivacyLedger.would_exceed` uses RDP by default, which
-can only stop a run earlier than PLD would, never later.
+**Cost policy.** The receipts are vectorized over clients (:mod:`.receipts`): a release about many
+clients costs a few array operations. Certification groups the clients by release multiset and
+composes once per distinct multiset: RDP ε of every distinct curve in one vectorized conversion
+(dp-accounting's formula, bit for bit), PLD recomposed from the grouped events and cached per
+multiset (:mod:`.composition`). :meth:`PrivacyLedger.would_exceed` and
+:meth:`PrivacyLedger.within_budget` check a round before it runs (:mod:`.trials`).
+:meth:`PrivacyLedger.record_round` stores an RDP certificate every round and the tightest
+(RDP/PLD) one every ``pld_every`` rounds and on demand (:meth:`PrivacyLedger.certify`).
 
-This module imports nothing from dpfl except :mod:`dpfl.errors` and its siblings in
-``dpfl.privacy.accounting``.
+**Saved form.** :meth:`PrivacyLedger.to_dict` / :meth:`PrivacyLedger.from_dict` (replaying the
+receipts), and :meth:`PrivacyLedger.charged_ahead`: the saved form with charges that are not yet
+recorded (what a checkpoint holds before a round's uploads may reach the server).
+
+This module imports nothing from dpfl except :mod:`dpfl.errors`, its siblings in
+``dpfl.privacy.accounting`` and :mod:`dpfl.privacy.releases`.
 
 References:
     000 eq. 2 and Algorithm 1; 002 eq. 4.7, 4.14, 5.32–5.33; 003 eq. 31–33; 004 Algorithm 1;
@@ -57,20 +52,17 @@ References:
 
 from __future__ import annotations
 
-import abc
-import dataclasses
-import itertools
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import dp_accounting as dpa
 import numpy as np
 from dp_accounting import dp_event as dpe
 
 from dpfl.errors import ConfigError, PrivacyPreconditionError
+from dpfl.privacy.accounting import trials
 from dpfl.privacy.accounting.certify import (
     DEFAULT_PLD_DISCRETIZATION,
     DEFAULT_RDP_ORDERS,
@@ -83,784 +75,29 @@ from dpfl.privacy.accounting.certify import (
     pld_epsilon,
     rdp_vector,
 )
+from dpfl.privacy.accounting.composition import (
+    _amplified,
+    _events_from_counts,
+    _quantize_for_pld,
+    _tightest,
+)
 from dpfl.privacy.accounting.events import (
     SamplerLike,
-    aggregate_noise_std,
-    amplification_support,
-    compose,
-    gaussian_event,
-    leaves,
-    noise_multiplier,
     pure_epsilon,
     sampled_event,
-    two_point_event,
     validate_delta,
     validate_relation,
     validate_sampling,
     validate_unit,
 )
-from dpfl.privacy.accounting.skellam import SkellamDpEvent
+from dpfl.privacy.accounting.receipts import ObserverState
+from dpfl.privacy.releases import OBSERVERS, Observer, Release
 
-__all__ = [
-    "OBSERVERS",
-    "ExactRelease",
-    "GaussianRelease",
-    "Observer",
-    "PrivacyLedger",
-    "Release",
-    "SampledGaussianRelease",
-    "SkellamRelease",
-    "TwoPointRelease",
-    "federated_round_releases",
-]
-
-Observer = Literal["server", "public"]
-OBSERVERS: tuple[Observer, ...] = ("server", "public")
-_KINDS = ("gaussian", "two_point", "exact", "sampled_gaussian", "skellam")
-
-
-# --------------------------------------------------------------------------- releases
-
-
-def _checked_observer(observer: str) -> None:
-    if observer not in OBSERVERS:
-        raise ConfigError(f"`observer` must be one of {list(OBSERVERS)}. Found {observer!r}.")
-
-
-def _checked_ids(client_ids: Iterable[int] | None) -> tuple[int, ...] | None:
-    """Sorted distinct ids (``None`` stays ``None``: a broadcast about the whole cohort)."""
-    if client_ids is None:
-        return None
-    ids = tuple(sorted(set(map(int, client_ids))))
-    if ids and ids[0] < 0:
-        raise ConfigError(f"client ids must be >= 0. Found {ids[:5]}.")
-    return ids
-
-
-class Release(abc.ABC):
-    """One release in one round, as one observer sees it: the base of the release types.
-
-    The kinds are types — :class:`GaussianRelease` (noise std and enforced sensitivity),
-    :class:`TwoPointRelease` (001's per-coordinate ε-LDP reports), :class:`ExactRelease` (data
-    published without noise, ε = ∞) and :class:`SampledGaussianRelease` (a client's DP-SGD
-    steps: Poisson-subsampled Gaussians per record) — each a frozen dataclass with:
-
-    Attributes:
-        observer: "server" or "public".
-        client_ids: the clients this release is about (each client listed gets this receipt);
-            ``None`` = a broadcast about the whole cohort (amplified if the sample is secret).
-        amplifiable: a broadcast (``client_ids=None``) about a secret sample of interchangeable
-            clients at a client-level unit, whose numbers are every cohort's (:mod:`.cohorts`):
-            the ledger amplifies a broadcast by the sample only when this is true, and refuses
-            any other broadcast under client sampling (record it per participant instead).
-        kind: the tag of the stored JSON form only (``to_dict``/``from_dict``); code asks
-            ``isinstance``.
-
-    Construct them with :meth:`gaussian`, :meth:`two_point` and :meth:`exact` (or the types
-    directly), and restore stored ones with :meth:`from_dict`, which also reads the dicts of
-    the former single ``Release`` class (checkpoints and stored ledgers).
-    """
-
-    kind: ClassVar[str]
-    observer: Observer
-    client_ids: tuple[int, ...] | None
-    amplifiable: bool
-
-    @abc.abstractmethod
-    def event(self) -> dpe.DpEvent:
-        """The unsampled event of this release for one privacy unit."""
-
-    @abc.abstractmethod
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-serializable form (with its ``kind`` tag)."""
-
-    def for_clients(self, client_ids: Iterable[int]) -> Release:
-        """The same release (same numbers, same observer) about ``client_ids`` only: e.g. what the
-        server saw of uploads it received but did not aggregate (rejected, late). A release that
-        names its clients is charged to each of them and never amplified (``amplifiable`` False)."""
-        return dataclasses.replace(self, client_ids=tuple(map(int, client_ids)),  # type: ignore[type-var]
-                                   amplifiable=False)
-
-    # ------------------------------------------------------------------ constructors
-
-    @staticmethod
-    def gaussian(
-        observer: Observer, noise_std: float, sensitivity: float, client_ids: Iterable[int] | None = None,
-        *, amplifiable: bool = False,
-    ) -> GaussianRelease:
-        """A Gaussian release (noise std and enforced sensitivity)."""
-        ids = None if client_ids is None else tuple(map(int, client_ids))
-        return GaussianRelease(observer, float(noise_std), float(sensitivity), ids, amplifiable)
-
-    @staticmethod
-    def exact(observer: Observer, client_ids: Iterable[int]) -> ExactRelease:
-        """A function of the clients' data released without noise (certified ε = ∞ for them)."""
-        return ExactRelease(observer, tuple(map(int, client_ids)))
-
-    @staticmethod
-    def two_point(
-        observer: Observer, epsilon: float, num_coordinates: int, client_ids: Iterable[int] | None = None
-    ) -> TwoPointRelease:
-        """A release of two-point reports (001 eq. 2): ε per coordinate, d coordinates."""
-        ids = None if client_ids is None else tuple(map(int, client_ids))
-        return TwoPointRelease(observer, float(epsilon), int(num_coordinates), ids)
-
-    @staticmethod
-    def from_dict(data: Mapping[str, Any]) -> Release:
-        """Inverse of :meth:`to_dict`, for every release type.
-
-        Also reads the dicts the former single ``Release`` class wrote (every field present,
-        ``kind`` "gaussian" or "two_point"; an exact release was a Gaussian with zero noise and
-        sensitivity 1 and loads as that Gaussian — the same non-private event).
-        """
-        kind = data.get("kind", "gaussian")
-        ids = data.get("client_ids")
-        client_ids = None if ids is None else tuple(int(c) for c in ids)
-        amplifiable = bool(data.get("amplifiable", False))
-        if kind == "gaussian":
-            return GaussianRelease(data["observer"], float(data.get("noise_std", 0.0)),
-                                   float(data.get("sensitivity", 0.0)), client_ids, amplifiable)
-        if kind == "two_point":
-            if data.get("epsilon") is None:
-                raise ConfigError("a two-point release needs its per-coordinate `epsilon`.")
-            return TwoPointRelease(data["observer"], float(data["epsilon"]), int(data.get("num_coordinates", 1)),
-                                   client_ids, amplifiable)
-        if kind == "exact":
-            if client_ids is None:
-                raise ConfigError("an exact release names its clients; found `client_ids: null`.")
-            return ExactRelease(data["observer"], client_ids)
-        if kind == "sampled_gaussian":
-            if client_ids is None:
-                raise ConfigError("a sampled Gaussian release names its clients; found `client_ids: null`.")
-            return SampledGaussianRelease(data["observer"], float(data["noise_multiplier"]),
-                                          float(data["sample_rate"]), int(data["count"]), client_ids)
-        if kind == "skellam":
-            return SkellamRelease(data["observer"], float(data["variance"]), float(data["l2_sensitivity"]),
-                                  float(data["l1_sensitivity"]), client_ids, amplifiable)
-        raise ConfigError(f"`kind` must be one of {list(_KINDS)}. Found {kind!r}.")
-
-
-@dataclass(frozen=True)
-class GaussianRelease(Release):
-    """A vector released with Gaussian noise.
-
-    Attributes:
-        noise_std: Gaussian noise std actually in the released vector.
-        sensitivity: L2 sensitivity to one privacy unit actually enforced (under the ledger's
-            relation) — e.g. 2C for parameters clipped to C under replace-one. Zero noise against
-            a positive sensitivity is the non-private event (ε = ∞, e.g. midp-server's uploads).
-    """
-
-    kind: ClassVar[str] = "gaussian"
-    observer: Observer
-    noise_std: float = 0.0
-    sensitivity: float = 0.0
-    client_ids: tuple[int, ...] | None = None
-    amplifiable: bool = False
-
-    def __post_init__(self) -> None:
-        _checked_observer(self.observer)
-        object.__setattr__(self, "client_ids", _checked_ids(self.client_ids))
-        self.event()  # validates the numbers
-
-    @property
-    def noise_multiplier(self) -> float:
-        """noise std / sensitivity (inf when nothing about the unit is released)."""
-        return noise_multiplier(self.noise_std, self.sensitivity)
-
-    def event(self) -> dpe.DpEvent:
-        return gaussian_event(self.noise_std, self.sensitivity)
-
-    def to_dict(self) -> dict[str, Any]:
-        # the former single class's layout, every field present: older readers load it too
-        return {
-            "observer": self.observer,
-            "kind": self.kind,
-            "noise_std": self.noise_std,
-            "sensitivity": self.sensitivity,
-            "client_ids": None if self.client_ids is None else list(self.client_ids),
-            "epsilon": None,
-            "num_coordinates": 1,
-            "amplifiable": self.amplifiable,
-        }
-
-
-@dataclass(frozen=True)
-class TwoPointRelease(Release):
-    """Two-point reports (001 eq. 2): each of ``num_coordinates`` coordinates ``epsilon``-LDP.
-
-    Attributes:
-        epsilon: the per-coordinate ε.
-        num_coordinates: coordinates per report (d).
-    """
-
-    kind: ClassVar[str] = "two_point"
-    observer: Observer
-    epsilon: float
-    num_coordinates: int = 1
-    client_ids: tuple[int, ...] | None = None
-    amplifiable: bool = False
-
-    def __post_init__(self) -> None:
-        _checked_observer(self.observer)
-        object.__setattr__(self, "client_ids", _checked_ids(self.client_ids))
-        self.event()  # validates the numbers
-
-    def event(self) -> dpe.DpEvent:
-        return two_point_event(self.epsilon, self.num_coordinates)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "observer": self.observer,
-            "kind": self.kind,
-            "noise_std": 0.0,
-            "sensitivity": 0.0,
-            "client_ids": None if self.client_ids is None else list(self.client_ids),
-            "epsilon": self.epsilon,
-            "num_coordinates": self.num_coordinates,
-            "amplifiable": self.amplifiable,
-        }
-
-
-@dataclass(frozen=True)
-class ExactRelease(Release):
-    """A function of the named clients' data published without noise: certified ε = ∞ for them
-    against this observer (LDP-FL's ``client-minmax`` ranges, PMIDP-FL's adaptive thresholds).
-
-    Its event is dp-accounting's ``NonPrivateDpEvent``, the same event as a Gaussian release of
-    zero noise against a positive sensitivity (how the former single class recorded it).
-    """
-
-    kind: ClassVar[str] = "exact"
-    observer: Observer
-    client_ids: tuple[int, ...]
-    amplifiable: bool = False
-
-    def __post_init__(self) -> None:
-        _checked_observer(self.observer)
-        if self.client_ids is None:
-            raise ConfigError("an exact release names the clients whose data it publishes; found None.")
-        if self.amplifiable:
-            raise ConfigError("an exact release cannot be amplified by sampling (it names its clients).")
-        object.__setattr__(self, "client_ids", _checked_ids(self.client_ids))
-
-    def event(self) -> dpe.DpEvent:
-        return dpa.NonPrivateDpEvent()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "observer": self.observer,
-            "kind": self.kind,
-            "client_ids": list(self.client_ids or ()),
-            "amplifiable": False,
-        }
-
-
-@dataclass(frozen=True)
-class SampledGaussianRelease(Release):
-    """``count`` Poisson-subsampled Gaussian sum queries about each named client's records: the
-    local DP-SGD steps of a round (Abadi et al. 2016, Algorithm 1), one record the unit.
-
-    Each step includes every record of the client independently with probability q, sums the
-    per-sample gradients clipped to C and adds N(0, (zC)² I); under add/remove-one-record the
-    sum's sensitivity is C, so one step is ``PoissonSampledDpEvent(q, GaussianDpEvent(z))`` and
-    the round's steps compose (adaptively: each step starts from the previous noisy model)
-    ``count`` times. What the client uploads is a function of these noisy steps and the round's
-    global model (post-processing), so the event holds for every observer of the upload or of
-    an aggregate of it. The ledger's relation must be add/remove (Poisson sampling).
-
-    Attributes:
-        noise_multiplier: z = noise std of the step's sum over the clip norm C (0: ε = ∞).
-        sample_rate: q in (0, 1] (1: every record in every step, no amplification).
-        count: steps composed (>= 1).
-        client_ids: the clients whose records the steps are about (a record is one client's).
-
-    References:
-        Abadi et al., "Deep Learning with Differential Privacy", CCS 2016, Algorithm 1 and §3.1
-        (moments accountant); Mironov, Talwar, Zhang 2019 (RDP of the sampled Gaussian);
-        dp_accounting ``PoissonSampledDpEvent``.
-    """
-
-    kind: ClassVar[str] = "sampled_gaussian"
-    observer: Observer
-    noise_multiplier: float
-    sample_rate: float
-    count: int
-    client_ids: tuple[int, ...]
-    amplifiable: bool = False
-
-    def __post_init__(self) -> None:
-        _checked_observer(self.observer)
-        z, q, n = self.noise_multiplier, self.sample_rate, self.count
-        if isinstance(z, bool) or not isinstance(z, (int, float)) or not (math.isfinite(z) and z >= 0):
-            raise ConfigError(f"`noise_multiplier` must be a finite number >= 0. Found {z!r}.")
-        if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 < q <= 1:
-            raise ConfigError(f"`sample_rate` must be in (0, 1]. Found {q!r}.")
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ConfigError(f"`count` must be an integer >= 1. Found {n!r}.")
-        if self.client_ids is None:
-            raise ConfigError("a sampled Gaussian release names the clients whose records it is about; found None.")
-        if self.amplifiable:
-            raise ConfigError("a sampled Gaussian release names its clients and is not amplified by client sampling.")
-        object.__setattr__(self, "client_ids", _checked_ids(self.client_ids))
-
-    def event(self) -> dpe.DpEvent:
-        """``SelfComposedDpEvent(PoissonSampledDpEvent(q, GaussianDpEvent(z)), count)``; at q = 1 the
-        step is an unsampled Gaussian (no wrapper, as :func:`.events.poisson_sampled_event`), and
-        z = 0 is ``NonPrivateDpEvent`` (noise-free gradients: no guarantee)."""
-        if self.noise_multiplier == 0:
-            return dpa.NonPrivateDpEvent()
-        step: dpe.DpEvent = dpa.GaussianDpEvent(float(self.noise_multiplier))
-        if self.sample_rate < 1:
-            step = dpa.PoissonSampledDpEvent(float(self.sample_rate), step)
-        return dpa.SelfComposedDpEvent(step, int(self.count))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "observer": self.observer,
-            "kind": self.kind,
-            "noise_multiplier": self.noise_multiplier,
-            "sample_rate": self.sample_rate,
-            "count": self.count,
-            "client_ids": list(self.client_ids),
-            "amplifiable": False,
-        }
-
-
-@dataclass(frozen=True)
-class SkellamRelease(Release):
-    """An integer sum released under secure aggregation with Skellam noise (:mod:`.skellam`).
-
-    The observer sees only the modular sum of the integer uploads, which carries Sk(variance)
-    per coordinate: the noise shares of the clients whose shares it cannot subtract (not its own,
-    not those of clients colluding with it).
-
-    Attributes:
-        variance: μ, the noise variance per coordinate in the sum, in integer units (0: ε = ∞).
-        l2_sensitivity: Δ2, the enforced L2 bound of one client's integer vector (after scaling,
-            rotation and conditional rounding, :mod:`dpfl.privacy.mechanisms.integer`).
-        l1_sensitivity: Δ1, its L1 bound.
-        client_ids: the clients charged (the observer knows they took part), or ``None``.
-        amplifiable: with ``client_ids=None``: the observer does not know who contributed (a
-            secret Poisson sample — the public's view, or the server's under hidden participation),
-            so the ledger amplifies the release by the sampler's own event.
-    """
-
-    kind: ClassVar[str] = "skellam"
-    observer: Observer
-    variance: float
-    l2_sensitivity: float
-    l1_sensitivity: float
-    client_ids: tuple[int, ...] | None = None
-    amplifiable: bool = False
-
-    def __post_init__(self) -> None:
-        _checked_observer(self.observer)
-        object.__setattr__(self, "client_ids", _checked_ids(self.client_ids))
-        self.event()  # validates the numbers
-
-    def event(self) -> dpe.DpEvent:
-        if self.variance == 0:
-            return dpa.NonPrivateDpEvent()
-        return SkellamDpEvent(float(self.variance), float(self.l2_sensitivity), float(self.l1_sensitivity))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "observer": self.observer,
-            "kind": self.kind,
-            "variance": self.variance,
-            "l2_sensitivity": self.l2_sensitivity,
-            "l1_sensitivity": self.l1_sensitivity,
-            "client_ids": None if self.client_ids is None else list(self.client_ids),
-            "amplifiable": self.amplifiable,
-        }
-
-
-def federated_round_releases(
-    client_ids: Sequence[int],
-    client_noise_stds: Sequence[float] | float,
-    client_sensitivities: Sequence[float] | float,
-    weights: Sequence[float],
-    *,
-    server_noise_std: float = 0.0,
-    secure_aggregation: bool = False,
-    per_client_public: bool = False,
-    amplifiable: bool = False,
-) -> list[Release]:
-    """The releases of one weighted-aggregation round, computed from the clients that *arrived*.
-
-    Server: each client's upload (noise σ_k, sensitivity Δ_k) — or, with ``secure_aggregation``,
-    only the aggregate of the client noises (the server knows its own noise, so it never counts).
-    Public: the broadcast ``Σ_k w_k x̃_k + n_s`` with noise sqrt(Σ_k w_k² σ_k² + σ_s²) against
-    sensitivity max_k w_k Δ_k (one broadcast release), or per client w_k Δ_k with
-    ``per_client_public`` (personalized weights/noise; never amplified by sampling).
-
-    Args:
-        client_ids: the clients whose uploads entered the aggregate.
-        client_noise_stds: σ_k per client (or one value for all).
-        client_sensitivities: Δ_k per client (or one value), enforced, under the ledger's relation.
-        weights: aggregation weights w_k of the arrived clients.
-        server_noise_std: noise the server adds to the aggregate before broadcasting.
-        secure_aggregation: the server sees only the sum of the uploads.
-        per_client_public: record the public release per client (sensitivity w_k Δ_k).
-        amplifiable: the clients are interchangeable and the unit is a client
-            (:func:`.cohorts.broadcast_mode` says "amplified"): the broadcast may be amplified by
-            the secret sample. Under client sampling a broadcast that is not must be recorded per
-            participant (``per_client_public``); the ledger refuses it otherwise.
-
-    Returns:
-        the releases, grouped so that clients with equal numbers share one release.
-
-    References:
-        000 eq. 2; 002 eq. 4.7, 4.14; 003 eq. 31–33; 004 Algorithm 1 line 8.
-    """
-    ids = [int(c) for c in client_ids]
-    n = len(ids)
-    one_std = isinstance(client_noise_stds, (int, float))
-    one_sens = isinstance(client_sensitivities, (int, float))
-    sig = ([float(client_noise_stds)] * n if isinstance(client_noise_stds, (int, float))
-           else [float(s) for s in client_noise_stds])
-    sens = ([float(client_sensitivities)] * n if isinstance(client_sensitivities, (int, float))
-            else [float(s) for s in client_sensitivities])
-    w = [float(x) for x in weights]
-    if not (len(sig) == len(sens) == len(w) == n):
-        raise ConfigError(
-            f"client_ids, noise stds, sensitivities and weights must have equal lengths. Found "
-            f"{n}, {len(sig)}, {len(sens)}, {len(w)}."
-        )
-    releases: list[Release] = []
-    if n == 0:
-        return releases  # a noise-only broadcast says nothing about any client
-    equal_weights = len(set(w)) == 1
-    client_part, total = _aggregate_noise_stds(sig, w, float(server_noise_std), one_std and equal_weights)
-    # server
-    groups: dict[tuple[float, float], list[int]] = {}
-    if not secure_aggregation and one_std and one_sens:
-        groups[(sig[0], sens[0])] = ids
-    elif secure_aggregation:
-        for cid, wk, dk in zip(ids, w, sens, strict=True):
-            groups.setdefault((client_part, wk * dk), []).append(cid)
-    else:
-        for cid, sk, dk in zip(ids, sig, sens, strict=True):
-            groups.setdefault((sk, dk), []).append(cid)
-    releases += [Release.gaussian("server", s, d, c) for (s, d), c in groups.items()]
-    # public
-    if per_client_public:
-        pub: dict[float, list[int]] = {}
-        for cid, wk, dk in zip(ids, w, sens, strict=True):
-            pub.setdefault(wk * dk, []).append(cid)
-        releases += [Release.gaussian("public", total, d, c) for d, c in pub.items()]
-    else:
-        agg_sens = w[0] * sens[0] if one_sens and equal_weights else max(
-            wk * dk for wk, dk in zip(w, sens, strict=True))
-        releases.append(Release.gaussian("public", total, agg_sens, None, amplifiable=amplifiable))
-    return releases
-
-
-def _aggregate_noise_stds(sig: list[float], w: list[float], server: float, uniform: bool) -> tuple[float, float]:
-    """``aggregate_noise_std(sig, w)`` and ``aggregate_noise_std(sig, w, server)`` — the same
-    numbers (the same terms summed by the same ``sum`` in the same order) in one pass; with
-    ``uniform`` (one std, equal weights) the identical terms are not recomputed."""
-    vals = np.asarray(sig + w + [server])
-    if not bool(np.all(np.isfinite(vals) & (vals >= 0))):
-        return aggregate_noise_std(sig, w), aggregate_noise_std(sig, w, server)  # raises, naming the value
-    terms = itertools.repeat((w[0] * sig[0]) ** 2, len(sig)) if uniform else (
-        (wk * sk) ** 2 for wk, sk in zip(w, sig, strict=True))
-    total = sum(terms)
-    return math.sqrt(total + 0.0**2), math.sqrt(total + server**2)
-
-
-# --------------------------------------------------------------------------- per-observer state
+__all__ = ["PrivacyLedger"]
 
 
 def _signature(counts: Counter[dpe.DpEvent]) -> frozenset[tuple[dpe.DpEvent, int]]:
     return frozenset(counts.items())
-
-
-@dataclass(frozen=True)
-class _Histories:
-    """The charged clients' own receipts, grouped: what certification reads.
-
-    Row r (a client, in the order clients were first charged) holds ``counts[starts[r]:starts[r+1]]``
-    receipts of the events ``columns[...]``, in the order the client first received each (the
-    insertion order of a per-client ``Counter``, which fixes the order a PLD composes them in).
-    ``group[r]`` numbers the row's release multiset (in order of first appearance);
-    ``representatives`` is the first row of each multiset.
-    """
-
-    starts: np.ndarray
-    columns: np.ndarray
-    counts: np.ndarray
-    group: np.ndarray
-    representatives: np.ndarray
-
-    @classmethod
-    def of_pairs(cls, prow: np.ndarray, pcol: np.ndarray, counts: np.ndarray, first: np.ndarray,
-                 num_rows: int) -> _Histories:
-        """From the (row, event) pairs sorted by row then event, their counts and first receipts."""
-        starts = np.searchsorted(prow, np.arange(num_rows + 1))
-        canonical = np.stack([pcol, counts], axis=1).astype(np.int64)
-        seen: dict[bytes, int] = {}
-        group = np.empty(num_rows, dtype=np.int64)
-        reps: list[int] = []
-        for r in range(num_rows):
-            g = seen.setdefault(canonical[starts[r]:starts[r + 1]].tobytes(), len(reps))
-            if g == len(reps):
-                reps.append(r)
-            group[r] = g
-        order = np.lexsort((first, prow))  # within a row: first receipt first
-        return cls(starts, pcol[order], counts[order], group, np.asarray(reps, dtype=np.int64))
-
-    @classmethod
-    def of_log(cls, log: Sequence[tuple[int, np.ndarray]], num_rows: int, num_events: int) -> _Histories:
-        empty = np.zeros(0, dtype=np.int64)
-        if not log:
-            return cls.of_pairs(empty, empty, empty, empty, num_rows)
-        rows = np.concatenate([idx for _, idx in log])
-        cols = np.repeat(np.array([c for c, _ in log], dtype=np.int64), [idx.size for _, idx in log])
-        keys, first, counts = np.unique(rows * num_events + cols, return_index=True, return_counts=True)
-        prow, pcol = np.divmod(keys, num_events)
-        return cls.of_pairs(prow, pcol, counts, first, num_rows)
-
-    def counter(self, row: int, events: Sequence[dpe.DpEvent]) -> Counter[dpe.DpEvent]:
-        s, e = int(self.starts[row]), int(self.starts[row + 1])
-        return Counter({events[int(c)]: int(k) for c, k in zip(self.columns[s:e], self.counts[s:e], strict=True)})
-
-
-#: Kinds of an event for pure composition (:func:`_pure_kind`), as bits of a client's flags.
-_KIND_BITS = {"pure": 1, "zero": 2, "none": 4}
-#: A client's receipts are also kept as a dense [clients, distinct events] count matrix while it
-#: has at most this many cells (a few distinct events: most algorithms); beyond, the log alone.
-_DENSE_MAX_CELLS = 1 << 22
-
-
-class _ObserverState:
-    """One observer's receipts: the shared (broadcast) stream and every charged client's own.
-
-    Clients get a row when first charged (``pos[client]``, -1 before; ``ids`` in that order).
-    ``rows`` holds each row's RDP curve, accumulated release by release (one vector addition per
-    release for all its clients). The receipts themselves are a log of (event column, rows) and,
-    while there are few distinct events, a dense count matrix with each count's first receipt: a
-    client's release multiset is the count of each event, read without per-client Python objects
-    and grouped into distinct multisets on demand (:class:`_Histories`, cached until the next
-    receipt). ``kinds`` flags which kinds of event (:func:`_pure_kind`) each row has received.
-    """
-
-    def __init__(self, n_orders: int, num_clients: int) -> None:
-        self.n_orders = n_orders
-        self.shared_counts: Counter[dpe.DpEvent] = Counter()
-        self.shared_rdp = np.zeros(n_orders)
-        self.pos = np.full(num_clients, -1, dtype=np.int64)
-        self.id_of = np.zeros(16, dtype=np.int64)
-        self.kinds = np.zeros(16, dtype=np.uint8)
-        self.n = 0
-        self.rows = np.zeros((16, n_orders))
-        self.events: list[dpe.DpEvent] = []
-        self.event_bits: list[int] = []
-        self.column: dict[dpe.DpEvent, int] = {}
-        self.log: list[tuple[int, np.ndarray]] = []
-        self.dense: tuple[np.ndarray, np.ndarray] | None = (np.zeros((16, 4), dtype=np.int32),
-                                                            np.zeros((16, 4), dtype=np.int32))
-        self._histories: _Histories | None = None
-
-    @property
-    def ids(self) -> np.ndarray:
-        """Client ids of the rows, in the order they were first charged."""
-        return self.id_of[: self.n]
-
-    def row_of(self, cid: int | None) -> int | None:
-        if cid is None or not 0 <= cid < self.pos.shape[0]:
-            return None
-        r = int(self.pos[cid])
-        return r if r >= 0 else None
-
-    def rows_of(self, clients: Sequence[int]) -> np.ndarray:
-        """Rows of ``clients`` (distinct), giving new clients rows in the order listed."""
-        cids = np.asarray(clients, dtype=np.int64)
-        idx = self.pos[cids]
-        fresh = idx < 0
-        if fresh.any():
-            new = cids[fresh]
-            m = self.n + new.size
-            if m > self.rows.shape[0]:
-                cap = max(2 * self.rows.shape[0], m)
-                more = cap - self.rows.shape[0]
-                self.rows = np.vstack([self.rows, np.zeros((more, self.n_orders))])
-                self.id_of = np.concatenate([self.id_of, np.zeros(more, dtype=np.int64)])
-                self.kinds = np.concatenate([self.kinds, np.zeros(more, dtype=np.uint8)])
-            self.pos[new] = np.arange(self.n, m)
-            self.id_of[self.n:m] = new
-            self.n = m
-            idx = self.pos[cids]
-        return idx
-
-    def _dense_fit(self) -> None:
-        """Grow the dense matrices to the rows and events in use, or drop them past the budget."""
-        if self.dense is None:
-            return
-        counts, first = self.dense
-        rows, cols = self.rows.shape[0], len(self.events)
-        if counts.shape[0] >= rows and counts.shape[1] >= cols:
-            return
-        new_cols = max(counts.shape[1], 2 * counts.shape[1] if cols > counts.shape[1] else 0, cols)
-        if rows * new_cols > _DENSE_MAX_CELLS:
-            self.dense = None
-            return
-        grown = np.zeros((rows, new_cols), dtype=np.int32), np.zeros((rows, new_cols), dtype=np.int32)
-        for old, big in zip(self.dense, grown, strict=True):
-            big[: old.shape[0], : old.shape[1]] = old
-        self.dense = grown
-
-    def charge(self, clients: Sequence[int], event: dpe.DpEvent, vec: np.ndarray) -> None:
-        """One release about ``clients``: its RDP added to their rows, its event counted and logged."""
-        idx = self.rows_of(clients)
-        self.rows[idx] += vec
-        col = self.column.setdefault(event, len(self.events))
-        if col == len(self.events):
-            self.events.append(event)
-            self.event_bits.append(_KIND_BITS[_pure_kind(event)])
-        self.kinds[idx] |= self.event_bits[col]
-        self._dense_fit()
-        if self.dense is not None:
-            counts, first = self.dense
-            new = idx[counts[idx, col] == 0]
-            first[new, col] = len(self.log)
-            counts[idx, col] += 1
-        self.log.append((col, idx))
-        self._histories = None
-
-    def histories(self) -> _Histories:
-        if self._histories is None:
-            if self.dense is not None:
-                counts, first = self.dense
-                prow, pcol = np.nonzero(counts[: self.n, : len(self.events)])
-                self._histories = _Histories.of_pairs(prow, pcol, counts[prow, pcol], first[prow, pcol], self.n)
-            else:
-                self._histories = _Histories.of_log(self.log, self.n, max(len(self.events), 1))
-        return self._histories
-
-    def own_counts(self, row: int) -> Counter[dpe.DpEvent]:
-        """The receipts of row ``row``, in the order the client first received each event."""
-        if self.dense is not None and self._histories is None:
-            counts, first = self.dense
-            cols = np.flatnonzero(counts[row, : len(self.events)])
-            cols = cols[np.argsort(first[row, cols], kind="stable")]
-            return Counter({self.events[int(c)]: int(counts[row, c]) for c in cols})
-        return self.histories().counter(row, self.events)
-
-    def row_kinds(self, row: int | None) -> set[str]:
-        """The kinds of event (:func:`_pure_kind`) in the shared stream and in row ``row``'s."""
-        bits = int(self.kinds[row]) if row is not None else 0
-        out = {kind for kind, bit in _KIND_BITS.items() if bits & bit}
-        return out | {_pure_kind(e) for e in self.shared_counts}
-
-    def to_counts(self, cid: int | None) -> Counter[dpe.DpEvent]:
-        """The shared receipts, then client ``cid``'s own (None: the shared ones only)."""
-        total: Counter[dpe.DpEvent] = Counter(self.shared_counts)
-        row = self.row_of(cid)
-        if row is not None:
-            total.update(self.own_counts(row))
-        return total
-
-    def copy(self) -> _ObserverState:
-        out = _ObserverState.__new__(_ObserverState)
-        out.__dict__.update(self.__dict__)
-        out.shared_counts = Counter(self.shared_counts)
-        out.shared_rdp = self.shared_rdp.copy()
-        out.pos, out.id_of, out.rows, out.kinds = self.pos.copy(), self.id_of.copy(), self.rows.copy(), self.kinds.copy()
-        out.events, out.event_bits, out.column, out.log = (list(self.events), list(self.event_bits), dict(self.column),
-                                                           list(self.log))
-        out.dense = None if self.dense is None else (self.dense[0].copy(), self.dense[1].copy())
-        return out  # _histories: immutable, and the receipts are the same
-
-
-#: Above this many distinct *sampled* events, PLD groups noise multipliers on a geometric grid.
-PLD_MAX_DISTINCT_SAMPLED = 64
-#: Relative step of that grid (multipliers are rounded *down*: less noise, a valid upper bound).
-PLD_GRID_STEP = 0.005
-
-
-def _round_down(z: float) -> float:
-    step = math.log1p(PLD_GRID_STEP)
-    return math.exp(math.floor(math.log(z) / step + 1e-9) * step)
-
-
-def _quantize_event(event: dpe.DpEvent) -> dpe.DpEvent:
-    if isinstance(event, dpa.GaussianDpEvent) and event.noise_multiplier > 0:
-        return dpa.GaussianDpEvent(min(event.noise_multiplier, _round_down(event.noise_multiplier)))
-    if isinstance(event, dpa.PoissonSampledDpEvent):
-        return dpa.PoissonSampledDpEvent(event.sampling_probability, _quantize_event(event.event))
-    if isinstance(event, dpa.SampledWithoutReplacementDpEvent):
-        return dpa.SampledWithoutReplacementDpEvent(
-            event.source_dataset_size, event.sample_size, _quantize_event(event.event)
-        )
-    return event
-
-
-def _quantize_for_pld(counts: Counter[dpe.DpEvent]) -> tuple[Counter[dpe.DpEvent], list[str]]:
-    """Group many distinct sampled releases for the discretized PLD (valid upper bound).
-
-    Each sampled release costs one PLD convolution; runs with noise that changes every round
-    (decay schedules) would need one per round. Less noise is never more private (the noisier
-    release is a post-processing of the less noisy one, also under sampling), so rounding every
-    multiplier down to a 0.5% geometric grid gives a valid, slightly pessimistic PLD with few
-    distinct events. Unsampled Gaussians are left alone (they are composed exactly in closed form).
-    """
-    sampled = {
-        e for e in counts if isinstance(e, (dpa.PoissonSampledDpEvent, dpa.SampledWithoutReplacementDpEvent))
-    }
-    if len(sampled) <= PLD_MAX_DISTINCT_SAMPLED:
-        return counts, []
-    out: Counter[dpe.DpEvent] = Counter()
-    for event, c in counts.items():
-        out[_quantize_event(event) if event in sampled else event] += c
-    return out, [
-        f"PLD: {len(sampled)} distinct sampled releases grouped by rounding their noise "
-        f"multipliers down to a {PLD_GRID_STEP:.1%} grid (valid upper bound)"
-    ]
-
-
-def _amplified(event: dpe.DpEvent, relation: str) -> bool:
-    """Whether a shared receipt is a client-sampled event the accountant amplifies (a sampled
-    event whose sampling it cannot price under ``relation`` is certified without it)."""
-    if not isinstance(event, (dpa.PoissonSampledDpEvent, dpa.SampledWithoutReplacementDpEvent)):
-        return False
-    support = amplification_support(event, relation)
-    return support["rdp"] or support["pld"]
-
-
-def _events_from_counts(counts: Counter[dpe.DpEvent]) -> dpe.DpEvent:
-    return compose(e if c == 1 else dpa.SelfComposedDpEvent(e, c) for e, c in counts.items())
-
-
-def _tightest(eps_pld: float | None, eps_rdp: float, eps_pure: float | None) -> tuple[float, str]:
-    """The smallest valid bound and its method (PLD first on ties, then RDP, then pure)."""
-    eps, best = math.inf, "rdp"
-    for name, value in (("pld", eps_pld), ("rdp", eps_rdp), ("pure", eps_pure)):
-        if value is not None and value < eps:
-            eps, best = value, name
-    return eps, best
-
-
-def _pure_kind(event: dpe.DpEvent) -> str:
-    """How an event enters :func:`.events.pure_epsilon`: "pure" (randomized response or nothing),
-    "zero" (a randomized response without noise: ε = ∞ when met first), "none" (not pure DP: the
-    composition has no pure bound unless a "zero" comes first)."""
-    kinds = set()
-    for leaf, _ in leaves(event):
-        if isinstance(leaf, dpa.NoOpDpEvent):
-            continue
-        if isinstance(leaf, dpa.RandomizedResponseDpEvent):
-            kinds.add("zero" if leaf.noise_parameter == 0 and leaf.num_buckets != 1 else "pure")
-        else:
-            kinds.add("none")
-    for kind in ("zero", "none"):
-        if kind in kinds:
-            return kind
-    return "pure"
-
-
-# --------------------------------------------------------------------------- the ledger
 
 
 class PrivacyLedger:
@@ -871,8 +108,8 @@ class PrivacyLedger:
         sampler: the sampler the engine uses (an object with ``describe()``/``wrap_event``) or
             its description.
         delta: δ of every certificate.
-        relation: "add_remove" or "replace_one" — what the recorded sensitivities mean.
-        privacy_unit: "client" or "record" — what the enforced sensitivity protects.
+        relation: "add_remove" (default) or "replace_one" — what the recorded sensitivities mean.
+        privacy_unit: "client" (default) or "record" — what the enforced sensitivity protects.
         sample_secret: whether the public cannot tell who was sampled (enables amplification of
             broadcast releases).
         pld_every: compute the PLD (tightest) certificate every this many rounds (0: never
@@ -880,6 +117,7 @@ class PrivacyLedger:
         pld_discretization: PLD grid step.
         rdp_orders: RDP orders.
 
+    >>> from dpfl.privacy.releases import federated_round_releases
     >>> ledger = PrivacyLedger(num_clients=4, sampler={"kind": "all"}, delta=1e-5,
     ...                        relation="add_remove", privacy_unit="client", pld_every=0)
     >>> _ = ledger.record_round(0, federated_round_releases([0, 1, 2, 3], 4.0, 1.0, [0.25] * 4),
@@ -894,8 +132,8 @@ class PrivacyLedger:
         num_clients: int,
         sampler: SamplerLike | Mapping[str, Any],
         delta: float,
-        relation: str,
-        privacy_unit: str,
+        relation: str = "add_remove",
+        privacy_unit: str = "client",
         sample_secret: bool = True,
         pld_every: int = 10,
         pld_discretization: float = DEFAULT_PLD_DISCRETIZATION,
@@ -920,8 +158,8 @@ class PrivacyLedger:
         self.pld_every = pld_every
         self.pld_discretization = float(pld_discretization)
         self.rdp_orders = tuple(float(o) for o in rdp_orders)
-        self._state: dict[str, _ObserverState] = {
-            obs: _ObserverState(len(self.rdp_orders), num_clients) for obs in OBSERVERS}
+        self._state: dict[str, ObserverState] = {
+            obs: ObserverState(len(self.rdp_orders), num_clients) for obs in OBSERVERS}
         self._version = 0  # receipts recorded so far (keys the per-client RDP cache)
         self._full_rdp_cache: dict[str, tuple[int, np.ndarray]] = {}
         self._rounds: list[dict[str, Any]] = []
@@ -979,20 +217,7 @@ class PrivacyLedger:
         for rel in releases:
             if not isinstance(rel, Release):
                 raise ConfigError(f"releases must be `Release` objects. Found {type(rel).__name__}.")
-            if isinstance(rel, SkellamRelease) and self.relation != "add_remove":
-                raise PrivacyPreconditionError(
-                    f"a Skellam (secure aggregation) release is priced under add/remove one client; this "
-                    f"ledger's relation is {self.relation!r}.")
-            if (isinstance(rel, SkellamRelease) and rel.amplifiable and rel.client_ids is None
-                    and self.sampling["kind"] not in ("poisson", "all")):
-                raise PrivacyPreconditionError(
-                    "a Skellam release hidden in a secret sample is amplified only by Poisson sampling (each "
-                    f"client's own coin); this run samples {self.sampling['kind']!r}.")
-            if isinstance(rel, SampledGaussianRelease) and self.relation != "add_remove":
-                raise PrivacyPreconditionError(
-                    f"a Poisson-sampled (DP-SGD) release is priced under add/remove-one; this ledger's "
-                    f"relation is {self.relation!r}. Build the ledger with relation 'add_remove'."
-                )
+            rel.check_ledger(self.relation, self.sampling["kind"])
             if rel.client_ids is not None and not members.issuperset(rel.client_ids):
                 extra = sorted(set(rel.client_ids) - members)[:5]
                 raise PrivacyPreconditionError(
@@ -1008,7 +233,7 @@ class PrivacyLedger:
         event = release.event()
         if release.client_ids is not None:
             return None, release.client_ids, event
-        hidden_from_server = release.observer == "server" and release.amplifiable and isinstance(release, SkellamRelease)
+        hidden_from_server = release.observer == "server" and release.amplifiable and release.hidden_from_server()
         if (release.observer == "public" and self.sample_secret) or hidden_from_server:
             if self.sampling["kind"] != "all" and not (release.amplifiable and self.privacy_unit == "client"):
                 raise PrivacyPreconditionError(
@@ -1038,6 +263,34 @@ class PrivacyLedger:
         makes per-participant figures conditional on who arrived."""
         if len(parts) < self.num_clients and self.sampling["kind"] == "all":
             self._partial_rounds = True
+
+    def record(
+        self,
+        releases: Sequence[Release],
+        *,
+        participants: Iterable[int] | None = None,
+        claimed_epsilon: float | Mapping[int, float] | None = None,
+    ) -> dict[str, Any]:
+        """Record the next round's releases under the ledger's own sampling; returns its entry.
+
+        The short form of :meth:`record_round` for a program outside dpfl's round loop (a Flower
+        strategy, a script): the round is numbered after the last one recorded, and
+        ``participants`` defaults to every client a release names.
+
+        >>> from dpfl.privacy import GaussianRelease, PrivacyLedger
+        >>> ledger = PrivacyLedger(num_clients=10, sampler={"kind": "all"}, delta=1e-5, pld_every=0)
+        >>> _ = ledger.record([GaussianRelease("public", noise_std=2.0, sensitivity=1.0,
+        ...                                    client_ids=range(10))])
+        >>> round(ledger.certify("public").epsilon, 3)
+        1.993
+        """
+        if participants is None:
+            named: set[int] = set()
+            for rel in releases:
+                named.update(rel.client_ids or ())
+            participants = sorted(named)
+        return self.record_round(self.rounds_recorded, releases, sampling=self.sampling,
+                                 participants=participants, claimed_epsilon=claimed_epsilon)
 
     def record_round(
         self,
@@ -1126,15 +379,6 @@ class PrivacyLedger:
         k = int(np.argmax(eps))
         who = int(ids[int(np.flatnonzero(inverse.reshape(-1) == k)[0])])
         return float(eps[k]), who
-
-    def _exceeds(self, shared: np.ndarray, rows: np.ndarray, ids: np.ndarray, target: float) -> bool:
-        """Whether :meth:`_worst` is above ``target``. ε is non-decreasing in every order's RDP,
-        so when the pointwise maximum of the curves is within the target, so is every client."""
-        if rows.shape[0]:
-            top = rows.max(axis=0) + shared
-            if not np.isnan(top).any() and self._eps(top) <= target:
-                return False
-        return self._worst(shared, rows, ids)[0] > target
 
     def client_epsilons(self, observer: Observer, method: Literal["rdp", "best"] = "rdp") -> dict[int, float]:
         """Certified ε of every client that has its own receipts, against ``observer``.
@@ -1372,8 +616,9 @@ class PrivacyLedger:
             trial.record_round(-1, next_round_releases, sampling=self.sampling, participants=parts,
                                certify_round=False)
             return bool(trial.certify(observer, None, "best").epsilon > target_epsilon)
-        return any(self._exceeds(*self._trial(obs, next_round_releases, parts), target_epsilon)
+        return any(trials.exceeds(self, *trials.trial_curves(self, obs, next_round_releases, parts), target_epsilon)
                    for obs in ((observer,) if observer else OBSERVERS))
+
 
     def _clone(self) -> PrivacyLedger:
         """A copy of the receipts, configuration and sampler (what :meth:`from_dict` of
@@ -1387,55 +632,8 @@ class PrivacyLedger:
         trial._full_rdp_cache = {}
         return trial
 
+
     # ------------------------------------------------------------------ Rényi filter
-
-    def _trial(self, observer: str, releases: Sequence[Release],
-               parts: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(shared RDP curve, own RDP curve per charged client, their ids) of ``observer`` after
-        ``releases`` (already checked) — the same additions recording them would make, on copies
-        (clients charged for the first time are appended in the order they are charged)."""
-        st = self._state[observer]
-        shared = st.shared_rdp.copy()
-        rows, ids = st.rows[: st.n], st.ids
-        fresh: dict[int, int] = {}
-        copied = False
-        for rel in releases:
-            if rel.observer != observer:
-                continue
-            sh, clients, event = self._targets(rel, parts)
-            if sh is not None and not isinstance(sh, dpa.NoOpDpEvent):
-                shared += rdp_vector(sh, self.relation, self.rdp_orders)
-            if clients and not isinstance(event, dpa.NoOpDpEvent):
-                vec = rdp_vector(event, self.relation, self.rdp_orders)
-                cids = np.asarray(clients, dtype=np.int64)
-                idx = st.pos[cids]
-                new = [int(c) for c in cids[idx < 0] if int(c) not in fresh]
-                if not copied:
-                    rows, ids, copied = rows.copy(), ids.copy(), True
-                if new:
-                    fresh.update((c, rows.shape[0] + j) for j, c in enumerate(new))
-                    rows = np.vstack([rows, np.zeros((len(new), st.n_orders))])
-                    ids = np.concatenate([ids, np.asarray(new, dtype=np.int64)])
-                if fresh:
-                    idx = np.asarray([fresh[int(c)] if r < 0 else int(r) for c, r in zip(cids, idx, strict=True)],
-                                     dtype=np.int64)
-                rows[idx] += vec
-        return shared, rows, ids
-
-    def _full_rdp(self, shared: np.ndarray, rows: np.ndarray, ids: np.ndarray) -> np.ndarray:
-        """[num_clients, orders]: every client's RDP curve (shared stream plus its own row)."""
-        full = np.tile(shared, (self.num_clients, 1))
-        full[ids] += rows
-        return full
-
-    def _recorded_full_rdp(self, observer: str) -> np.ndarray:
-        """:meth:`_full_rdp` of what is recorded (cached until the next receipt)."""
-        cached = self._full_rdp_cache.get(observer)
-        if cached is None or cached[0] != self._version:
-            st = self._state[observer]
-            cached = (self._version, self._full_rdp(st.shared_rdp, st.rows[: st.n], st.ids))
-            self._full_rdp_cache[observer] = cached
-        return cached[1]
 
     def within_budget(self, budget: PrivacyLedger, next_round_releases: Sequence[Release], *,
                       participants: Iterable[int]) -> bool:
@@ -1455,8 +653,8 @@ class PrivacyLedger:
             raise ConfigError("a budget ledger must have the run's clients and RDP orders.")
         parts = self._check_round(next_round_releases, self.sampling, participants)
         for obs in OBSERVERS:
-            spent = self._full_rdp(*self._trial(obs, next_round_releases, parts))
-            allowed = budget._recorded_full_rdp(obs)
+            spent = trials.full_rdp(self, *trials.trial_curves(self, obs, next_round_releases, parts))
+            allowed = trials.recorded_full_rdp(budget, obs)
             if np.any(spent > allowed * (1 + 1e-9) + 1e-12):
                 return False
         return True
@@ -1481,6 +679,16 @@ class PrivacyLedger:
             "rounds": [_jsonable(r) for r in self._rounds],
             "history": [_jsonable(h) for h in self._history],
         }
+
+    def charged_ahead(self, charges: Iterable[tuple[int, Sequence[int], Sequence[Release]]]) -> dict[str, Any]:
+        """:meth:`to_dict` with ``charges`` appended as recorded rounds, leaving this ledger as it is:
+        what a checkpoint holds while uploads that are not recorded yet may reach an observer (a
+        run restored from it has paid for them). ``charges``: (round, clients, releases) each."""
+        state = self.to_dict()
+        for round_idx, clients, releases in charges:
+            state["rounds"].append({"round": int(round_idx), "participants": sorted(int(c) for c in clients),
+                                    "claimed_epsilon": None, "releases": [r.to_dict() for r in releases]})
+        return state
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], sampler: SamplerLike | None = None) -> PrivacyLedger:

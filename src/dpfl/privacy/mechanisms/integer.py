@@ -18,7 +18,7 @@ Mechanism for Federated Learning with Secure Aggregation"):
    (each nonzero coordinate has |x̃_i| <= x̃_i²), the L1 sensitivity Δ1;
 4. a **Skellam share** Sk(μ_k) = Poisson(μ_k/2) − Poisson(μ_k/2) per coordinate from the client's
    own stream (:func:`skellam_noise`): the sum of the shares is Sk(Σ μ_k), the mechanism
-   :mod:`dpfl.privacy.accounting.skellam` prices;
+   :mod:`dpfl.privacy.releases.skellam` prices;
 5. **modulo 2^b** (residues in [0, 2^b)): what the client uploads and the protocol sums.
 
 The server decodes the modular sum (:meth:`IntegerPipeline.decode`): centred residue in
@@ -26,11 +26,11 @@ The server decodes the modular sum (:meth:`IntegerPipeline.decode`): centred res
 coordinate of the true integer sum left [−2^{b−1}, 2^{b−1}) (a *wrap*):
 :meth:`IntegerPipeline.wrap_log_probability` bounds the probability of that per round — the
 signal of n contributors is at most n·Δ2 in every coordinate, and the Skellam tail is bounded by
-its Chernoff bound (:func:`dpfl.privacy.accounting.skellam.skellam_tail_log_probability`), union
+its Chernoff bound (:func:`dpfl.privacy.releases.skellam.skellam_tail_log_probability`), union
 over the d' coordinates.
 
 This module imports nothing from dpfl except :mod:`dpfl.errors`, its sibling ``rows`` and the
-Skellam tail bound of :mod:`dpfl.privacy.accounting.skellam`.
+Skellam tail bound of :mod:`dpfl.privacy.releases.skellam`.
 """
 
 from __future__ import annotations
@@ -292,7 +292,7 @@ class IntegerPipeline:
     def wrap_log_probability(self, contributors: int, variance: float) -> float:
         """log of a bound on P(some coordinate of the true sum leaves [−2^{b−1}, 2^{b−1})) in a
         round with at most ``contributors`` vectors and noise Sk(``variance``) (module docstring)."""
-        from dpfl.privacy.accounting.skellam import skellam_tail_log_probability
+        from dpfl.privacy.releases.skellam import skellam_tail_log_probability
 
         t = self.modulus / 2 - 1 - contributors * self.l2_sensitivity
         if t <= 0:

@@ -68,7 +68,7 @@ from dpfl.algorithms.base import Algorithm, Uploads
 from dpfl.algorithms.private import PrivateAlgorithm
 from dpfl.client.context import RoundInfo
 from dpfl.errors import ConfigError
-from dpfl.privacy.accounting.ledger import GaussianRelease, TwoPointRelease
+from dpfl.privacy.releases import GaussianRelease, TwoPointRelease
 from dpfl.runtime.flower import masks, timing
 from dpfl.runtime.flower.codec import decode_upload, encode_train
 from dpfl.runtime.flower.records import as_array, as_bytes, as_int, as_list, error_reason

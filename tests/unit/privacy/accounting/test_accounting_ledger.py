@@ -13,11 +13,8 @@ from dp_accounting.rdp import rdp_privacy_accountant as rdp
 
 from dpfl.errors import ConfigError, PrivacyPreconditionError
 from dpfl.privacy.accounting.certify import DEFAULT_RDP_ORDERS, certify
-from dpfl.privacy.accounting.ledger import (
-    PrivacyLedger,
-    Release,
-    federated_round_releases,
-)
+from dpfl.privacy.accounting.ledger import PrivacyLedger
+from dpfl.privacy.releases import Release, federated_round_releases
 from dpfl.sampling import AllClients, FixedSizeSampler, PoissonSampler
 
 COARSE = 1e-2
@@ -306,7 +303,7 @@ def test_decaying_noise_under_poisson_groups_pld_conservatively(monkeypatch: pyt
     multipliers down to a 0.5% grid for PLD — never below the exact composition."""
     from dp_accounting.pld import pld_privacy_accountant as pld
 
-    from dpfl.privacy.accounting import ledger as ledger_module
+    from dpfl.privacy.accounting import composition as ledger_module
 
     monkeypatch.setattr(ledger_module, "PLD_MAX_DISTINCT_SAMPLED", 8)
     q, rounds = 0.05, 20

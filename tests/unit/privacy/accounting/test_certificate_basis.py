@@ -5,7 +5,8 @@ only where something was amplified."""
 from __future__ import annotations
 
 from dpfl.privacy.accounting.certify import Certificate
-from dpfl.privacy.accounting.ledger import PrivacyLedger, Release, federated_round_releases
+from dpfl.privacy.accounting.ledger import PrivacyLedger
+from dpfl.privacy.releases import Release, federated_round_releases
 
 AMPLIFIED_NOTE = "broadcast releases amplified by the secret client sample"
 

@@ -205,7 +205,8 @@ def _record(ledger: Any, t: int, releases: list[Any], sampling: dict[str, Any], 
 
 def ledger_poisson_split_noise() -> tuple[Any, list[Any]]:
     """DP-FedAvg's local variant: per-upload noise σ/sqrt(|P_t|) to the server, amplified broadcast."""
-    from dpfl.privacy.accounting.ledger import PrivacyLedger, federated_round_releases
+    from dpfl.privacy.accounting.ledger import PrivacyLedger
+    from dpfl.privacy.releases import federated_round_releases
 
     n, q, sampling = 30, 0.2, {"kind": "poisson", "sample_rate": 0.2}
     ledger = PrivacyLedger(num_clients=n, sampler=sampling, delta=1e-5, relation="add_remove",
@@ -217,7 +218,7 @@ def ledger_poisson_split_noise() -> tuple[Any, list[Any]]:
         rel = federated_round_releases(parts, 1.1 / math.sqrt(k), 1.0, [1.0 / (q * n)] * len(parts),
                                        amplifiable=True)
         if not parts:
-            from dpfl.privacy.accounting.ledger import Release
+            from dpfl.privacy.releases import Release
             rel = [Release.gaussian("public", 1.1 / (q * n), 1.0 / (q * n), None, amplifiable=True)]
         _record(ledger, t, rel, sampling, parts, claimed=0.3 * (t + 1))
     nxt = federated_round_releases([1, 2, 5], 1.1 / math.sqrt(3), 1.0, [1.0 / (q * n)] * 3, amplifiable=True)
@@ -227,7 +228,8 @@ def ledger_poisson_split_noise() -> tuple[Any, list[Any]]:
 def ledger_fixed_personalized() -> tuple[Any, list[Any]]:
     """Fixed-size sampling, replace-one, personalized noise and weights by samples: the public's
     broadcast charged per participant (non-interchangeable clients); one round loses uploads."""
-    from dpfl.privacy.accounting.ledger import PrivacyLedger, federated_round_releases
+    from dpfl.privacy.accounting.ledger import PrivacyLedger
+    from dpfl.privacy.releases import federated_round_releases
 
     n, k = 12, 4
     sampling = {"kind": "fixed_size", "num_sampled": k}
@@ -254,7 +256,8 @@ def ledger_fixed_personalized() -> tuple[Any, list[Any]]:
 def ledger_all_mixed() -> tuple[Any, list[Any]]:
     """Full participation with dropouts (partial rounds), two-point reports, DP-SGD steps, an
     exact release for one client, shared broadcasts and one client that never takes part."""
-    from dpfl.privacy.accounting.ledger import PrivacyLedger, Release, SampledGaussianRelease
+    from dpfl.privacy.accounting.ledger import PrivacyLedger
+    from dpfl.privacy.releases import Release, SampledGaussianRelease
 
     n, sampling = 8, {"kind": "all"}
     ledger = PrivacyLedger(num_clients=n, sampler=sampling, delta=1e-5, relation="add_remove",
@@ -275,7 +278,8 @@ def ledger_all_mixed() -> tuple[Any, list[Any]]:
 
 def ledger_two_point_and_exact() -> tuple[Any, list[Any]]:
     """LDP-FL's reports (randomized response, PLD per leaf) and a client-minmax exact release."""
-    from dpfl.privacy.accounting.ledger import PrivacyLedger, Release
+    from dpfl.privacy.accounting.ledger import PrivacyLedger
+    from dpfl.privacy.releases import Release
 
     n, sampling = 5, {"kind": "all"}
     ledger = PrivacyLedger(num_clients=n, sampler=sampling, delta=1e-5, relation="replace_one",
@@ -292,7 +296,8 @@ def ledger_two_point_and_exact() -> tuple[Any, list[Any]]:
 
 def ledger_skellam() -> tuple[Any, list[Any]]:
     """Secure aggregation: hidden participation (shared, amplified Skellam) then visible (per participant)."""
-    from dpfl.privacy.accounting.ledger import PrivacyLedger, SkellamRelease
+    from dpfl.privacy.accounting.ledger import PrivacyLedger
+    from dpfl.privacy.releases import SkellamRelease
 
     n, q, sampling = 20, 0.25, {"kind": "poisson", "sample_rate": 0.25}
     ledger = PrivacyLedger(num_clients=n, sampler=sampling, delta=1e-5, relation="add_remove",
@@ -312,7 +317,8 @@ def ledger_skellam() -> tuple[Any, list[Any]]:
 def ledger_decaying_noise() -> tuple[Any, list[Any]]:
     """A broadcast whose noise changes every round (many distinct sampled events: PLD groups them
     on a grid) and per-upload noise that changes too."""
-    from dpfl.privacy.accounting.ledger import PrivacyLedger, Release
+    from dpfl.privacy.accounting.ledger import PrivacyLedger
+    from dpfl.privacy.releases import Release
 
     n, q, sampling = 16, 0.3, {"kind": "poisson", "sample_rate": 0.3}
     ledger = PrivacyLedger(num_clients=n, sampler=sampling, delta=1e-5, relation="add_remove",
@@ -330,7 +336,8 @@ def ledger_decaying_noise() -> tuple[Any, list[Any]]:
 
 def ledger_public_known_cohort() -> tuple[Any, list[Any]]:
     """``sample_secret=False``: the public knows the cohort, so a broadcast is charged per participant."""
-    from dpfl.privacy.accounting.ledger import PrivacyLedger, federated_round_releases
+    from dpfl.privacy.accounting.ledger import PrivacyLedger
+    from dpfl.privacy.releases import federated_round_releases
 
     n, sampling = 9, {"kind": "all"}
     ledger = PrivacyLedger(num_clients=n, sampler=sampling, delta=1e-6, relation="add_remove",

@@ -25,7 +25,8 @@ from dpfl.privacy.accounting.certify import (
     rdp_epsilon,
 )
 from dpfl.privacy.accounting.events import compose
-from dpfl.privacy.accounting.ledger import PrivacyLedger, Release
+from dpfl.privacy.accounting.ledger import PrivacyLedger
+from dpfl.privacy.releases import Release
 
 
 def test_the_rdp_conversion_is_dp_accountings_bit_for_bit() -> None:
@@ -175,7 +176,7 @@ def _everything(ledger: PrivacyLedger) -> list[Any]:
 def test_the_receipt_log_alone_certifies_what_the_dense_counts_do(monkeypatch: pytest.MonkeyPatch) -> None:
     """Past a size the dense count matrix is dropped and the receipts are grouped from the log:
     the same certificates, bit for bit, whether it is dropped early or mid-run."""
-    from dpfl.privacy.accounting import ledger as ledger_mod
+    from dpfl.privacy.accounting import receipts as ledger_mod
 
     dense = _everything(_random_ledger(8, n=30, rounds=25))
     assert _random_ledger(8, n=30, rounds=25)._state["server"].dense is not None
@@ -204,7 +205,7 @@ def test_pure_composition_is_priced_only_for_pure_receipts() -> None:
 def test_the_check_before_a_round_when_no_client_dominates_at_every_order() -> None:
     """Clients whose RDP curves cross (sampled DP-SGD steps against plain Gaussians): the answer
     from the pointwise maximum must be the exhaustive one at every target around the worst."""
-    from dpfl.privacy.accounting.ledger import SampledGaussianRelease
+    from dpfl.privacy.releases import SampledGaussianRelease
 
     ledger = PrivacyLedger(num_clients=3, sampler={"kind": "all"}, delta=1e-5, relation="add_remove",
                            privacy_unit="record", pld_every=0)

@@ -15,13 +15,8 @@ import dp_accounting as dpa
 import pytest
 
 from dpfl.errors import ConfigError
-from dpfl.privacy.accounting.ledger import (
-    ExactRelease,
-    GaussianRelease,
-    PrivacyLedger,
-    Release,
-    TwoPointRelease,
-)
+from dpfl.privacy.accounting.ledger import PrivacyLedger
+from dpfl.privacy.releases import ExactRelease, GaussianRelease, Release, TwoPointRelease
 from dpfl.sampling import FixedSizeSampler
 
 FORMER_ROUND_0 = [

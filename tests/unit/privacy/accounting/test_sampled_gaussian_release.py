@@ -13,7 +13,8 @@ from dp_accounting.rdp import rdp_privacy_accountant
 
 from dpfl.errors import ConfigError, PrivacyPreconditionError
 from dpfl.privacy.accounting.certify import DEFAULT_RDP_ORDERS
-from dpfl.privacy.accounting.ledger import PrivacyLedger, Release, SampledGaussianRelease
+from dpfl.privacy.accounting.ledger import PrivacyLedger
+from dpfl.privacy.releases import Release, SampledGaussianRelease
 from dpfl.sampling import FixedSizeSampler
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from dpfl.privacy.accounting.ledger import PrivacyLedger, Release
+from dpfl.privacy.accounting.ledger import PrivacyLedger
+from dpfl.privacy.releases import Release
 
 
 def _ledger() -> PrivacyLedger:

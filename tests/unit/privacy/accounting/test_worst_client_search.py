@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import random
 
-from dpfl.privacy.accounting.ledger import PrivacyLedger, Release
+from dpfl.privacy.accounting.ledger import PrivacyLedger
+from dpfl.privacy.releases import Release
 from dpfl.sampling import PoissonSampler
 
 

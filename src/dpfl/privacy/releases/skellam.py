@@ -1,4 +1,5 @@
-"""The Skellam mechanism: the distributed discrete noise of secure aggregation, and its RDP.
+"""The Skellam mechanism: the distributed discrete noise of secure aggregation — its release, its
+event and its RDP, in one module (the example of a mechanism dpfl prices itself).
 
 Under secure aggregation the clients upload integer vectors modulo 2^b and the server learns only
 their sum. Each client adds a share of symmetric Skellam noise Sk(μ_k) = Poisson(μ_k/2) −
@@ -34,19 +35,24 @@ integer-valued query, priced here in Rényi DP.
 The neighbouring relation is add/remove one client (a client's vector enters the sum or not);
 the ledger refuses a Skellam release under replace-one.
 
-:class:`SkellamDpEvent` is a ``dp_accounting`` event (attrs, frozen, hashable) so that the ledger
-composes it like any other; dp-accounting itself has no Skellam accountant, so
-:func:`skellam_rdp_vector` is what :func:`dpfl.privacy.accounting.certify.rdp_vector` calls for
-it. The integer pipeline that produces the query (scale, rotation, conditional rounding, modular
-sum) is :mod:`dpfl.privacy.mechanisms.integer`; its sensitivity bounds are stated there.
+:class:`SkellamRelease` is what an observer of the sum saw (serialized under ``kind: skellam``);
+its :class:`SkellamDpEvent` is a ``dp_accounting`` event (attrs, frozen, hashable) so that the
+ledger composes it like any other. dp-accounting itself has no Skellam accountant, so this module
+registers :func:`skellam_rdp_vector` with :mod:`dpfl.privacy.accounting.registry`, which is what
+:func:`dpfl.privacy.accounting.certify.rdp_vector` asks for the event (no PLD: the certificate
+says so). The integer pipeline that produces the query (scale, rotation, conditional rounding,
+modular sum) is :mod:`dpfl.privacy.mechanisms.integer`; its sensitivity bounds are stated there.
 
-This module imports nothing from dpfl except :mod:`dpfl.errors`.
+This module imports nothing from dpfl except :mod:`dpfl.errors`, the accounting registry and the
+release base.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import attr
 import dp_accounting as dpa
@@ -55,9 +61,12 @@ from dp_accounting import dp_event as dpe
 from scipy.special import gammaln, logsumexp
 
 from dpfl.errors import ConfigError, PrivacyPreconditionError
+from dpfl.privacy.accounting.registry import EventAccounting, register_event
+from dpfl.privacy.releases.base import Observer, Release, checked_ids, checked_observer
 
 __all__ = [
     "SkellamDpEvent",
+    "SkellamRelease",
     "is_skellam",
     "skellam_rdp",
     "skellam_rdp_vector",
@@ -202,3 +211,81 @@ def skellam_tail_log_probability(variance: float, t: float) -> float:
     r = t / variance
     # μ(sqrt(1 + r²) − 1) written as μr²/(sqrt(1 + r²) + 1): no cancellation when r is small
     return min(0.0, math.log(2.0) + variance * r * r / (math.sqrt(1.0 + r * r) + 1.0) - t * math.asinh(r))
+
+
+@dataclass(frozen=True)
+class SkellamRelease(Release):
+    """An integer sum released under secure aggregation with Skellam noise (:mod:`.skellam`).
+
+    The observer sees only the modular sum of the integer uploads, which carries Sk(variance)
+    per coordinate: the noise shares of the clients whose shares it cannot subtract (not its own,
+    not those of clients colluding with it).
+
+    Attributes:
+        variance: μ, the noise variance per coordinate in the sum, in integer units (0: ε = ∞).
+        l2_sensitivity: Δ2, the enforced L2 bound of one client's integer vector (after scaling,
+            rotation and conditional rounding, :mod:`dpfl.privacy.mechanisms.integer`).
+        l1_sensitivity: Δ1, its L1 bound.
+        client_ids: the clients charged (the observer knows they took part), or ``None``.
+        amplifiable: with ``client_ids=None``: the observer does not know who contributed (a
+            secret Poisson sample — the public's view, or the server's under hidden participation),
+            so the ledger amplifies the release by the sampler's own event.
+    """
+
+    kind: ClassVar[str] = "skellam"
+    observer: Observer
+    variance: float
+    l2_sensitivity: float
+    l1_sensitivity: float
+    client_ids: tuple[int, ...] | None = None
+    amplifiable: bool = False
+
+    @classmethod
+    def from_fields(cls, data: Mapping[str, Any], client_ids: tuple[int, ...] | None,
+                    amplifiable: bool) -> SkellamRelease:
+        return cls(data["observer"], float(data["variance"]), float(data["l2_sensitivity"]),
+                   float(data["l1_sensitivity"]), client_ids, amplifiable)
+
+    def check_ledger(self, relation: str, sampling_kind: str) -> None:
+        if relation != "add_remove":
+            raise PrivacyPreconditionError(
+                f"a Skellam (secure aggregation) release is priced under add/remove one client; this "
+                f"ledger's relation is {relation!r}.")
+        if self.amplifiable and self.client_ids is None and sampling_kind not in ("poisson", "all"):
+            raise PrivacyPreconditionError(
+                "a Skellam release hidden in a secret sample is amplified only by Poisson sampling (each "
+                f"client's own coin); this run samples {sampling_kind!r}.")
+
+    def hidden_from_server(self) -> bool:
+        """An amplifiable sum is hidden participation: the server too sees it only inside the secret
+        Poisson sample of every client's own coin."""
+        return self.amplifiable
+
+    def __post_init__(self) -> None:
+        checked_observer(self.observer)
+        object.__setattr__(self, "client_ids", checked_ids(self.client_ids))
+        self.event()  # validates the numbers
+
+    def event(self) -> dpe.DpEvent:
+        if self.variance == 0:
+            return dpa.NonPrivateDpEvent()
+        return SkellamDpEvent(float(self.variance), float(self.l2_sensitivity), float(self.l1_sensitivity))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "observer": self.observer,
+            "kind": self.kind,
+            "variance": self.variance,
+            "l2_sensitivity": self.l2_sensitivity,
+            "l1_sensitivity": self.l1_sensitivity,
+            "client_ids": None if self.client_ids is None else list(self.client_ids),
+            "amplifiable": self.amplifiable,
+        }
+
+
+register_event(SkellamDpEvent, EventAccounting(
+    rdp=skellam_rdp_vector,
+    rdp_note=("RDP: Skellam releases priced by Agarwal, Kairouz, Liu 2021 (Thm 3.5), Poisson-sampled "
+              "ones by Zhu & Wang 2019 (Thm 6)"),
+    pld_note="PLD: not available for the Skellam mechanism (dp-accounting has no Skellam PLD); certified by RDP.",
+))
