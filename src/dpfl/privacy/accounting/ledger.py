@@ -52,7 +52,6 @@ References:
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
@@ -62,16 +61,14 @@ import numpy as np
 from dp_accounting import dp_event as dpe
 
 from dpfl.errors import ConfigError, PrivacyPreconditionError
-from dpfl.privacy.accounting import trials
+from dpfl.privacy.accounting import saved, trials, worst
 from dpfl.privacy.accounting.certify import (
     DEFAULT_PLD_DISCRETIZATION,
     DEFAULT_RDP_ORDERS,
     Basis,
     Certificate,
-    epsilon_from_json,
     epsilon_from_rdp,
     epsilons_from_rdp,
-    json_epsilon,
     pld_epsilon,
     rdp_vector,
 )
@@ -364,21 +361,7 @@ class PrivacyLedger:
     def _worst_rdp(self, observer: str) -> tuple[float, int | None]:
         """(worst client's RDP ε, that client's id or None when every client is alike)."""
         st = self._state[observer]
-        return self._worst(st.shared_rdp, st.rows[: st.n], st.ids)
-
-    def _worst(self, shared: np.ndarray, rows: np.ndarray, ids: np.ndarray) -> tuple[float, int | None]:
-        """(worst RDP ε over clients whose own curves are ``rows`` on top of ``shared``, its client)."""
-        if rows.shape[0] == 0:
-            return self._eps(shared), None
-        top = rows.max(axis=0)
-        dominant = np.flatnonzero(np.all(rows == top, axis=1))
-        if dominant.size:
-            return self._eps(top + shared), int(ids[int(dominant[0])])
-        uniq, inverse = np.unique(rows, axis=0, return_inverse=True)
-        eps = self._eps_rows(uniq + shared)
-        k = int(np.argmax(eps))
-        who = int(ids[int(np.flatnonzero(inverse.reshape(-1) == k)[0])])
-        return float(eps[k]), who
+        return worst.worst_rdp(self, st.shared_rdp, st.rows[: st.n], st.ids)
 
     def client_epsilons(self, observer: Observer, method: Literal["rdp", "best"] = "rdp") -> dict[int, float]:
         """Certified ε of every client that has its own receipts, against ``observer``.
@@ -387,21 +370,7 @@ class PrivacyLedger:
         client_id=None)`` when nobody has receipts, else see :meth:`certify`.
         """
         self._check_observer(observer)
-        st = self._state[observer]
-        if st.n == 0:
-            return {}
-        uniq, inverse = np.unique(st.rows[: st.n], axis=0, return_inverse=True)
-        rdp = self._eps_rows(uniq + st.shared_rdp)[inverse.reshape(-1)]
-        ids = st.ids.tolist()
-        if method == "rdp":
-            return {cid: float(e) for cid, e in zip(ids, rdp, strict=True)}
-        # the tightest per client (what certify(observer, cid) gives): its own RDP curve, the PLD
-        # of its multiset (cached per multiset) and its pure bound
-        out: dict[int, float] = {}
-        for r, cid in enumerate(ids):
-            eps_pld = self._pld_for(st.to_counts(cid))[0]
-            out[cid] = _tightest(eps_pld, float(rdp[r]), self._pure(observer, cid, r))[0]
-        return out
+        return worst.client_epsilons(self, observer, method)
 
     # ------------------------------------------------------------------ certificates
 
@@ -425,24 +394,6 @@ class PrivacyLedger:
             self._pld_notes[sig] = notes
         return self._pld_cache[sig], list(self._pld_notes[sig])
 
-
-    def _rdp_bounds(self, observer: str, who: Sequence[int | None]) -> list[float]:
-        """``self._certificate(observer, cid, "rdp").epsilon`` for every ``cid`` of ``who`` (the
-        smaller of the RDP and pure bounds), the RDP ε of all of them in one conversion."""
-        st = self._state[observer]
-        curves = np.tile(st.shared_rdp, (len(who), 1))
-        rows = [st.row_of(cid) for cid in who]
-        for i, row in enumerate(rows):
-            if row is not None:
-                curves[i] = st.shared_rdp + st.rows[row]
-        eps_rdp = self._eps_rows(curves)
-        out: list[float] = []
-        for i, cid in enumerate(who):
-            if rows[i] is None and not st.shared_counts:  # no receipts at all
-                out.append(0.0)
-                continue
-            out.append(_tightest(None, float(eps_rdp[i]), self._pure(observer, cid, rows[i]))[0])
-        return out
 
     def _pure(self, observer: str, cid: int | None, row: int | None) -> float | None:
         """The pure-composition bound of ``cid``'s receipts (:func:`.events.pure_epsilon`); the
@@ -527,44 +478,7 @@ class PrivacyLedger:
         self._check_observer(observer)
         if client_id is not None:
             return self._certificate(observer, int(client_id), method)
-        st = self._state[observer]
-        if st.n == 0:
-            return self._certificate(observer, None, method)
-        who: list[int | None]
-        if method == "rdp":
-            eps_rdp, worst_cid = self._worst_rdp(observer)
-            cert = self._certificate(observer, worst_cid, method)
-            if cert.epsilon >= eps_rdp:
-                # the worst RDP client's certificate is its RDP bound: every other client's
-                # certificate (at most its own RDP ε) is at most that
-                return cert
-            # a pure bound lowered it: another client's RDP-or-pure figure may be the larger
-            who = [int(st.ids[r]) for r in st.histories().representatives]
-            if st.n < self.num_clients and st.shared_counts:
-                who.append(None)
-            rdp_or_pure = self._rdp_bounds(observer, who)
-            i = max(range(len(who)), key=lambda j: (rdp_or_pure[j], -j))
-            return self._certificate(observer, who[i], method)
-        # tightest per distinct history (release multiset; its first client, in the order
-        # clients were first charged); the worst of those
-        who = [int(st.ids[r]) for r in st.histories().representatives]
-        if st.n < self.num_clients and st.shared_counts:
-            who.append(None)
-        # A history's tightest ε never exceeds its RDP-or-pure ε (the tightest is the minimum over
-        # PLD, RDP and pure composition), so histories are priced in decreasing order of that
-        # bound and the search stops once the bound is below the worst tightest ε found: the same
-        # maximum, with one PLD per history that can still be the worst instead of one per history.
-        bounds = list(zip(self._rdp_bounds(observer, who), range(len(who)), strict=True))
-        worst: tuple[float, int, Certificate] | None = None
-        for bound, i in sorted(bounds, key=lambda b: (-b[0], b[1])):
-            if worst is not None and bound < worst[0]:
-                break
-            cert = self._certificate(observer, who[i], method)
-            # ties go to the earlier history, as the exhaustive maximum did
-            if worst is None or cert.epsilon > worst[0] or (cert.epsilon == worst[0] and i < worst[1]):
-                worst = (cert.epsilon, i, cert)
-        assert worst is not None
-        return worst[2]
+        return worst.worst_certificate(self, observer, method)
 
     def certify_all(self, method: Literal["rdp", "best"] = "best") -> dict[str, Any]:
         """Headline and per-observer certificates as a JSON-serializable dict."""
@@ -663,22 +577,7 @@ class PrivacyLedger:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serializable state (configuration, every round's receipts, history)."""
-        return {
-            "version": 1,
-            "config": {
-                "num_clients": self.num_clients,
-                "sampling": dict(self.sampling),
-                "delta": self.delta,
-                "relation": self.relation,
-                "privacy_unit": self.privacy_unit,
-                "sample_secret": self.sample_secret,
-                "pld_every": self.pld_every,
-                "pld_discretization": self.pld_discretization,
-                "rdp_orders": list(self.rdp_orders),
-            },
-            "rounds": [_jsonable(r) for r in self._rounds],
-            "history": [_jsonable(h) for h in self._history],
-        }
+        return saved.to_saved(self)
 
     def charged_ahead(self, charges: Iterable[tuple[int, Sequence[int], Sequence[Release]]]) -> dict[str, Any]:
         """:meth:`to_dict` with ``charges`` appended as recorded rounds, leaving this ledger as it is:
@@ -698,65 +597,4 @@ class PrivacyLedger:
             data: the stored state.
             sampler: the engine's sampler, checked against the stored description.
         """
-        if data.get("version") != 1:
-            raise ConfigError(f"unknown ledger format version {data.get('version')!r}.")
-        cfg = data["config"]
-        if sampler is not None and validate_sampling(sampler.describe()) != validate_sampling(cfg["sampling"]):
-            raise PrivacyPreconditionError(
-                f"sampling mismatch: the stored ledger used {cfg['sampling']}, the engine declares "
-                f"{sampler.describe()}."
-            )
-        ledger = cls(
-            num_clients=int(cfg["num_clients"]),
-            sampler=sampler if sampler is not None else cfg["sampling"],
-            delta=float(cfg["delta"]),
-            relation=cfg["relation"],
-            privacy_unit=cfg["privacy_unit"],
-            sample_secret=bool(cfg["sample_secret"]),
-            pld_every=int(cfg["pld_every"]),
-            pld_discretization=float(cfg["pld_discretization"]),
-            rdp_orders=[float(o) for o in cfg["rdp_orders"]],
-        )
-        for r in data["rounds"]:
-            releases = [Release.from_dict(x) for x in r["releases"]]
-            parts = ledger._check_round(releases, ledger.sampling, r["participants"])
-            ledger._apply(releases, parts)
-            ledger._note_participation(parts)
-            claimed = r["claimed_epsilon"]
-            if isinstance(claimed, dict):
-                claimed = {int(k): float(v) for k, v in claimed.items()}
-            elif claimed is not None:
-                claimed = float(claimed)  # "inf" parses too
-            ledger._rounds.append(
-                {
-                    "round": int(r["round"]),
-                    "participants": list(parts),
-                    "releases": [x.to_dict() for x in releases],
-                    "claimed_epsilon": claimed,
-                }
-            )
-        ledger._history = [_from_jsonable(h) for h in data.get("history", [])]
-        return ledger
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, float) and math.isinf(value):
-        return json_epsilon(value)
-    return value
-
-
-def _from_jsonable(entry: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(entry)
-    rdp = out.get("certified_rdp")
-    if isinstance(rdp, dict):
-        out["certified_rdp"] = {k: epsilon_from_json(v) for k, v in rdp.items()}
-    claimed = out.get("claimed_epsilon")
-    if isinstance(claimed, dict):
-        out["claimed_epsilon"] = {int(k): float(v) for k, v in claimed.items()}
-    elif claimed is not None:
-        out["claimed_epsilon"] = float(claimed)
-    return out
+        return saved.from_saved(cls, data, sampler)

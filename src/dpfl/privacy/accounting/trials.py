@@ -18,6 +18,7 @@ import dp_accounting as dpa
 import numpy as np
 
 from dpfl.privacy.accounting.certify import rdp_vector
+from dpfl.privacy.accounting.worst import worst_rdp
 from dpfl.privacy.releases.base import Release
 
 if TYPE_CHECKING:
@@ -27,13 +28,13 @@ __all__ = ["exceeds", "full_rdp", "recorded_full_rdp", "trial_curves"]
 
 
 def exceeds(ledger: PrivacyLedger, shared: np.ndarray, rows: np.ndarray, ids: np.ndarray, target: float) -> bool:
-    """Whether :meth:`PrivacyLedger._worst` is above ``target``. ε is non-decreasing in every order's RDP,
-    so when the pointwise maximum of the curves is within the target, so is every client."""
+    """Whether :func:`.worst.worst_rdp` is above ``target``. ε is non-decreasing in every order's
+    RDP, so when the pointwise maximum of the curves is within the target, so is every client."""
     if rows.shape[0]:
         top = rows.max(axis=0) + shared
         if not np.isnan(top).any() and ledger._eps(top) <= target:
             return False
-    return ledger._worst(shared, rows, ids)[0] > target
+    return worst_rdp(ledger, shared, rows, ids)[0] > target
 
 
 
