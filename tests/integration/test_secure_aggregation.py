@@ -369,4 +369,9 @@ def test_charged_ahead_a_secure_round_costs_its_fewest_shares(mnist_fixture: Pat
         assert worst.client_ids is None and worst.amplifiable
     else:
         assert worst.client_ids == (1, 4, 5, 9) and not worst.amplifiable
-    assert _worst_secure_sum(object(), gate, info, clients) is None  # type: ignore[arg-type]
+
+    class Plain:
+        def fewest_in_sum(self, n: int) -> None:
+            return None
+
+    assert _worst_secure_sum(Plain(), gate, info, clients) is None  # type: ignore[arg-type]

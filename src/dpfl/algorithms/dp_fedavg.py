@@ -64,6 +64,9 @@ from dpfl.privacy.accounting.cohorts import broadcast_mode
 from dpfl.privacy.calibration import (
     combined_noise_multiplier,
     dpfedavg_client_noise_std,
+    skellam_share_variance,
+    skellam_sum_variance,
+    skellam_unsubtracted_variance,
     update_noise_multiplier,
 )
 from dpfl.privacy.mechanisms import (
@@ -218,7 +221,7 @@ def secure_sum_calibration(options: SecureSumOptions, *, dim: int, clip_norm: fl
 
     def numbers(scale: float) -> tuple[IntegerPipeline, float, float]:
         pipe = IntegerPipeline(dim, options.bits, scale, clip_norm, options.rotation, options.beta)
-        mu = (noise_multiplier * pipe.l2_sensitivity) ** 2
+        mu = skellam_sum_variance(noise_multiplier, pipe.l2_sensitivity)
         return pipe, mu, pipe.wrap_log_probability(contributors, mu)
 
     if options.scale is not None:
@@ -324,12 +327,13 @@ class NoisePlan(RoundPlan):
     @property
     def share_variance(self) -> float:
         """μ/shares: each client's Skellam share (0 without secure aggregation or without shares)."""
-        return self.secure.variance / self.shares if self.secure is not None and self.shares else 0.0
+        return skellam_share_variance(self.secure.variance, self.shares) if self.secure is not None else 0.0
 
     def server_variance(self, shares_in_sum: int) -> float:
         """The Skellam variance the server cannot subtract from a sum of ``shares_in_sum`` client
         shares: those of the honest clients, i.e. all but c colluding ones."""
-        return max(0, shares_in_sum - self.secure.colluding) * self.share_variance if self.secure else 0.0
+        return (skellam_unsubtracted_variance(self.share_variance, shares_in_sum, self.secure.colluding)
+                if self.secure else 0.0)
 
     def secure_releases(self, arrived_ids: list[int]) -> list[Release]:
         """Under secure aggregation: what the server sees (the modular sum) and the public release.
@@ -805,7 +809,7 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
         (:meth:`NoisePlan.public_release`), under its own sampler, ``rounds`` times — the
         accountant certifies at ``target_epsilon`` (the public's ex-ante guarantee; δ of the run).
         ``dpfl account dp-fedavg --epsilon`` then dry-runs the config with that z."""
-        from dpfl.privacy.accounting.certify import calibrate_noise_multiplier
+        from dpfl.privacy.accounting.calibrate import calibrate_noise_multiplier
         from dpfl.privacy.accounting.events import compose
 
         if self._calibration.secure_sum is not None:

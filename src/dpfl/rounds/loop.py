@@ -41,6 +41,20 @@ MAX_CONSECUTIVE_EMPTY_ROUNDS = 3
 upload arrived; a run in which every round was empty is ``failed`` too, never ``finished``."""
 
 
+def _worst_secure_sum(cohort: Cohort, gate: PrivacyGate, info: RoundInfo, clients: torch.Tensor) -> list[Release] | None:
+    """Ahead of a secure round on real clients, what the server may see at worst: a completed sum
+    of as few vectors as the protocol allows (``cohort.fewest_in_sum``), i.e. the fewest noise
+    shares, charged to every client of the cohort (visible participation: any of them may be in
+    it) or as the round's shared release (hidden participation). None for other rounds."""
+    k = cohort.fewest_in_sum(int(clients.numel()))
+    if k is None:
+        return None
+    ids = clients[:k]
+    worst = [r for r in gate.arrivals(info, ids, torch.ones(len(ids), dtype=torch.long)) if r.observer == "server"]
+    everyone = [int(c) for c in clients.tolist()]
+    return [r if r.client_ids is None else r.for_clients(everyone) for r in worst]
+
+
 class Recorder(Protocol):
     """What the loop reports to (a run's store and checkpoints; nothing for a dry run)."""
 
@@ -244,29 +258,13 @@ class _Rounds:
         outstanding, charged: each may reach the server from now on."""
         t, clients = info.round_idx, info.clients
         late = [(t, int(c)) for c in clients.tolist()] + self.cohort.outstanding()
-        worst = self.worst_secure_sum(gate, info)
+        worst = _worst_secure_sum(self.cohort, gate, info, clients)
         charges = []
         for r in sorted({r for r, _ in late}):
             who = sorted({c for q, c in late if q == r})
             charges.append((r, who, worst if worst is not None and r == t
                             else server_charges(self.planned_server.get(r, []), who)))
         return gate.ledger.charged_ahead(charges)
-
-    def worst_secure_sum(self, gate: PrivacyGate, info: RoundInfo) -> list[Release] | None:
-        """Ahead of a secure round on real clients, what the server may see at worst: a completed
-        sum of as few vectors as the protocol allows (``cohort.fewest_in_sum``), i.e. the fewest
-        noise shares, charged to every client of the cohort (visible participation: any of them
-        may be in it) or as the round's shared release (hidden participation). None for other
-        rounds."""
-        clients = info.clients
-        k = self.cohort.fewest_in_sum(int(clients.numel()))
-        if k is None:
-            return None
-        ids = clients[:k]
-        worst = [r for r in gate.arrivals(info, ids, torch.ones(len(ids), dtype=torch.long))
-                 if r.observer == "server"]
-        everyone = [int(c) for c in clients.tolist()]
-        return [r if r.client_ids is None else r.for_clients(everyone) for r in worst]
 
     def empty(self, r: _Round) -> None:
         """A round in which no upload arrived."""

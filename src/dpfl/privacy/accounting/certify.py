@@ -17,8 +17,8 @@ Where an accountant does not support a sampling scheme under the stated relation
 replace-one, fixed-size under add/remove), the event is certified without the amplification and a
 note says so — never an error, never a silently wrong number.
 
-:func:`calibrate_noise_multiplier` is the inverse (noise multiplier for a target ε) through
-``dp_accounting.mechanism_calibration.calibrate_dp_mechanism``.
+:func:`dpfl.privacy.accounting.calibrate.calibrate_noise_multiplier` is the inverse (noise
+multiplier for a target ε).
 
 An event dp-accounting does not price (the Skellam sum) is priced by what its mechanism's module
 registered (:mod:`.registry`): its RDP curve, and the note saying why it has no PLD.
@@ -46,7 +46,6 @@ from dp_accounting import dp_event as dpe
 from dp_accounting import privacy_accountant as dpa_pa
 from dp_accounting.pld import pld_privacy_accountant as pld_acc
 from dp_accounting.rdp import rdp_privacy_accountant as rdp_acc
-from scipy import stats
 
 from dpfl.errors import ConfigError, PrivacyPreconditionError
 from dpfl.privacy.accounting.events import (
@@ -62,6 +61,7 @@ from dpfl.privacy.accounting.events import (
     validate_relation,
     validate_unit,
 )
+from dpfl.privacy.accounting.gaussian_composition import GaussianCompositionAccountant
 from dpfl.privacy.accounting.registry import accounting_of
 from dpfl.privacy.accounting.sampled_gaussian import gaussian_rdp, sampled_gaussian_rdp
 
@@ -73,10 +73,7 @@ __all__ = [
     "Certificate",
     "epsilon_from_json",
     "json_epsilon",
-    "GaussianCompositionAccountant",
     "Method",
-    "binomial_upper_bound",
-    "calibrate_noise_multiplier",
     "certify",
     "epsilon_from_rdp",
     "epsilons_from_rdp",
@@ -201,84 +198,6 @@ class Certificate:
             notes=tuple(data.get("notes", ())),
             basis=data.get("basis"),
         )
-
-
-# --------------------------------------------------------------------------- closed-form Gaussian
-
-
-class GaussianCompositionAccountant(dpa_pa.PrivacyAccountant):
-    """Exact accountant for compositions of *unsampled* Gaussian mechanisms.
-
-    k Gaussian releases with noise multipliers z_i (noise std / shift) compose to one Gaussian
-    mechanism with multiplier 1/sqrt(Σ 1/z_i²); its exact ε(δ) is the analytic Gaussian
-    (``dp_accounting.get_epsilon_gaussian``). This is the privacy loss distribution of the
-    composition in closed form — no grid, so it stays exact and instant for very small noise.
-    Under replace-one the multiplier is taken relative to the replace-one sensitivity (the shift),
-    so the relation does not change the numbers.
-
-    References:
-        Balle & Wang 2018 (analytic Gaussian, eq. 6); Dong, Roth, Su 2019 (Gaussian DP
-        composition).
-    """
-
-    def __init__(self, neighboring_relation: dpa.NeighboringRelation = dpa.NeighboringRelation.ADD_OR_REMOVE_ONE) -> None:
-        super().__init__(neighboring_relation)
-        self._inverse_square_sum = 0.0
-        self._non_private = False
-
-    def _maybe_compose(self, event: dpe.DpEvent, count: int, do_compose: bool) -> Any:
-        if isinstance(event, dpa.NoOpDpEvent):
-            return None
-        if isinstance(event, dpa.NonPrivateDpEvent):
-            if do_compose:
-                self._non_private = True
-            return None
-        if isinstance(event, dpa.SelfComposedDpEvent):
-            return self._maybe_compose(event.event, event.count * count, do_compose)
-        if isinstance(event, dpa.ComposedDpEvent):
-            for e in event.events:
-                err = self._maybe_compose(e, count, do_compose)
-                if err is not None:
-                    return err
-            return None
-        if isinstance(event, dpa.GaussianDpEvent):
-            if do_compose:
-                if event.noise_multiplier == 0:
-                    self._non_private = True
-                else:
-                    self._inverse_square_sum += count / event.noise_multiplier**2
-            return None
-        return self.CompositionErrorDetails(
-            invalid_event=event, error_message="only unsampled Gaussian compositions are supported"
-        )
-
-    @property
-    def effective_noise_multiplier(self) -> float:
-        """1/sqrt(Σ 1/z_i²) of the composition so far (inf when nothing was released)."""
-        if self._non_private:
-            return 0.0
-        if self._inverse_square_sum == 0:
-            return math.inf
-        return 1.0 / math.sqrt(self._inverse_square_sum)
-
-    def get_epsilon(self, target_delta: float) -> float:
-        z = self.effective_noise_multiplier
-        if z == 0:
-            return math.inf
-        if math.isinf(z):
-            return 0.0
-        return float(dpa.get_epsilon_gaussian(z, target_delta))
-
-    def get_delta(self, target_epsilon: float) -> float:
-        z = self.effective_noise_multiplier
-        if z == 0:
-            return 1.0
-        if math.isinf(z):
-            return 0.0
-        # Balle & Wang 2018, Thm 8: δ(ε) = Φ(1/(2z) − εz) − e^ε Φ(−1/(2z) − εz), in log space.
-        a = stats.norm.logcdf(1.0 / (2.0 * z) - target_epsilon * z)
-        b = target_epsilon + stats.norm.logcdf(-1.0 / (2.0 * z) - target_epsilon * z)
-        return float(math.exp(a) * -math.expm1(b - a)) if b < a else 0.0
 
 
 def _is_unsampled_gaussian(event: dpe.DpEvent) -> bool:
@@ -655,141 +574,3 @@ def certify(
         epsilon_pure=eps_pure,
         notes=tuple(dict.fromkeys(all_notes)),
     )
-
-
-# --------------------------------------------------------------------------- inverse
-
-
-def _bracket(gap: Callable[[float], float], guess: float = 1.0) -> tuple[float, float]:
-    """[lo, hi] with gap(lo) > 0 >= gap(hi) (gap decreasing in the multiplier)."""
-    lo = hi = guess
-    if gap(guess) > 0:
-        for _ in range(60):
-            lo, hi = hi, hi * 2.0
-            if gap(hi) <= 0:
-                return lo, hi
-        raise PrivacyPreconditionError("no noise multiplier below 2**60 reaches the target epsilon.")
-    for _ in range(60):
-        hi, lo = lo, lo / 2.0
-        if gap(lo) > 0:
-            return lo, hi
-    return 0.0, hi  # even a vanishing multiplier meets the target
-
-
-def calibrate_noise_multiplier(
-    make_event: Callable[[float], dpe.DpEvent],
-    target_epsilon: float,
-    delta: float,
-    *,
-    relation: str,
-    method: Literal["rdp", "pld", "best"] = "best",
-    pld_discretization: float = DEFAULT_PLD_DISCRETIZATION,
-    rdp_orders: Sequence[float] = DEFAULT_RDP_ORDERS,
-    rel_tol: float = 1e-4,
-) -> float:
-    """Smallest noise multiplier z whose event ``make_event(z)`` certifies ε <= ``target_epsilon``.
-
-    ``method="best"`` returns the smaller of the RDP and PLD answers (each is valid on its own, so
-    the smaller one meets the target by the tightest valid bound). The answer is found with
-    ``dp_accounting.mechanism_calibration.calibrate_dp_mechanism``, which guarantees the returned
-    value does not exceed the target.
-
-    Args:
-        make_event: noise multiplier → composed event (e.g. T Poisson-sampled Gaussians).
-        target_epsilon: target ε (> 0).
-        delta: δ in (0, 1).
-        relation: neighbouring relation.
-        method: "rdp", "pld" or "best".
-        pld_discretization: PLD grid step.
-        rdp_orders: RDP orders.
-        rel_tol: tolerance relative to the answer.
-
-    References:
-        dp_accounting ``mechanism_calibration.calibrate_dp_mechanism``.
-    """
-    if not isinstance(target_epsilon, (int, float)) or not target_epsilon > 0:
-        raise ConfigError(f"`target_epsilon` must be > 0. Found {target_epsilon!r}.")
-    validate_delta(delta)
-    rel = validate_relation(relation)
-    if method not in ("rdp", "pld", "best"):
-        raise ConfigError(f"`method` must be 'rdp', 'pld' or 'best'. Found {method!r}.")
-    results: list[float] = []
-    probe = make_event(1.0)
-    if method in ("rdp", "best"):
-        nrel = neighboring_relation(rel)
-
-        def fresh_rdp() -> dpa_pa.PrivacyAccountant:
-            return rdp_acc.RdpAccountant(list(rdp_orders), nrel)
-
-        def rdp_event(z: float) -> dpe.DpEvent:
-            return _rdp_view(make_event(z), rel)[0]
-
-        if fresh_rdp().supports(rdp_event(1.0)):
-            results.append(_calibrate(fresh_rdp, rdp_event, target_epsilon, delta, rel_tol))
-    if method in ("pld", "best"):
-        view, _ = _pld_view(probe, rel)
-        make_acc, transform = _pld_accountant_for(view, rel, pld_discretization)
-
-        def pld_event(z: float) -> dpe.DpEvent:
-            return transform(_pld_view(make_event(z), rel)[0])
-
-        if make_acc().supports(pld_event(1.0)):
-            results.append(_calibrate(make_acc, pld_event, target_epsilon, delta, rel_tol))
-    if not results:
-        raise PrivacyPreconditionError(f"no accountant supports {probe} under {rel}.")
-    return min(results)
-
-
-def _calibrate(
-    make_acc: Callable[[], dpa_pa.PrivacyAccountant],
-    make_event: Callable[[float], dpe.DpEvent],
-    target_epsilon: float,
-    delta: float,
-    rel_tol: float,
-) -> float:
-    def gap(z: float) -> float:
-        return make_acc().compose(make_event(z)).get_epsilon(delta) - target_epsilon
-
-    lo, hi = _bracket(gap)
-    if lo == 0.0:
-        return 0.0
-    z = dpa.calibrate_dp_mechanism(
-        make_acc,
-        make_event,
-        target_epsilon,
-        delta,
-        bracket_interval=dpa.ExplicitBracketInterval(lo, hi),
-        tol=max(rel_tol * hi, 1e-12),
-    )
-    # calibrate_dp_mechanism returns a parameter whose gap is <= 0 for "epsilon decreasing in the
-    # parameter" only if the root it lands on is on the right side; make sure.
-    if gap(float(z)) > 0:
-        z = hi
-    return float(z)
-
-
-# --------------------------------------------------------------------------- participation
-
-
-def binomial_upper_bound(trials: int, probability: float, tail: float) -> int:
-    """Smallest k with P(Binomial(trials, probability) > k) <= tail.
-
-    Used for a priori statements against the server: a client sampled with probability q in each
-    of T rounds participates at most k times except with probability ``tail``; certifying k
-    unamplified releases at δ − tail is then valid at δ (the count does not depend on the data).
-    """
-    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 0:
-        raise ConfigError(f"`trials` must be a non-negative integer. Found {trials!r}.")
-    if not 0.0 <= probability <= 1.0:
-        raise ConfigError(f"`probability` must be in [0, 1]. Found {probability!r}.")
-    if not 0.0 < tail < 1.0:
-        raise ConfigError(f"`tail` must be in (0, 1). Found {tail!r}.")
-    if probability in (0.0, 1.0):
-        return int(round(trials * probability))
-    k = int(stats.binom.isf(tail, trials, probability))
-    # isf is "smallest k with sf(k) <= tail" up to floating error: step to the exact boundary.
-    while k > 0 and stats.binom.sf(k - 1, trials, probability) <= tail:
-        k -= 1
-    while stats.binom.sf(k, trials, probability) > tail:
-        k += 1
-    return min(k, trials)

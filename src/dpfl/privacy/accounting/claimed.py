@@ -24,19 +24,21 @@ from dp_accounting.rdp import rdp_privacy_accountant
 
 from dpfl.errors import ConfigError
 from dpfl.privacy.calibration import (
-    _classical_range_check,
-    _delta,
-    _nbafl_exposures,
-    _positive,
-    _positive_int,
-    _sample_rate,
-    _udp_check_order,
-    _weight,
-    _weights,
     classical_gaussian_constant,
     nbafl_uplink_sensitivity,
     pmidp_aggregation_weights,
 )
+from dpfl.privacy.calibration._checks import (
+    _delta,
+    _positive,
+    _positive_int,
+    _sample_rate,
+    _weight,
+    _weights,
+)
+from dpfl.privacy.calibration.gaussian import _classical_range_check
+from dpfl.privacy.calibration.nbafl import _nbafl_exposures
+from dpfl.privacy.calibration.udp import _udp_check_order
 
 __all__ = [
     "CLAIM_NOTIONS",

@@ -13,6 +13,7 @@ from dp_accounting.rdp import rdp_privacy_accountant as rdp
 from scipy import optimize, stats
 
 from dpfl.errors import ConfigError
+from dpfl.privacy.accounting import calibrate as cal
 from dpfl.privacy.accounting import certify as cf
 from dpfl.privacy.accounting.events import drop_sampling, gaussian_rounds_event
 
@@ -189,7 +190,7 @@ def test_calibration_meets_the_target_tightly_rdp() -> None:
     def make(z: float) -> dpa.DpEvent:
         return _poisson(z, 0.05, 200)
 
-    z = cf.calibrate_noise_multiplier(make, 3.0, 1e-5, relation="add_remove", method="rdp")
+    z = cal.calibrate_noise_multiplier(make, 3.0, 1e-5, relation="add_remove", method="rdp")
     assert rdp.RdpAccountant().compose(make(z)).get_epsilon(1e-5) <= 3.0
     assert rdp.RdpAccountant().compose(make(z * 0.995)).get_epsilon(1e-5) > 3.0
 
@@ -197,7 +198,7 @@ def test_calibration_meets_the_target_tightly_rdp() -> None:
 def test_calibration_of_unsampled_gaussians_matches_the_analytic_gaussian() -> None:
     # T Gaussians at z compose to one at z / sqrt(T): z = sqrt(T) * sigma_analytic(eps, delta)
     t = 25
-    z = cf.calibrate_noise_multiplier(
+    z = cal.calibrate_noise_multiplier(
         lambda x: dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(x), t), 2.0, 1e-5, relation="replace_one", method="pld"
     )
     assert z == pytest.approx(math.sqrt(t) * dpa.get_sigma_gaussian(2.0, 1e-5), rel=1e-4)
@@ -207,8 +208,8 @@ def test_calibration_best_is_the_smaller_valid_answer() -> None:
     def make(z: float) -> dpa.DpEvent:
         return _poisson(z, 0.05, 100)
 
-    best = cf.calibrate_noise_multiplier(make, 2.0, 1e-5, relation="add_remove", pld_discretization=COARSE)
-    by_rdp = cf.calibrate_noise_multiplier(make, 2.0, 1e-5, relation="add_remove", method="rdp")
+    best = cal.calibrate_noise_multiplier(make, 2.0, 1e-5, relation="add_remove", pld_discretization=COARSE)
+    by_rdp = cal.calibrate_noise_multiplier(make, 2.0, 1e-5, relation="add_remove", method="rdp")
     assert best <= by_rdp
     assert cf.certify(make(best), 1e-5, relation="add_remove", privacy_unit="client",
                       pld_discretization=COARSE).epsilon <= 2.0 + 1e-9
@@ -216,7 +217,7 @@ def test_calibration_best_is_the_smaller_valid_answer() -> None:
 
 def test_calibration_rejects_bad_targets() -> None:
     with pytest.raises(ConfigError, match="target_epsilon"):
-        cf.calibrate_noise_multiplier(lambda z: dpa.GaussianDpEvent(z), 0.0, 1e-5, relation="add_remove")
+        cal.calibrate_noise_multiplier(lambda z: dpa.GaussianDpEvent(z), 0.0, 1e-5, relation="add_remove")
 
 
 # ---------------------------------------------------------------- participation bound
@@ -224,7 +225,7 @@ def test_calibration_rejects_bad_targets() -> None:
 
 @pytest.mark.parametrize(("t", "q", "tail"), [(200, 0.6, 5e-4), (1000, 0.04, 1e-5), (10, 0.5, 0.1)])
 def test_binomial_upper_bound_is_the_smallest_valid_k(t: int, q: float, tail: float) -> None:
-    k = cf.binomial_upper_bound(t, q, tail)
+    k = cal.binomial_upper_bound(t, q, tail)
     assert stats.binom.sf(k, t, q) <= tail
     assert k == 0 or stats.binom.sf(k - 1, t, q) > tail
 
