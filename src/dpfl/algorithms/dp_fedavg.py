@@ -54,7 +54,8 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dpfl.algorithms.base import RoundOutput, Uploads
-from dpfl.algorithms.private import Calibration, PrivateAlgorithm, RoundPlan
+from dpfl.algorithms.options import parse_options
+from dpfl.algorithms.private import Calibration, CanaryHooks, PrivateAlgorithm, RoundPlan
 from dpfl.client.blur import BlurTerm
 from dpfl.client.context import LocalProblem, LocalResult, RoundInfo
 from dpfl.client.lus import sparsify_updates
@@ -832,6 +833,25 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
             return float("inf")
         return dpfedavg_claimed_epsilon(self.noise_multiplier, self._sample_rate(), rounds_done, self.delta)
 
+    def canaries(self) -> CanaryHooks:
+        """Audit canaries: each a row of norm C around the global model; the real clients' noise
+        stays calibrated to the real cohort, the rows are real + canaries."""
+        if self.options.adaptive_clip is not None or self.options.lus_sparsity > 0:
+            raise ConfigError("audit: DP-FedAvg with `adaptive_clip` or `lus_sparsity` is not supported (canaries "
+                              "would move the clip norm; LUS needs gradients canaries do not have). Turn them off.")
+
+        def silence(plan: NoisePlan) -> NoisePlan:
+            if plan.secure is not None:  # audits refuse secure aggregation before a plan exists
+                raise ConfigError("audit: a secure-aggregation round has no Gaussian noise to remove.")
+            return dataclasses.replace(plan, sum_std=0.0, client_std=0.0, count_std=0.0, count_client_std=0.0)
+
+        return CanaryHooks(
+            rows=lambda g, d: g.unsqueeze(0) + self.clip_norm * d,
+            num_samples=lambda sizes: int(sizes.median()),
+            extend=lambda plan, real_k, joined, num_canaries: dataclasses.replace(plan, cohort=real_k + joined),
+            silence=silence,
+        )
+
     def claim_notion(self) -> str:
         return (f"004 (moments accountant, Thm 1): (ε, δ={self.delta:g})-DP per client, add/remove, "
                 "for the broadcast models under Poisson sampling")
@@ -858,7 +878,6 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
 
 
 def _build(options: dict[str, Any], sampler: Any, ctx: Any, defaults: dict[str, Any] | None = None) -> DpFedAvg:
-    from dpfl.algorithms.registry import parse_options
 
     merged = {**(defaults or {}), **options}
     name = "dp-fedavg-blur-lus" if defaults else "dp-fedavg"

@@ -61,6 +61,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dpfl.algorithms.base import RoundOutput, Uploads
+from dpfl.algorithms.options import parse_options
 from dpfl.algorithms.private import Calibration, PrivateAlgorithm, RoundPlan
 from dpfl.client.context import LocalProblem, LocalResult, RoundInfo
 from dpfl.client.local import (
@@ -299,7 +300,6 @@ def _claim(noise_multiplier: float, sample_rate: float, count: int, delta: float
 
 
 def _build(options: dict[str, Any], sampler: Any, ctx: Any) -> DpSgdFedAvg:
-    from dpfl.algorithms.registry import parse_options
 
     return DpSgdFedAvg(parse_options(DpSgdOptions, options, "dp-sgd-fedavg"), sampler, ctx)
 

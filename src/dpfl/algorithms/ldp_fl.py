@@ -97,6 +97,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from dpfl.algorithms.base import RoundOutput, Uploads
+from dpfl.algorithms.options import parse_options
 from dpfl.algorithms.private import Calibration, PrivateAlgorithm, RoundPlan
 from dpfl.client.context import LocalProblem, LocalResult, RoundInfo
 from dpfl.client.layout import ParamLayout
@@ -694,7 +695,6 @@ class LdpFl(PrivateAlgorithm[LdpFlPlan]):
 
 
 def _build(options: dict[str, Any], sampler: Any, ctx: Any) -> LdpFl:
-    from dpfl.algorithms.registry import parse_options
 
     opts = parse_options(LdpFlOptions, options, "ldp-fl")
     if not math.isfinite(opts.epsilon):

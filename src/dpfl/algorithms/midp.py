@@ -63,6 +63,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dpfl.algorithms.base import RoundOutput, Uploads
+from dpfl.algorithms.options import parse_options
 from dpfl.algorithms.private import Calibration, PrivateAlgorithm, RoundPlan
 from dpfl.client.context import LocalResult, RoundInfo
 from dpfl.errors import ConfigError
@@ -785,7 +786,6 @@ def midp_epsilon_for_noise_std(side: str, noise_std: float, clip_norm: float, we
 
 def _build_scheme(side: Literal["server", "client"]) -> Any:
     def build(options: dict[str, Any], sampler: Any, ctx: Any) -> MidpScheme:
-        from dpfl.algorithms.registry import parse_options
 
         opts = parse_options(MidpOptions, options, f"midp-{side}")
         return MidpScheme(side, opts, sampler, ctx.num_clients, ctx.num_params, ctx.config.seed,
@@ -795,7 +795,6 @@ def _build_scheme(side: Literal["server", "client"]) -> Any:
 
 
 def _build_pmidp(options: dict[str, Any], sampler: Any, ctx: Any) -> PmidpFl:
-    from dpfl.algorithms.registry import parse_options
 
     opts = parse_options(PmidpOptions, options, "pmidp-fl")
     return PmidpFl(opts, sampler, ctx.num_clients, ctx.num_params, ctx.config.seed, ctx.privacy.delta)

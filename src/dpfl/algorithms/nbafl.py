@@ -52,7 +52,8 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from dpfl.algorithms.base import RoundOutput, Uploads
-from dpfl.algorithms.private import Calibration, PrivateAlgorithm, RoundPlan
+from dpfl.algorithms.options import parse_options
+from dpfl.algorithms.private import Calibration, CanaryHooks, PrivateAlgorithm, RoundPlan
 from dpfl.client.context import LocalProblem, LocalResult, RoundInfo
 from dpfl.client.local import LocalTraining
 from dpfl.errors import ConfigError, PrivacyPreconditionError
@@ -413,6 +414,16 @@ class NbAfl(PrivateAlgorithm[NbAflPlan]):
         """Δs_U = 2C/m, the paper's uplink sensitivity (used for the claim only)."""
         return self._calibration.paper_sensitivity
 
+    def canaries(self) -> CanaryHooks:
+        """Audit canaries: each a row of norm C (NbAFL's uploads are clipped models); the plan is
+        the round's own."""
+        return CanaryHooks(
+            rows=lambda g, d: float(self.options.clip_norm) * d,
+            num_samples=lambda sizes: int(sizes.median()),
+            extend=lambda plan, real_k, joined, num_canaries: plan,
+            silence=lambda plan: dataclasses.replace(plan, uplink_noise_std=0.0, downlink_noise_std=0.0),
+        )
+
     def claim_notion(self) -> str:
         return (f"003 (Thm 1 / Lemma 4): 'global' (ε, δ={self.delta:g})-DP per record, uplink (L = "
                 f"{self.exposures} exposures) and downlink (T broadcasts), with sensitivity 2C/m = "
@@ -433,7 +444,6 @@ class NbAfl(PrivateAlgorithm[NbAflPlan]):
 
 
 def _build(options: dict[str, Any], sampler: Any, ctx: Any) -> NbAfl:
-    from dpfl.algorithms.registry import parse_options
 
     return NbAfl(parse_options(NbAflOptions, options, "nbafl"), sampler, ctx.client_sizes, ctx.config.rounds,
                  ctx.privacy.delta)

@@ -12,6 +12,10 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import math
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar, cast
 
 import torch
@@ -63,6 +67,28 @@ class RoundPlan(abc.ABC):
 PlanT = TypeVar("PlanT", bound=RoundPlan)
 
 
+@dataclass(frozen=True)
+class CanaryHooks:
+    """How an audit's canary clients (:mod:`dpfl.audit.canary`) enter an algorithm's rounds: their
+    rows, sample counts, and the round plan that covers them (the real round's plan, extended:
+    nothing on the algorithm is patched). An algorithm that supports audits returns them from
+    :meth:`PrivateAlgorithm.canaries`.
+
+    Attributes:
+        rows: (global params [P], unit directions [c, P]) → the canaries' upload rows [c, P].
+        num_samples: (the real cohort's sample counts) → each canary's sample count.
+        extend: (the real round's plan, real cohort size, canaries joining, all canaries) → the
+            plan of the rows (real and canary).
+        silence: a round plan → the same plan with every noise number 0 (the un-noised mechanism
+            whose canary signal the audit's reach is measured against).
+    """
+
+    rows: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    num_samples: Callable[[torch.Tensor], int]
+    extend: Callable[[Any, int, int, int], Any]
+    silence: Callable[[Any], Any]
+
+
 class PrivateAlgorithm(Algorithm, Generic[PlanT]):
     """An algorithm whose rounds are recorded in a privacy ledger.
 
@@ -105,6 +131,31 @@ class PrivateAlgorithm(Algorithm, Generic[PlanT]):
         return self.round_plan(info).releases([int(c) for c in info.clients.tolist()], num_samples,
                                               secure_aggregation)
 
+    def upload_norm_limits(self, info: RoundInfo, num_samples: torch.Tensor, num_params: int) -> dict[int, float]:
+        """Per client of the cohort, the largest upload norm its clipping and declared noise allow
+        (what a server rejects an upload beyond): the tightest
+        :meth:`~dpfl.privacy.releases.Release.upload_norm_limit` of the server releases naming the
+        client, for a client-level unit; a client with a randomized report has no limit."""
+        if self.privacy_unit != "client":
+            return {}
+        with warnings.catch_warnings():  # range notices were already stored by the runner
+            warnings.simplefilter("ignore")
+            releases = self.releases(info, num_samples, False)
+        limits: dict[int, float] = {}
+        unbounded: set[int] = set()
+        for rel in releases:
+            if rel.observer != "server" or rel.client_ids is None:
+                continue
+            limit = rel.upload_norm_limit(num_params)
+            if limit is None:
+                continue  # e.g. a declared threshold says nothing about the upload's norm
+            for c in rel.client_ids:
+                if math.isinf(limit):
+                    unbounded.add(c)
+                else:
+                    limits[c] = min(limits.get(c, math.inf), limit)
+        return {c: v for c, v in limits.items() if math.isfinite(v) and c not in unbounded}
+
     def declared_plan(self, info: RoundInfo, client: int) -> dict[str, float]:
         """What ``client`` must declare this round: its plan's numbers."""
         return self.round_plan(info).declared(client)
@@ -140,6 +191,14 @@ class PrivateAlgorithm(Algorithm, Generic[PlanT]):
         certificate is the headline; the composition of what happened is shown as spent.
         """
         del num_clients, seeds
+        return None
+
+    def canaries(self) -> CanaryHooks | None:
+        """How audit canaries enter this algorithm's rounds; None (the default): not auditable.
+
+        Raises:
+            ConfigError: the algorithm is auditable, but not with these options.
+        """
         return None
 
     def not_covered(self) -> list[str]:

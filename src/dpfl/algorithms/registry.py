@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from pydantic import BaseModel, ValidationError
 
 from dpfl.algorithms.base import Algorithm
 from dpfl.algorithms.fedavg import FedAvg
+from dpfl.algorithms.options import parse_options
 from dpfl.config import AlgorithmConfig, PrivacyConfig, RunConfig, SamplingConfig
 from dpfl.errors import ConfigError
 from dpfl.sampling import AllClients, FixedSizeSampler, PoissonSampler
@@ -46,23 +46,6 @@ class BuildContext:
     @property
     def privacy(self) -> PrivacyConfig:
         return self.config.privacy
-
-
-def parse_options(model: type[BaseModel], options: dict[str, Any], algorithm: str) -> Any:
-    """Validate ``algorithm.options`` with the algorithm's own strict schema."""
-    try:
-        return model.model_validate(options)
-    except ValidationError as err:
-        parts = []
-        for e in err.errors():
-            loc = ".".join(str(x) for x in e["loc"])
-            if e["type"] == "extra_forbidden":
-                parts.append(f"unknown option `{loc}` (valid: {sorted(model.model_fields)})")
-            elif e["type"] == "missing":
-                parts.append(f"missing option `{loc}`")
-            else:
-                parts.append(f"`{loc}`: {e['msg']} (got {e.get('input')!r})")
-        raise ConfigError(f"algorithm {algorithm!r}: " + "; ".join(parts)) from None
 
 
 def _fedavg(options: dict[str, Any], sampler: Any, ctx: BuildContext) -> Algorithm:

@@ -77,12 +77,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from torch.func import functional_call
 
 from dpfl.algorithms.base import RoundOutput, Uploads
-from dpfl.algorithms.private import Calibration, PrivateAlgorithm, RoundPlan
+from dpfl.algorithms.options import parse_options
+from dpfl.algorithms.private import Calibration, CanaryHooks, PrivateAlgorithm, RoundPlan
 from dpfl.client.context import LocalProblem, LocalResult, RoundInfo
 from dpfl.errors import ConfigError
 from dpfl.models import per_sample_loss
@@ -457,6 +459,25 @@ class Udp(PrivateAlgorithm[UdpPlan]):
             for i in range(self.num_clients)
         }
 
+    def canaries(self) -> CanaryHooks | None:
+        """Audit canaries: each noised, weighed and bounded as the template client (the median
+        size), a row of its sensitivity's norm around the global model."""
+        order = np.argsort(np.asarray(self.sizes), kind="stable")
+        tpl = int(order[len(order) // 2])
+
+        def extend(plan: UdpPlan, real_k: int, joined: int, num_canaries: int) -> UdpPlan:
+            return dataclasses.replace(
+                plan, noise_stds=(*plan.noise_stds, *([plan.noise_stds[tpl]] * num_canaries)),
+                sensitivities=(*plan.sensitivities, *([plan.sensitivities[tpl]] * num_canaries)),
+                sizes=(*plan.sizes, *([plan.sizes[tpl]] * num_canaries)))
+
+        return CanaryHooks(
+            rows=lambda g, d: g.unsqueeze(0) + self.sensitivities[tpl] * d,
+            num_samples=lambda sizes: int(self.sizes[tpl]),
+            extend=extend,
+            silence=lambda plan: dataclasses.replace(plan, noise_stds=tuple(0.0 for _ in plan.noise_stds)),
+        )
+
     def claim_notion(self) -> str:
         return (f"000 (Thm 1/4): (ε_i, δ_i = {min(self.deltas):g})-DP per client against the server, one "
                 "record, replace-one, moments bound with q = K/U")
@@ -496,6 +517,11 @@ class UdpCrd(Udp):
     """
 
     name = "udp-crd"
+
+    def canaries(self) -> CanaryHooks | None:
+        """Not auditable: the audit's canaries follow UDP's fixed schedule, not this variant's
+        data-dependent changes of the noise."""
+        return None
 
     def __init__(self, options: UdpCrdOptions, sampler: Any, ctx: Any) -> None:
         super().__init__(options, sampler, ctx)
@@ -656,6 +682,11 @@ class UdpLei(Udp):
 
     name = "udp-lei"
 
+    def canaries(self) -> CanaryHooks | None:
+        """Not auditable: the audit's canaries follow UDP's fixed schedule, not this variant's
+        data-dependent changes of the noise."""
+        return None
+
     def __init__(self, options: UdpLeiOptions, sampler: Any, ctx: Any) -> None:
         super().__init__(options, sampler, ctx)
         self.noise_decay = options.noise_decay if options.noise_decay is not None else 1.0 / (2 * self.total_rounds)
@@ -686,7 +717,6 @@ class UdpLei(Udp):
 
 def _build(cls: type[Udp], model: type[UdpOptions], name: str) -> Callable[[dict[str, Any], Any, Any], Udp]:
     def build(options: dict[str, Any], sampler: Any, ctx: Any) -> Udp:
-        from dpfl.algorithms.registry import parse_options
 
         return cls(parse_options(model, options, name), sampler, ctx)  # type: ignore[arg-type]
 

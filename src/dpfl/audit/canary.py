@@ -72,10 +72,7 @@ import numpy as np
 import torch
 
 from dpfl.algorithms.base import RoundOutput
-from dpfl.algorithms.dp_fedavg import DpFedAvg, NoisePlan
-from dpfl.algorithms.nbafl import NbAfl, NbAflPlan
-from dpfl.algorithms.private import PrivateAlgorithm
-from dpfl.algorithms.udp import Udp, UdpPlan
+from dpfl.algorithms.private import CanaryHooks, PrivateAlgorithm
 from dpfl.audit.estimate import EpsilonEstimate, estimate_epsilon
 from dpfl.audit.reach import predicted_reach, reach_cap, signal_ratio, verdict
 from dpfl.client.context import LocalResult, RoundInfo
@@ -92,102 +89,13 @@ __all__ = ["AuditResult", "CanaryAlgorithm", "canary_cosines", "run_audited"]
 SUPPORTED = ("dp-fedavg", "dp-fedavg-blur-lus", "nbafl", "udp")
 
 
-# ---------------------------------------------------------------------------- per-algorithm rows
-
-
-@dataclass(frozen=True)
-class _Adapter:
-    """How canaries enter one algorithm: their rows, sample counts, and the round plan that
-    covers them (the real round's plan, extended: nothing on the algorithm is patched)."""
-
-    rows: Callable[[Any, torch.Tensor, torch.Tensor], torch.Tensor]  # (algo, global [P], dirs [c,P]) -> [c,P]
-    num_samples: Callable[[Any, torch.Tensor], int]  # (algo, real cohort sizes) -> canary sample count
-    # (algo, the real round's plan, real K, canaries joining, all canaries) -> the plan of the rows
-    extend: Callable[[Any, Any, int, int, int], Any]
-    # a round plan -> the same plan with every noise number 0 (the un-noised mechanism of the reach)
-    silence: Callable[[Any], Any]
-
-
-def _dpfedavg_extend(algo: DpFedAvg, plan: NoisePlan, real_k: int, joined: int, num_canaries: int) -> NoisePlan:
-    del algo, num_canaries
-    # the real clients' noise stays calibrated to the real cohort; the rows are real + canaries
-    return dataclasses.replace(plan, cohort=real_k + joined)
-
-
-def _check_dpfedavg(algo: DpFedAvg) -> None:
-    if algo.options.adaptive_clip is not None or algo.options.lus_sparsity > 0:
-        raise ConfigError("audit: DP-FedAvg with `adaptive_clip` or `lus_sparsity` is not supported (canaries "
-                          "would move the clip norm; LUS needs gradients canaries do not have). Turn them off.")
-
-
-def _dpfedavg_silence(plan: NoisePlan) -> NoisePlan:
-    if plan.secure is not None:  # audits refuse secure aggregation before a plan exists
-        raise ConfigError("audit: a secure-aggregation round has no Gaussian noise to remove.")
-    return dataclasses.replace(plan, sum_std=0.0, client_std=0.0, count_std=0.0, count_client_std=0.0)
-
-
-def _udp_silence(plan: UdpPlan) -> UdpPlan:
-    return dataclasses.replace(plan, noise_stds=tuple(0.0 for _ in plan.noise_stds))
-
-
-def _nbafl_silence(plan: NbAflPlan) -> NbAflPlan:
-    return dataclasses.replace(plan, uplink_noise_std=0.0, downlink_noise_std=0.0)
-
-
-def _same_plan(algo: Any, plan: Any, real_k: int, joined: int, num_canaries: int) -> Any:
-    del algo, real_k, joined, num_canaries
-    return plan
-
-
-def _udp_template(algo: Udp) -> int:
-    order = np.argsort(np.asarray(algo.sizes), kind="stable")
-    return int(order[len(order) // 2])
-
-
-def _udp_extend(algo: Udp, plan: UdpPlan, real_k: int, joined: int, num_canaries: int) -> UdpPlan:
-    del real_k, joined
-    tpl = _udp_template(algo)
-    # the round's plan, with every canary noised, weighed and bounded as the template client
-    return dataclasses.replace(
-        plan, noise_stds=(*plan.noise_stds, *([plan.noise_stds[tpl]] * num_canaries)),
-        sensitivities=(*plan.sensitivities, *([plan.sensitivities[tpl]] * num_canaries)),
-        sizes=(*plan.sizes, *([plan.sizes[tpl]] * num_canaries)))
-
-
-def _median_size(sizes: torch.Tensor) -> int:
-    return int(sizes.median())
-
-
-_ADAPTERS: dict[type, _Adapter] = {
-    DpFedAvg: _Adapter(
-        rows=lambda a, g, d: g.unsqueeze(0) + a.clip_norm * d,
-        num_samples=lambda a, sizes: _median_size(sizes),
-        extend=_dpfedavg_extend,
-        silence=_dpfedavg_silence,
-    ),
-    NbAfl: _Adapter(
-        rows=lambda a, g, d: float(a.options.clip_norm) * d,
-        num_samples=lambda a, sizes: _median_size(sizes),
-        extend=_same_plan,
-        silence=_nbafl_silence,
-    ),
-    Udp: _Adapter(
-        rows=lambda a, g, d: g.unsqueeze(0) + a.sensitivities[_udp_template(a)] * d,
-        num_samples=lambda a, sizes: int(a.sizes[_udp_template(a)]),
-        extend=_udp_extend,
-        silence=_udp_silence,
-    ),
-}
-
-
-def _adapter(algo: Any) -> _Adapter:
-    ad = _ADAPTERS.get(type(algo))
-    if ad is None:
+def _adapter(algo: Any) -> CanaryHooks:
+    """How canaries enter ``algo``'s rounds: the algorithm says (:meth:`PrivateAlgorithm.canaries`)."""
+    hooks = algo.canaries() if isinstance(algo, PrivateAlgorithm) else None
+    if hooks is None:
         raise ConfigError(f"audit: algorithm {getattr(algo, 'name', type(algo).__name__)!r} is not supported; "
                           f"supported: {', '.join(SUPPORTED)}.")
-    if isinstance(algo, DpFedAvg):
-        _check_dpfedavg(algo)
-    return ad
+    return hooks
 
 
 # ---------------------------------------------------------------------------- the wrapper
@@ -277,9 +185,9 @@ class CanaryAlgorithm:
         real_k = int(info.clients.numel())
         dev, dtype = local.params.device, local.params.dtype
         dirs = self.directions[joined].to(device=dev, dtype=dtype)
-        rows = self.adapter.rows(self.inner, global_params.to(dev), dirs).to(dtype)
+        rows = self.adapter.rows(global_params.to(dev), dirs).to(dtype)
         c = len(joined)
-        n_c = self.adapter.num_samples(self.inner, local.num_samples)
+        n_c = self.adapter.num_samples(local.num_samples)
         ext = LocalResult(
             params=torch.cat([local.params, rows]),
             train_loss=torch.cat([local.train_loss, torch.zeros(c, dtype=local.train_loss.dtype,
@@ -289,7 +197,7 @@ class CanaryAlgorithm:
             final_grads=None,
         )
         ids = torch.tensor([self.first_canary_id + j for j in joined], dtype=info.clients.dtype)
-        plan = self.adapter.extend(self.inner, self.inner.round_plan(info), real_k, c, self.num_canaries)
+        plan = self.adapter.extend(self.inner.round_plan(info), real_k, c, self.num_canaries)
         ext_info = RoundInfo(info.round_idx, self.num_clients + self.num_canaries,
                              torch.cat([info.clients, ids]), info.seeds, plan=plan)
         out = self.inner.server_step(global_params, ext, ext_info)

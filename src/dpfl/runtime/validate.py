@@ -27,33 +27,12 @@ from dataclasses import dataclass
 
 import torch
 
+from dpfl.privacy.calibration.gaussian import NORM_TAIL, upload_norm_limit
+
 __all__ = ["NORM_TAIL", "RejectedUpload", "check_upload", "upload_norm_limit"]
 
 REL_TOL = 1e-9
-NORM_TAIL = 12.0
-"""t in the noise allowance σ(√P + t): a valid upload is rejected with probability ≤ exp(−t²/2)
-≈ 5·10⁻³² (Gaussian norm concentration)."""
 
-
-def upload_norm_limit(sensitivity: float, noise_std: float, num_params: int, tail: float = NORM_TAIL) -> float:
-    """The largest L2 norm a clipped, Gaussian-noised upload can have short of a 1 − exp(−t²/2) event.
-
-    A vector x with ‖x‖ ≤ Δ plus n ~ N(0, σ² I_P) has ‖x + n‖ ≤ Δ + ‖n‖, and ‖n‖ is σ-Lipschitz in
-    a standard Gaussian with E‖n‖ ≤ σ√P, so P(‖n‖ ≥ σ(√P + t)) ≤ exp(−t²/2) (Gaussian
-    concentration of Lipschitz functions; Vershynin, High-Dimensional Probability, Thm. 5.2.2
-    with the sharp constant of Tsirelson–Ibragimov–Sudakov).
-
-    Args:
-        sensitivity: Δ, the enforced L2 sensitivity the algorithm declares for the upload (≥ the
-            clip bound of the uploaded vector).
-        noise_std: σ, the declared per-coordinate Gaussian noise std of the upload.
-        num_params: P, the upload's length.
-        tail: t.
-    """
-    if not (sensitivity >= 0 and noise_std >= 0 and num_params >= 0 and tail > 0):
-        raise ValueError(f"upload_norm_limit needs sensitivity, noise_std, num_params >= 0 and tail > 0; found "
-                         f"{sensitivity}, {noise_std}, {num_params}, {tail}")
-    return float(sensitivity) + float(noise_std) * (math.sqrt(num_params) + float(tail))
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ import torch
 from torch import nn
 
 from dpfl.algorithms.ldp_fl import LdpFl, LdpFlOptions, ldp_fl_privacy
-from dpfl.algorithms.registry import algorithms, parse_options
+from dpfl.algorithms.options import parse_options
+from dpfl.algorithms.registry import algorithms
 from dpfl.client.context import LocalResult, RoundInfo
 from dpfl.client.layout import ParamLayout
 from dpfl.errors import ConfigError

@@ -14,7 +14,7 @@ from dp_accounting.rdp import rdp_privacy_accountant as rdp_acc
 from torch import nn
 
 from dpfl.algorithms.ldp_fl import LdpFl, LdpFlOptions, ldp_fl_privacy
-from dpfl.algorithms.registry import parse_options
+from dpfl.algorithms.options import parse_options
 from dpfl.client.context import LocalResult, RoundInfo
 from dpfl.client.layout import ParamLayout
 from dpfl.config import parse_config

@@ -114,6 +114,12 @@ class Release(abc.ABC):
         ``kind``), with :class:`dpfl.errors.PrivacyPreconditionError`; the default accepts any."""
         return None
 
+    def upload_norm_limit(self, num_params: int) -> float | None:
+        """For a server release about the named clients' uploads: the largest L2 norm such an
+        upload can have (``math.inf``: a randomized report, no limit), or None when the release
+        says nothing about the upload's norm (the default)."""
+        return None
+
     def hidden_from_server(self) -> bool:
         """Whether the server sees this broadcast (``client_ids=None``) only inside a secret
         Poisson sample (hidden participation), so that it is amplified against the server as it

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 from dp_accounting import dp_event as dpe
 
 from dpfl.privacy.accounting.events import gaussian_event, noise_multiplier
+from dpfl.privacy.calibration.gaussian import upload_norm_limit
 from dpfl.privacy.releases.base import Observer, Release, checked_ids, checked_observer
 
 
@@ -45,6 +46,10 @@ class GaussianRelease(Release):
     def noise_multiplier(self) -> float:
         """noise std / sensitivity (inf when nothing about the unit is released)."""
         return noise_multiplier(self.noise_std, self.sensitivity)
+
+    def upload_norm_limit(self, num_params: int) -> float | None:
+        """The enforced sensitivity plus what the noise can add (:func:`dpfl.privacy.calibration.gaussian.upload_norm_limit`)."""
+        return upload_norm_limit(self.sensitivity, self.noise_std, num_params)
 
     def event(self) -> dpe.DpEvent:
         return gaussian_event(self.noise_std, self.sensitivity)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -41,6 +42,10 @@ class TwoPointRelease(Release):
         checked_observer(self.observer)
         object.__setattr__(self, "client_ids", checked_ids(self.client_ids))
         self.event()  # validates the numbers
+
+    def upload_norm_limit(self, num_params: int) -> float | None:
+        """A randomized report's norm is not the clipped upload's: no limit."""
+        return math.inf
 
     def event(self) -> dpe.DpEvent:
         return two_point_event(self.epsilon, self.num_coordinates)

@@ -47,7 +47,6 @@ from __future__ import annotations
 import json
 import math
 import time
-import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -68,7 +67,6 @@ from dpfl.algorithms.base import Algorithm, Uploads
 from dpfl.algorithms.private import PrivateAlgorithm
 from dpfl.client.context import RoundInfo
 from dpfl.errors import ConfigError
-from dpfl.privacy.releases import GaussianRelease, TwoPointRelease
 from dpfl.runtime.flower import masks, timing
 from dpfl.runtime.flower.codec import decode_upload, encode_train
 from dpfl.runtime.flower.records import as_array, as_bytes, as_int, as_list, error_reason
@@ -82,7 +80,7 @@ from dpfl.runtime.flower.secagg import (
     secagg_shares,
 )
 from dpfl.runtime.sealed import sealed_length
-from dpfl.runtime.validate import RejectedUpload, check_upload, upload_norm_limit
+from dpfl.runtime.validate import RejectedUpload, check_upload
 from dpfl.server.shuffle import IdMultisets
 
 masks.install()  # the server unmasks with the masks the clients use (ChaCha20)
@@ -158,30 +156,6 @@ class PromptGrid(Grid):
 def _exchange(grid: Grid, messages: list[Message], timeout: float) -> list[Message]:
     """The replies of :func:`_push_pull`."""
     return _push_pull(grid, messages, timeout)[1]
-
-
-def _norm_limits(algo: Algorithm, info: RoundInfo, client_sizes: torch.Tensor, num_params: int) -> dict[int, float]:
-    """Per client of the cohort, the largest upload norm its clipping and declared noise allow
-    (:func:`dpfl.runtime.validate.upload_norm_limit`), for algorithms whose unit is the client
-    and whose server-observer releases are Gaussian (the enforced sensitivity then bounds the
-    clipped upload); empty otherwise."""
-    if not isinstance(algo, PrivateAlgorithm) or algo.privacy_unit != "client":
-        return {}
-    with warnings.catch_warnings():  # range notices were already stored by the runner
-        warnings.simplefilter("ignore")
-        releases = algo.releases(info, client_sizes[info.clients], False)
-    limits: dict[int, float] = {}
-    unbounded: set[int] = set()
-    for rel in releases:
-        if rel.observer != "server" or rel.client_ids is None:
-            continue
-        for c in rel.client_ids:
-            if isinstance(rel, GaussianRelease):
-                limits[c] = min(limits.get(c, math.inf), upload_norm_limit(rel.sensitivity, rel.noise_std, num_params))
-            elif isinstance(rel, TwoPointRelease):
-                unbounded.add(c)  # a randomized report's norm is not the clipped upload's: no limit
-            # an ExactRelease (e.g. PMIDP-FL's declared threshold) says nothing about the upload's norm
-    return {c: v for c, v in limits.items() if math.isfinite(v) and c not in unbounded}
 
 
 @dataclass
@@ -392,7 +366,8 @@ class FlowerCohort:
                                    state=algo.client_state(member, info), reproducible=self.reproducible,
                                    shuffler_key=shuffler_key)
             msgs.append(Message(content, self.nodes[member], "train", group_id=str(t)))
-        limits = {} if shuffled else _norm_limits(algo, info, self.client_sizes, self.num_params)
+        limits = ({} if shuffled or not isinstance(algo, PrivateAlgorithm)
+                  else algo.upload_norm_limits(info, self.client_sizes[info.clients], self.num_params))
         # a private algorithm's loss stays on the client (no certificate covers it): whatever a
         # client sends in its place is discarded here, not stored
         keep_loss = not isinstance(algo, PrivateAlgorithm) or algo.reports_train_loss
