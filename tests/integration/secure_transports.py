@@ -8,13 +8,12 @@ from typing import Any
 
 class OwnCoinsTransport:
     """A deployment's transport in process: every client trains and runs its client step with
-    ``own_coins`` (its secret coin decides whether its update enters), the server receives the
+    ``hidden_participation`` (its secret coin decides whether its update enters), the server receives the
     modular sum only; ``drop(t)`` names clients whose masked vector never arrives."""
 
-    tag = "own-coins"
+    tag = "hidden"
     secure_sum = True
     hidden_participation = True
-    own_coins = True
 
     def __init__(self, config: Any, drop: Any = None) -> None:
         from dpfl.rounds import build_experiment
@@ -26,7 +25,7 @@ class OwnCoinsTransport:
     def __call__(self, params: Any, info: Any, algo: Any, emit: Any) -> Any:
         import torch
 
-        assert info.own_coins and info.clients.tolist() == list(range(info.num_clients))  # the server did not sample
+        assert info.hidden_participation and info.clients.tolist() == list(range(info.num_clients))  # the server did not sample
         local = self.exp.engine.train(params, info.clients.tolist(), info.round_idx)
         ups = algo.client_step(params, local, info)
         keep = torch.tensor([c not in self.drop(info.round_idx) for c in info.clients.tolist()])

@@ -292,7 +292,7 @@ class RecordingWorkflow(SecAggPlusWorkflow):
         return ok
 
 
-def _simulate_recorded(config: Any, store: Path, *, own_coins: bool = False) -> Any:
+def _simulate_recorded(config: Any, store: Path, *, hidden_participation: bool = False) -> Any:
     """``run_experiment`` on a ``FlowerCohort`` (reproducible, b = 31) recorded by
     :class:`RecordingWorkflow`, in a Flower simulation of 3 SuperNodes running dpfl's ClientApp;
     the finished run's result (the recorder's lists are reset first)."""
@@ -313,7 +313,7 @@ def _simulate_recorded(config: Any, store: Path, *, own_coins: bool = False) -> 
             nodes = discover_nodes(grid, 3, 120.0)
             cohort = FlowerCohort(grid, nodes, json.dumps(config.model_dump(mode="json")), exp.data.sizes(),
                                   exp.problem.layout.numel, 300.0, reproducible=True, secure_bits=31,
-                                  own_coins=own_coins)
+                                  hidden_participation=hidden_participation)
             cohort.workflow_type = RecordingWorkflow
             results.append(run_experiment(config, RunStore(store), remote=cohort))
         except BaseException as err:  # noqa: BLE001 (reported by the test)
@@ -455,7 +455,7 @@ def test_hidden_participation_on_flower_hides_who_was_sampled(tmp_path: Path, mn
     path = _config(tmp_path, mnist_fixture, "hidden", sampling=POISSON,
                    privacy={"delta": 0.01, "secure_aggregation": True, "participation": "hidden"})
     config = load_config(path)
-    result = _simulate_recorded(config, tmp_path / "flower.sqlite", own_coins=True)
+    result = _simulate_recorded(config, tmp_path / "flower.sqlite", hidden_participation=True)
     final = result.final
     assert _certified(final, "server") == pytest.approx(_certified(final, "public"), rel=1e-12)
     assert final["privacy"]["certified"]["observers"]["server"]["basis"] == "ex-ante"
@@ -468,7 +468,7 @@ def test_hidden_participation_on_flower_hides_who_was_sampled(tmp_path: Path, mn
     for t, (sent, received) in enumerate(zip(RecordingWorkflow.sent, RecordingWorkflow.received, strict=True)):
         assert len(sent) == 3 and sorted(received) == sorted(sent)  # every node, every round
         configs = [{k: v for k, v in ins.config.items() if k not in ("client", "state")} for ins in sent.values()]
-        assert all(c == configs[0] for c in configs) and configs[0]["own-coins"] is True  # no coin from the server
+        assert all(c == configs[0] for c in configs) and configs[0]["hidden-participation"] is True  # no coin from the server
         shapes = {vec.shape for _, vec in received.values()}
         assert len(shapes) == 1
         for nid, (_, vec) in received.items():

@@ -354,7 +354,7 @@ def test_charged_ahead_a_secure_round_costs_its_fewest_shares(mnist_fixture: Pat
     algo = exp.algorithm
     hidden = participation == "hidden"
     clients = torch.arange(N) if hidden else torch.tensor([1, 4, 5, 9])
-    info = RoundInfo(0, N, clients, exp.seeds, own_coins=hidden)
+    info = RoundInfo(0, N, clients, exp.seeds, hidden_participation=hidden)
     info = info.with_plan(algo.plan(info))
 
     class Secure:

@@ -404,7 +404,7 @@ class NoisePlan(RoundPlan):
                                 amplifiable=self.amplified)
 
     def releases(self, ids: list[int], num_samples: torch.Tensor | None = None,
-                 secure_aggregation: bool = False) -> list[Release]:
+                 ideal_secure_sum: bool = False) -> list[Release]:
         """The releases of this round's rows ``ids``: each upload (server; none in an empty
         round), and :meth:`public_release`, which does not depend on ``ids`` (nor on the sample
         counts: the fixed denominator weighs every client 1/m)."""
@@ -418,12 +418,12 @@ class NoisePlan(RoundPlan):
             top = self.sum_std if self.client_std == 0 else 0.0
             out += federated_round_releases(
                 ids, self.client_std, self.clip_norm, [1.0 / m] * k, server_noise_std=top / m,
-                secure_aggregation=secure_aggregation, amplifiable=self.amplified)
+                ideal_secure_sum=ideal_secure_sum, amplifiable=self.amplified)
             if self.count_std > 0:
                 top_c = self.count_std if self.count_client_std == 0 else 0.0
                 out += federated_round_releases(
                     ids, self.count_client_std, COUNT_SENSITIVITY, [1.0] * k, server_noise_std=top_c,
-                    secure_aggregation=secure_aggregation, amplifiable=self.amplified)
+                    ideal_secure_sum=ideal_secure_sum, amplifiable=self.amplified)
         # The server sees the per-client releases (no amplification: they compose exactly).
         return [r for r in out if r.observer == "server"] + [self.public_release()]
 
@@ -570,12 +570,12 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
         )
 
     def releases_for_arrivals(self, info: RoundInfo, arrived: torch.Tensor, num_samples: torch.Tensor,
-                              secure_aggregation: bool) -> list[Release]:
+                              ideal_secure_sum: bool) -> list[Release]:
         """After dropouts: :meth:`aggregate` tops the noise of the broadcast up to the plan, so
         the public release is the planned one; the server saw only the uploads that arrived (or,
         with secure aggregation, their sum *without* the top-up it adds itself)."""
         plan = self.round_plan(info)
-        actual = plan.releases(arrived.tolist(), num_samples, secure_aggregation)
+        actual = plan.releases(arrived.tolist(), num_samples, ideal_secure_sum)
         return [r for r in actual if r.observer == "server"] + [plan.public_release()]
 
     # ------------------------------------------------------------------ the round
@@ -623,7 +623,7 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
         gens = [info.seeds.generator(info.round_idx, int(c), "noise", device=dev) for c in info.clients.tolist()]
         if plan.secure is not None:
             diagnostics["update_norm"] = norms.detach().to(torch.float64).cpu()
-            coins = self._coins(plan, info) if info.own_coins else None
+            coins = self._coins(plan, info) if info.hidden_participation else None
             residues = self._secure_upload(clipped, plan, info, coins)
             declared["noise_variance"] = torch.full((rows,), plan.share_variance, dtype=torch.float64)
             return Uploads(info.clients, residues, local.num_samples, local.train_loss, declared,
@@ -644,7 +644,7 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
         return Uploads(info.clients, clipped, local.num_samples, local.train_loss, declared, diagnostics=diagnostics)
 
     def _coins(self, plan: NoisePlan, info: RoundInfo) -> torch.Tensor:
-        """Hidden participation on real clients (``info.own_coins``): each row's secret coin, 1 with
+        """Hidden participation on real clients (``info.hidden_participation``): each row's secret coin, 1 with
         probability q (Poisson sampling done by the client itself, stream (t, k, "coin"): the OS
         CSPRNG in a deployment), 0 otherwise. A row whose coin is 0 encodes its update like the
         others (the same rounding work), then uploads zeros plus its noise share: its message has

@@ -121,10 +121,10 @@ class DpSgdPlan(RoundPlan):
     step_noise_stds: tuple[float, ...]
 
     def releases(self, ids: list[int], num_samples: torch.Tensor | None = None,
-                 secure_aggregation: bool = False) -> list[Release]:
+                 ideal_secure_sum: bool = False) -> list[Release]:
         """Each participant's DP-SGD steps (``steps_k`` Poisson-sampled Gaussians of multiplier z
         at rate q_k), against both observers; clients with equal (q_k, steps) share a release."""
-        del num_samples, secure_aggregation
+        del num_samples, ideal_secure_sum
         groups: dict[tuple[float, int], list[int]] = {}
         for c in ids:
             groups.setdefault((self.sample_rates[c], self.steps[c]), []).append(c)
@@ -200,13 +200,13 @@ class DpSgdFedAvg(PrivateAlgorithm[DpSgdPlan]):
         return DpSgdPlan(info.round_idx, float(self.options.noise_multiplier), tuple(self.sample_rates),
                          tuple(self.steps), tuple(float(x) for x in self.step_noise_stds))
 
-    def releases(self, info: RoundInfo, num_samples: torch.Tensor, secure_aggregation: bool) -> list[Release]:
+    def releases(self, info: RoundInfo, num_samples: torch.Tensor, ideal_secure_sum: bool) -> list[Release]:
         """Each participant's DP-SGD steps, charged to it against both observers (the server sees
         its upload; the public a mean of uploads — post-processing; no client-sampling
         amplification). Secure aggregation would not change this (the sum is post-processing)."""
         ids = [int(c) for c in info.clients.tolist()]
         self._note_participants(info.round_idx, ids)
-        return self.round_plan(info).releases(ids, num_samples, secure_aggregation)
+        return self.round_plan(info).releases(ids, num_samples, ideal_secure_sum)
 
     def _note_participants(self, round_idx: int, ids: list[int]) -> None:
         if self._current is not None and self._current[0] != round_idx:

@@ -308,13 +308,13 @@ class LdpFlPlan(RoundPlan):
     range_sensitivity: float | None = None
 
     def releases(self, ids: list[int], num_samples: torch.Tensor | None = None,
-                 secure_aggregation: bool = False) -> list[Release]:
+                 ideal_secure_sum: bool = False) -> list[Release]:
         """Per participant, against both observers: d two-point reports; the range agreement's
         release (``client-minmax``: exact, ε = ∞; ``private-minmax``: the Gaussian report σ
         against Δ); nothing for ``fixed`` and ``global-model`` (see the module docstring).
         Local DP: every report is protected on its own, so neither the sample counts nor a
         secure aggregation change them."""
-        del num_samples, secure_aggregation
+        del num_samples, ideal_secure_sum
         if not ids:
             return []
         # Both observers: d two-point reports per participant. The public sees only per-id means,

@@ -177,7 +177,7 @@ def round_releases(
     weights: list[float],
     *,
     server_noise_std: float = 0.0,
-    secure_aggregation: bool = False,
+    ideal_secure_sum: bool = False,
     per_client_public: bool = False,
     amplifiable: bool = False,
 ) -> list[Release]:
@@ -189,7 +189,7 @@ def round_releases(
     sens = 2.0 * clip_norms if isinstance(clip_norms, (int, float)) else [2.0 * c for c in clip_norms]
     return federated_round_releases(
         client_ids, client_noise_stds, sens, weights, server_noise_std=server_noise_std,
-        secure_aggregation=secure_aggregation, per_client_public=per_client_public, amplifiable=amplifiable)
+        ideal_secure_sum=ideal_secure_sum, per_client_public=per_client_public, amplifiable=amplifiable)
 
 
 def _weights(weighting: str, num_samples: torch.Tensor) -> WeightedMean:
@@ -280,25 +280,25 @@ class MidpPlan(RoundPlan):
         return self.client_std, math.sqrt(max(0.0, target**2 - have_sq))
 
     def releases(self, ids: list[int], num_samples: torch.Tensor | None = None,
-                 secure_aggregation: bool = False) -> list[Release]:
+                 ideal_secure_sum: bool = False) -> list[Release]:
         """The releases of the rows ``ids`` (sample counts ``num_samples``, weighed as the plan's
         weighting; None: the cohort's planned weights) with the noise of :meth:`for_arrivals`."""
         if not ids:
             return []
         weights = (list(self.weights) if num_samples is None
                    else _weights(self.weighting, num_samples).weights.double().tolist())
-        return self.releases_weighted(ids, weights, secure_aggregation)
+        return self.releases_weighted(ids, weights, ideal_secure_sum)
 
     def declared(self, client: int) -> dict[str, float]:
         """σ_c (``midp-client``) or 0 (``midp-server``)."""
         del client
         return {"noise_std": self.client_std if self.side == "client" else 0.0}
 
-    def releases_weighted(self, ids: list[int], weights: list[float], secure_aggregation: bool) -> list[Release]:
+    def releases_weighted(self, ids: list[int], weights: list[float], ideal_secure_sum: bool) -> list[Release]:
         """The releases of the rows ``ids`` (weights ``weights``) with the noise of :meth:`for_arrivals`."""
         client_std, server_std = self.for_arrivals(weights)
         return round_releases(ids, client_std, self.clip_norm, weights, server_noise_std=server_std,
-                              secure_aggregation=secure_aggregation, per_client_public=self.public_mode == "per_client",
+                              ideal_secure_sum=ideal_secure_sum, per_client_public=self.public_mode == "per_client",
                               amplifiable=self.public_mode == "amplified")
 
     @property
@@ -391,15 +391,15 @@ class MidpScheme(PrivateAlgorithm[MidpPlan]):
         same = interchangeable(self.budgets.tolist(), sizes) and (sizes is not None or self.options.weighting == "uniform")
         return broadcast_mode(self.sampler.describe(), self.relation, self.privacy_unit, same)
 
-    def releases(self, info: RoundInfo, num_samples: torch.Tensor, secure_aggregation: bool) -> list[Release]:
+    def releases(self, info: RoundInfo, num_samples: torch.Tensor, ideal_secure_sum: bool) -> list[Release]:
         if info.clients.numel() == 0:
             return []
         plan = self._plan_of(info, num_samples)
         self._claimed = plan.claimed_epsilon
-        return plan.releases_weighted(info.clients.tolist(), list(plan.weights), secure_aggregation)
+        return plan.releases_weighted(info.clients.tolist(), list(plan.weights), ideal_secure_sum)
 
     def releases_for_arrivals(self, info: RoundInfo, arrived: torch.Tensor, num_samples: torch.Tensor,
-                              secure_aggregation: bool) -> list[Release]:
+                              ideal_secure_sum: bool) -> list[Release]:
         """The arrivals' uploads (σ_c each, planned for the whole cohort) and the broadcast with
         the noise :meth:`aggregate` really added for them (:meth:`MidpPlan.for_arrivals`)."""
         if int(arrived.numel()) == 0:
@@ -407,7 +407,7 @@ class MidpScheme(PrivateAlgorithm[MidpPlan]):
         full = int(arrived.numel()) == info.cohort
         plan = self._plan_of(info, num_samples if full else None)
         weights = _weights(self.options.weighting, num_samples).weights.double().tolist()
-        return plan.releases_weighted(arrived.tolist(), weights, secure_aggregation)
+        return plan.releases_weighted(arrived.tolist(), weights, ideal_secure_sum)
 
     # ------------------------------------------------------------------ the round, split at the wire
 
@@ -554,7 +554,7 @@ class PmidpPlan(RoundPlan):
         return {"noise_std": float(stds[0])}
 
     def releases(self, clients: list[int], num_samples: torch.Tensor | None = None,
-                 secure_aggregation: bool = False) -> list[Release]:
+                 ideal_secure_sum: bool = False) -> list[Release]:
         """The uploads of ``clients`` and their broadcast, weighted by eq. 5.33 over them, per client
         (p_k·2C_k against the total noise).
 
@@ -572,7 +572,7 @@ class PmidpPlan(RoundPlan):
         clips, stds = self.rows(clients)
         weights = pmidp_aggregation_weights(stds)
         out = round_releases(clients, stds.tolist(), clips.tolist(), weights.tolist(),
-                             secure_aggregation=secure_aggregation, per_client_public=True)
+                             ideal_secure_sum=ideal_secure_sum, per_client_public=True)
         if self.adaptive:
             out += [Release.exact("server", clients), Release.exact("public", clients)]
         return out
@@ -629,23 +629,23 @@ class PmidpFl(PrivateAlgorithm[PmidpPlan]):
         return pmidp_plan(self.budgets, self.clip_norms, self.dim, info.round_idx, ids, info.cohort,
                           self.options.clip_lr > 0)
 
-    def releases(self, info: RoundInfo, num_samples: torch.Tensor, secure_aggregation: bool) -> list[Release]:
+    def releases(self, info: RoundInfo, num_samples: torch.Tensor, ideal_secure_sum: bool) -> list[Release]:
         del num_samples  # eq. 5.33 weights depend on the declared noise only
         ids = [int(c) for c in info.clients.tolist()]
         if not ids:
             return []
         plan = self.round_plan(info)
         self._claimed.update(plan.claimed_epsilon(ids))
-        return plan.releases(ids, None, secure_aggregation)
+        return plan.releases(ids, None, ideal_secure_sum)
 
     def releases_for_arrivals(self, info: RoundInfo, arrived: torch.Tensor, num_samples: torch.Tensor,
-                              secure_aggregation: bool) -> list[Release]:
+                              ideal_secure_sum: bool) -> list[Release]:
         """The arrivals' uploads with the C_{k,t}, σ_{k,t} planned for the cohort (N = K: each σ is
         what its client added), and the broadcast weighted by eq. 5.33 over the arrivals only —
         as :meth:`aggregate` weighs them. No top-up: the recorded public release is per client,
         p'_k·2C_k against the arrivals' total noise, whatever it became."""
         del num_samples
-        return self.round_plan(info).releases([int(c) for c in arrived.tolist()], None, secure_aggregation)
+        return self.round_plan(info).releases([int(c) for c in arrived.tolist()], None, ideal_secure_sum)
 
     @staticmethod
     def weighted_by_declared_noise(noisy_uploads: torch.Tensor,

@@ -204,7 +204,7 @@ class NbAflPlan(RoundPlan):
             return WeightedMean.uniform(int(num_samples.numel()))
         return WeightedMean.by_samples(num_samples)
 
-    def releases(self, ids: list[int], num_samples: torch.Tensor, secure_aggregation: bool) -> list[Release]:
+    def releases(self, ids: list[int], num_samples: torch.Tensor, ideal_secure_sum: bool) -> list[Release]:
         """Each upload (σ_U against 2C) and the broadcast Σ p_i w̃_i + n_D (003 eq. 31–33)."""
         weights = self.aggregator(num_samples).weights.tolist() if num_samples.numel() else []
         no_noise = self.uplink_noise_std == 0 and self.downlink_noise_std == 0
@@ -214,7 +214,7 @@ class NbAflPlan(RoundPlan):
             self.sensitivity,  # enforced: parameters clipped to C, replace-one
             weights,
             server_noise_std=self.downlink_noise_std,
-            secure_aggregation=secure_aggregation,
+            ideal_secure_sum=ideal_secure_sum,
             # no noise at all: charge the broadcast to the cohort, unamplified (ε = ∞ either way;
             # the accountant cannot wrap a non-private event in K-of-N sampling)
             per_client_public=no_noise or self.public_mode == "per_client",

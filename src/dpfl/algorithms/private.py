@@ -54,9 +54,12 @@ class RoundPlan(abc.ABC):
     round_idx: int
 
     @abc.abstractmethod
-    def releases(self, ids: list[int], num_samples: torch.Tensor, secure_aggregation: bool) -> list[Release]:
+    def releases(self, ids: list[int], num_samples: torch.Tensor, ideal_secure_sum: bool) -> list[Release]:
         """The releases of this round when the rows ``ids`` (with sample counts ``num_samples``)
-        are aggregated: each observer's view, for every cohort, the empty one included."""
+        are aggregated: each observer's view, for every cohort, the empty one included.
+        ``ideal_secure_sum`` prices the what-if of an ideal secure sum (the server sees only the
+        sum of the uploads as they are); the Skellam sum of ``privacy.secure_aggregation`` is the
+        plan's own (DP-FedAvg's integer pipeline), whatever this flag says."""
 
     def declared(self, client: int) -> dict[str, float]:
         """What ``client`` must declare in its upload (its noise numbers), checked by the server."""
@@ -125,11 +128,11 @@ class PrivateAlgorithm(Algorithm, Generic[PlanT]):
         public facts where nobody fixed it (a real client, a unit test)."""
         return cast(PlanT, info.plan) if info.plan is not None else self.plan(info)
 
-    def releases(self, info: RoundInfo, num_samples: torch.Tensor, secure_aggregation: bool) -> list[Release]:
+    def releases(self, info: RoundInfo, num_samples: torch.Tensor, ideal_secure_sum: bool) -> list[Release]:
         """The releases round ``info.round_idx`` will make for this cohort (before training):
         its plan's, for the rows ``info.clients``."""
         return self.round_plan(info).releases([int(c) for c in info.clients.tolist()], num_samples,
-                                              secure_aggregation)
+                                              ideal_secure_sum)
 
     def upload_norm_limits(self, info: RoundInfo, num_samples: torch.Tensor, num_params: int) -> dict[int, float]:
         """Per client of the cohort, the largest upload norm its clipping and declared noise allow
@@ -161,7 +164,7 @@ class PrivateAlgorithm(Algorithm, Generic[PlanT]):
         return self.round_plan(info).declared(client)
 
     def releases_for_arrivals(self, info: RoundInfo, arrived: torch.Tensor, num_samples: torch.Tensor,
-                              secure_aggregation: bool) -> list[Release]:
+                              ideal_secure_sum: bool) -> list[Release]:
         """The releases a round really made when only ``arrived`` of the cohort reached the
         server (dropouts, stragglers, rejected uploads); ``num_samples`` are theirs.
 
@@ -170,7 +173,7 @@ class PrivateAlgorithm(Algorithm, Generic[PlanT]):
         calibrated to the cohort and ``info.clients`` for the rows). An algorithm that restores
         the planned guarantee (e.g. by topping up noise) overrides this.
         """
-        return self.releases(info.for_clients(arrived), num_samples, secure_aggregation)
+        return self.releases(info.for_clients(arrived), num_samples, ideal_secure_sum)
 
     @abc.abstractmethod
     def claimed_epsilon(self, rounds_done: int) -> float | dict[int, float] | None:

@@ -266,7 +266,7 @@ class UdpPlan(RoundPlan):
         return [x / total for x in n]
 
     def releases(self, ids: list[int], num_samples: torch.Tensor | None = None,
-                 secure_aggregation: bool = False) -> list[Release]:
+                 ideal_secure_sum: bool = False) -> list[Release]:
         """The releases of a round whose rows are ``ids``: each upload (σ_k against Δℓ_k) and the
         weighted mean (000 eq. 2; the weights come from the public sizes the plan holds)."""
         del num_samples
@@ -275,7 +275,7 @@ class UdpPlan(RoundPlan):
             [self.noise_stds[c] for c in ids],
             [self.sensitivities[c] for c in ids],
             self.weights(ids) if ids else [],
-            secure_aggregation=secure_aggregation,
+            ideal_secure_sum=ideal_secure_sum,
             per_client_public=self.per_client_public,
         )
 
@@ -603,8 +603,8 @@ class UdpCrd(Udp):
         self.trajectory.append(self.current_rounds)
         return {"crd_T": self.current_rounds, "crd_triggered": bool(triggered), "crd_train_loss": after}
 
-    def releases(self, info: RoundInfo, num_samples: torch.Tensor, secure_aggregation: bool) -> list[Release]:
-        out = super().releases(info, num_samples, secure_aggregation)
+    def releases(self, info: RoundInfo, num_samples: torch.Tensor, ideal_secure_sum: bool) -> list[Release]:
+        out = super().releases(info, num_samples, ideal_secure_sum)
         if self.crd.trigger == "train-loss-rise":
             ids = [int(c) for c in info.clients.tolist()]
             if ids:  # their unnoised training losses (server) and the T they steer (public)

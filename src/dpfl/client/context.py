@@ -126,7 +126,7 @@ class RoundInfo:
     # Hidden participation on real clients: the rows are the whole population and each client
     # decides with its own secret coin of probability q (stream (t, k, "coin")) whether its update
     # enters the secure sum; nobody else learns the outcome. False in simulation and elsewhere.
-    own_coins: bool = False
+    hidden_participation: bool = False
     # Simulation's shortcut under secure aggregation (the vectorized and Ray engines): nobody sees
     # a single upload, only the modular sum, so the server step draws the sum of the rows' noise
     # shares as one Skellam of their summed variance (sums of Skellams are Skellam: the same

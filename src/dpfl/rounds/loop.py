@@ -200,7 +200,7 @@ class _Rounds:
         Under hidden participation every client is asked and samples itself."""
         hidden = self.cohort.hidden_participation
         clients = torch.arange(num_clients) if hidden else self.algorithm.sample(t, num_clients, self.seeds)
-        info = RoundInfo(t, num_clients, clients, self.seeds, own_coins=hidden)
+        info = RoundInfo(t, num_clients, clients, self.seeds, hidden_participation=hidden)
         plan = self.algorithm.plan(info)
         return info if plan is None else info.with_plan(plan)
 

@@ -59,7 +59,7 @@ def check_secure_aggregation(config: RunConfig, algorithm: Any, *, remote: Any, 
     """Refuse ``privacy.secure_aggregation`` where nothing provides it: an algorithm without an
     integer pipeline, a deployment whose cohort does not run a secure sum (``remote`` without a
     true ``secure_sum`` attribute; hidden participation needs ``hidden_participation`` too: the
-    clients' own coins, ``own_coins``), a wrapped server step (audit canaries). Simulation of DP-FedAvg computes
+    clients' own coins, ``hidden_participation``), a wrapped server step (audit canaries). Simulation of DP-FedAvg computes
     the integer pipeline and the modular sum the server would obtain.
 
     Raises:
@@ -74,13 +74,14 @@ def check_secure_aggregation(config: RunConfig, algorithm: Any, *, remote: Any, 
             hint="; DP-FedAvg has one (`algorithm.name: dp-fedavg`, or `dpfl account dp-fedavg --secure-aggregation`)"))
     if remote is not None and remote is not False and not getattr(remote, "secure_sum", False):
         raise ConfigError(SECURE_AGGREGATION_REFUSED.format(
-            what="deployed runs", why="the Flower runtime does not run secure aggregation (SecAgg+) yet",
+            what="this deployment", why="its transport does not run a secure sum (dpfl's Flower runtime runs "
+            "SecAgg+ for it; a transport of your own must offer `secure_sum`)",
             hint=", or run the same config in simulation (`dpfl run`)"))
     if (remote is not None and remote is not False and config.privacy.participation == "hidden"
             and not getattr(remote, "hidden_participation", False)):
         raise ConfigError(SECURE_AGGREGATION_REFUSED.format(
             what="deployed runs with `participation: hidden`",
-            why="the deployment does not let each client draw its own secret coin yet",
+            why="its transport does not let each client draw its own secret coin (`hidden_participation`)",
             hint=" or use `participation: visible`"))
     if wrapped:
         raise ConfigError(SECURE_AGGREGATION_REFUSED.format(
@@ -394,7 +395,7 @@ def dry_run(config: RunConfig, notice: NoticeFn | None = None, *, per_round: boo
             (:func:`~dpfl.rounds.build.build_plan`); by default the config is built (its data
             read for the client sizes), with no engine.
         what_if_secure_aggregation: price the rounds as if an ideal secure sum hid the uploads
-            from the server (the algorithms' own ``releases(..., secure_aggregation=True)``).
+            from the server (the algorithms' own ``releases(..., ideal_secure_sum=True)``).
             No command uses it: DP-FedAvg's secure aggregation is real (``privacy.secure_aggregation``,
             priced as runs execute it, also by ``dpfl account dp-fedavg --secure-aggregation``), and
             the other algorithms refuse the setting.

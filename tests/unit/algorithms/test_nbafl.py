@@ -120,7 +120,7 @@ def test_releases_per_observer_use_the_enforced_sensitivity() -> None:
     algo = _build({"epsilon": 1.0, "clip_norm": 2.0, "exposures": 1}, FixedSizeSampler(10), rounds=25)
     sizes = torch.tensor([100, 300])
     info = _info([3, 8])
-    rel = algo.releases(info, sizes, secure_aggregation=False)
+    rel = algo.releases(info, sizes, ideal_secure_sum=False)
     server = [r for r in rel if r.observer == "server"]
     public = [r for r in rel if r.observer == "public"]
     assert len(server) == 1 and server[0].client_ids == (3, 8)
@@ -131,7 +131,7 @@ def test_releases_per_observer_use_the_enforced_sensitivity() -> None:
     assert pub.sensitivity == pytest.approx(0.75 * 4.0)  # max p_i × 2C
     assert pub.noise_std == pytest.approx(math.sqrt(sum(w * w for w in p) * algo.uplink_noise_std**2
                                                     + algo.downlink_noise_std**2))
-    secure = algo.releases(info, sizes, secure_aggregation=True)
+    secure = algo.releases(info, sizes, ideal_secure_sum=True)
     assert all(r.noise_std < algo.uplink_noise_std for r in secure if r.observer == "server")
 
 

@@ -31,13 +31,13 @@ def federated_round_releases(
     weights: Sequence[float],
     *,
     server_noise_std: float = 0.0,
-    secure_aggregation: bool = False,
+    ideal_secure_sum: bool = False,
     per_client_public: bool = False,
     amplifiable: bool = False,
 ) -> list[Release]:
     """The releases of one weighted-aggregation round, computed from the clients that *arrived*.
 
-    Server: each client's upload (noise σ_k, sensitivity Δ_k) — or, with ``secure_aggregation``,
+    Server: each client's upload (noise σ_k, sensitivity Δ_k) — or, with ``ideal_secure_sum``,
     only the aggregate of the client noises (the server knows its own noise, so it never counts).
     Public: the broadcast ``Σ_k w_k x̃_k + n_s`` with noise sqrt(Σ_k w_k² σ_k² + σ_s²) against
     sensitivity max_k w_k Δ_k (one broadcast release), or per client w_k Δ_k with
@@ -49,7 +49,9 @@ def federated_round_releases(
         client_sensitivities: Δ_k per client (or one value), enforced, under the ledger's relation.
         weights: aggregation weights w_k of the arrived clients.
         server_noise_std: noise the server adds to the aggregate before broadcasting.
-        secure_aggregation: the server sees only the sum of the uploads.
+        ideal_secure_sum: a what-if — an ideal secure sum that shows the server only the sum of the
+            Gaussian-noised uploads (no integer pipeline; the Skellam sum dpfl runs is recorded by
+            DP-FedAvg as Skellam releases instead).
         per_client_public: record the public release per client (sensitivity w_k Δ_k).
         amplifiable: the clients are interchangeable and the unit is a client
             (:func:`.cohorts.broadcast_mode` says "amplified"): the broadcast may be amplified by
@@ -83,9 +85,9 @@ def federated_round_releases(
     client_part, total = _aggregate_noise_stds(sig, w, float(server_noise_std), one_std and equal_weights)
     # server
     groups: dict[tuple[float, float], list[int]] = {}
-    if not secure_aggregation and one_std and one_sens:
+    if not ideal_secure_sum and one_std and one_sens:
         groups[(sig[0], sens[0])] = ids
-    elif secure_aggregation:
+    elif ideal_secure_sum:
         for cid, wk, dk in zip(ids, w, sens, strict=True):
             groups.setdefault((client_part, wk * dk), []).append(cid)
     else:

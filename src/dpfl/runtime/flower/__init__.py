@@ -5,12 +5,13 @@
   sampled clients, validates what comes back and hands the valid rows to ``aggregate``.
 * :mod:`.client_app` — the ClientApp: trains its own client with the run's engine and runs the
   algorithm's ``client_step`` (clip, noise, randomize) before anything leaves the node.
-* :mod:`.validate` — rejection of bad uploads (shape, NaN/Inf, declared noise that does not
+* :mod:`dpfl.runtime.validate` — rejection of bad uploads (shape, NaN/Inf, declared noise that does not
   match the plan), independent of Flower.
 * :mod:`.secagg` / :mod:`.masks` — secure aggregation: DP-FedAvg's integer uploads summed by
-  Flower's SecAgg+ (``privacy.secure_aggregation``, visible participation; one SecAgg+ run per
-  round among the sampled clients' nodes, see :mod:`.cohort`), with masks expanded by ChaCha20
-  instead of Flower's 32-bit-seeded MT19937.
+  Flower's SecAgg+ (``privacy.secure_aggregation``), with masks expanded by ChaCha20 instead of
+  Flower's 32-bit-seeded MT19937: one SecAgg+ run per round among the sampled clients' nodes
+  (visible participation), or among every node, each client deciding with its own secret coin
+  whether its update is in the sum (``privacy.participation: hidden``); see :mod:`.cohort`.
 * :mod:`.local` — start a SuperLink and N SuperNodes on 127.0.0.1 as separate processes and run
   a config on them (``dpfl federate``); on real machines use Flower's own commands (README).
 

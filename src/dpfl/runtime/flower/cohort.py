@@ -22,7 +22,7 @@ reconstruct both a client's private mask seed and its pairwise key (Bell et al. 
 ``shares - threshold`` neighbours of each client may drop out. Every stage waits at most the round
 timeout.
 
-Hidden participation (``privacy.participation: hidden``, ``own_coins``): the loop does not sample;
+Hidden participation (``privacy.participation: hidden``, ``hidden_participation``): the loop does not sample;
 every round's secure sum runs among all N clients' nodes, and each client flips its own secret coin
 of probability q (stream (t, k, "coin"): the OS CSPRNG unless the run is ``reproducible``). Every
 client trains; one whose coin is 0 uploads the encoding of a zero update plus its Skellam share
@@ -269,9 +269,9 @@ class FlowerCohort:
 
     ``secure_bits`` (:func:`secure_bits_for`): run each round as a SecAgg+ secure sum of
     residues modulo ``2**secure_bits``; the cohort then declares ``secure_sum = True``. With
-    ``own_coins`` as well (``privacy.participation: hidden``): every client of the population joins
+    ``hidden_participation`` as well (``privacy.participation: hidden``): every client of the population joins
     every round's secure sum and samples itself with its own secret coin
-    (``hidden_participation = own_coins = True``; the loop then does not sample).
+    (``hidden_participation = True``; the loop then does not sample).
     """
 
     tag = "flower"
@@ -280,14 +280,13 @@ class FlowerCohort:
 
     def __init__(self, grid: Grid, nodes: dict[int, int], config_json: str, client_sizes: torch.Tensor,
                  num_params: int, round_timeout: float, *, reproducible: bool = False,
-                 shuffler: Shuffler | None = None, secure_bits: int | None = None, own_coins: bool = False) -> None:
-        if own_coins and secure_bits is None:
+                 shuffler: Shuffler | None = None, secure_bits: int | None = None, hidden_participation: bool = False) -> None:
+        if hidden_participation and secure_bits is None:
             raise ConfigError("hidden participation (the clients' own coins) needs a secure sum: without one the "
                               "server would read every upload and so every coin.")
         self.secure_bits = secure_bits
         self.secure_sum = secure_bits is not None
-        self.own_coins = bool(own_coins)
-        self.hidden_participation = self.own_coins
+        self.hidden_participation = bool(hidden_participation)
         self.grid = grid
         self.nodes = nodes
         self.config_json = config_json
@@ -454,7 +453,7 @@ class FlowerCohort:
                      emit: Callable[[str, str, Any], None]) -> Uploads:
         """One SecAgg+ run among the cohort's nodes: the modular sum of the residues of the
         clients whose masked vector reached the server, and their ids (module docstring). With
-        ``own_coins`` the cohort is the whole population and the ids are every client whose masked
+        ``hidden_participation`` the cohort is the whole population and the ids are every client whose masked
         vector arrived, sampled by its coin or not (the server cannot tell which)."""
         assert self.secure_bits is not None
         t = info.round_idx
@@ -472,7 +471,7 @@ class FlowerCohort:
             config: dict[str, Scalar] = {
                 "round": int(t), "client": member, "cohort-size": len(cohort), "num-clients": int(info.num_clients),
                 "config": self.config_json, "state": json.dumps(algo.client_state(member, info)),
-                "reproducible": self.reproducible, SECURE_SUM_KEY: int(self.secure_bits), "own-coins": self.own_coins}
+                "reproducible": self.reproducible, SECURE_SUM_KEY: int(self.secure_bits), "hidden-participation": self.hidden_participation}
             fitins[self.nodes[member]] = FitIns(glob, config)
         sums: list[SecureSum] = []
         strategy = _CohortStrategy(settings, fitins, sums.append)

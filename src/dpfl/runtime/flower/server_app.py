@@ -86,7 +86,7 @@ def main(grid: Grid, context: Context) -> None:
     cohort = FlowerCohort(grid, nodes, config_json, exp.data.sizes(),
                           exp.problem.layout.numel, float(rc.get("round-timeout", 120.0)), reproducible=reproducible,
                           shuffler=found[0] if found else None, secure_bits=secure_bits,
-                          own_coins=secure_bits is not None and config.privacy.participation == "hidden")
+                          hidden_participation=secure_bits is not None and config.privacy.participation == "hidden")
     del exp
 
     def progress(done: int, total: int, metrics: dict, seconds: float) -> None:

@@ -121,9 +121,9 @@ def train_round(rc: dict[str, Any], params: np.ndarray, cid: int, data_dir: str 
     t1, cpu1 = time.perf_counter(), time.process_time()
     # the client's noise: from the OS CSPRNG unless the run asks for reproducible noise (testing)
     noise_seeds = exp.seeds if bool(rc.get("reproducible", False)) else SeedSequence.secure_mode()
-    # own-coins: hidden participation, this client samples itself with its own secret coin
+    # hidden participation: this client samples itself with its own secret coin
     info = RoundInfo(t, exp.data.num_clients, torch.tensor([cid]), noise_seeds, cohort_size=int(rc["cohort-size"]),
-                     own_coins=bool(rc.get("own-coins", False)))
+                     hidden_participation=bool(rc.get("hidden-participation", False)))
     up = algo.client_step(start, local, info)
     vector = up.params[0].detach().cpu()
     seconds = {"build": build, "train": t1 - t0, "train_cpu": cpu1 - cpu0, "step": time.perf_counter() - t1}

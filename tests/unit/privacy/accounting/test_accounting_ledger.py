@@ -105,7 +105,7 @@ def test_client_split_noise_protects_only_at_sigma_over_sqrt_k_against_the_serve
 def test_secure_aggregation_gives_the_server_the_aggregate_only() -> None:
     k, sigma = 16, 2.0
     ledger = _ledger(AllClients(), n=k)
-    rel = federated_round_releases(range(k), sigma / math.sqrt(k), 1.0, [1.0] * k, secure_aggregation=True)
+    rel = federated_round_releases(range(k), sigma / math.sqrt(k), 1.0, [1.0] * k, ideal_secure_sum=True)
     ledger.record_round(0, rel, sampling={"kind": "all"}, participants=range(k))
     assert ledger.certify("server", method="rdp").epsilon == pytest.approx(_gauss_rdp_eps(sigma, 1))
 
