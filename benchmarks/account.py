@@ -41,7 +41,7 @@ from collections import Counter
 from typing import Any
 
 IMPORTS = ("import torch, dp_accounting, rich.console, rich.table; "
-           "import dpfl.cli, dpfl.commands.account_impl, dpfl.config, dpfl.rounds")
+           "import dpfl.cli, dpfl.commands.dry_run, dpfl.config, dpfl.rounds")
 
 
 def _argv(a: argparse.Namespace) -> list[str]:

@@ -214,7 +214,7 @@ def matmul_gflops(n: int = 2048, reps: int = 8) -> float:
 
 def mlp_matmul_floor(clients: int, batches: list[int], dims: tuple[int, ...], reps: int = 7) -> float:
     """Seconds one round of an MLP's matrix products alone takes, made as the vectorized engine's
-    kernel makes them (``sim/vectorized.py``, ``sim/cohort.py``): clients in chunks of the engine's
+    kernel makes them (``sim/vectorized.py``, ``sim/kernel.py``): clients in chunks of the engine's
     size, each chunk taking all its steps on one of 2 threads with one intra-op thread; weights
     stacked [c, out, in]; per step the forward ``bmm(x, Wᵀ)``, the input gradient ``bmm(g, W)`` for
     every layer but the first, and the SGD step fused into ``W.baddbmm_(gᵀ, x)``. Only those

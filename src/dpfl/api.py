@@ -305,7 +305,7 @@ def _choose_engine(engine: str, model: nn.Module, data: FederatedData, say: Call
         return engine
     from torch.func import functional_call
 
-    from dpfl.sim.cohort import CohortForward
+    from dpfl.sim.kernel import CohortForward
 
     params = {n: p.detach() for n, p in model.named_parameters()}
     x = data.x_train[:3].to(next(iter(params.values())).device)  # the probe runs where the model is

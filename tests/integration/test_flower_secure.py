@@ -57,9 +57,9 @@ from dpfl.config import load_config, parse_config  # noqa: E402
 from dpfl.errors import ConfigError  # noqa: E402
 from dpfl.rounds import build_experiment, run_experiment  # noqa: E402
 from dpfl.runtime.flower import masks  # noqa: E402
-from dpfl.runtime.flower.cohort import FlowerCohort, secure_bits_for  # noqa: E402
 from dpfl.runtime.flower.local import LocalFederation  # noqa: E402
 from dpfl.runtime.flower.secagg import secagg_shares  # noqa: E402
+from dpfl.runtime.flower.transport import FlowerCohort, secure_bits_for  # noqa: E402
 from dpfl.runtime.flower.warm import process_alive  # noqa: E402
 from dpfl.store import RunStore  # noqa: E402
 
@@ -300,7 +300,7 @@ def _simulate_recorded(config: Any, store: Path, *, hidden_participation: bool =
     from flwr.simulation import run_simulation
 
     from dpfl.runtime.flower.client_app import app as client_app
-    from dpfl.runtime.flower.cohort import discover_nodes
+    from dpfl.runtime.flower.transport import discover_nodes
 
     results: list[Any] = []
     failed: list[BaseException] = []

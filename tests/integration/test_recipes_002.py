@@ -14,7 +14,7 @@ from dpfl.config import parse_config
 from dpfl.data.cifar import encode_cifar_batch
 from dpfl.experiments.recipes import get_recipe
 from dpfl.experiments.recipes.base import reproduce
-from dpfl.experiments.recipes.p002 import (
+from dpfl.experiments.recipes.pmidp_fl import (
     C_VALUES_FULL,
     N_VALUES_FULL,
     stored_client_epsilons,

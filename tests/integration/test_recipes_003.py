@@ -11,7 +11,7 @@ import torch
 
 from dpfl.config import parse_config
 from dpfl.experiments.recipes.base import reproduce
-from dpfl.experiments.recipes.p003 import RECIPES
+from dpfl.experiments.recipes.nbafl import RECIPES
 from dpfl.rounds import PrivacySummary, run_experiment
 from dpfl.sim.checkpoint import load_checkpoint
 from dpfl.store import RunStore

@@ -87,7 +87,7 @@ def test_the_check_sees_imports_inside_functions() -> None:
 #: (``Certificate``, ``Basis``) and the range notices are not statements and stay importable.
 PRIVACY_INTERNALS = ("dpfl.privacy.calibration", "dpfl.privacy.accounting.claimed",
                      "dpfl.privacy.accounting.events", "dpfl.privacy.accounting.ledger",
-                     "dpfl.privacy.accounting.cohorts", "dpfl.privacy.accounting.shuffle",
+                     "dpfl.privacy.accounting.broadcast", "dpfl.privacy.accounting.shuffle",
                      "dpfl.privacy.accounting.calibrate")
 CERTIFY_TYPES = {"Certificate", "Basis", "BASIS_TEXT"}
 

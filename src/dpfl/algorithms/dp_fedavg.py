@@ -60,8 +60,8 @@ from dpfl.client.blur import BlurTerm
 from dpfl.client.context import LocalProblem, LocalResult, RoundInfo
 from dpfl.client.lus import sparsify_updates
 from dpfl.errors import ConfigError
+from dpfl.privacy.accounting.broadcast import broadcast_mode
 from dpfl.privacy.accounting.claimed import dpfedavg_claimed_epsilon, dpfedavg_noise_multiplier
-from dpfl.privacy.accounting.cohorts import broadcast_mode
 from dpfl.privacy.calibration import (
     combined_noise_multiplier,
     dpfedavg_client_noise_std,

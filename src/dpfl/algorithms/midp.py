@@ -67,13 +67,13 @@ from dpfl.algorithms.options import parse_options
 from dpfl.algorithms.private import Calibration, PrivateAlgorithm, RoundPlan
 from dpfl.client.context import LocalResult, RoundInfo
 from dpfl.errors import ConfigError
+from dpfl.privacy.accounting.broadcast import broadcast_mode, interchangeable
 from dpfl.privacy.accounting.claimed import (
     midp_claimed_epsilon,
     midp_client_claimed_epsilon,
     midp_server_claimed_epsilon,
     pmidp_claimed_epsilon,
 )
-from dpfl.privacy.accounting.cohorts import broadcast_mode, interchangeable
 from dpfl.privacy.calibration import (
     midp_client_noise_std,
     midp_server_noise_std,
@@ -247,7 +247,7 @@ class MidpPlan(RoundPlan):
         clip_norm: C. dim: d. side: "server" or "client".
         client_std: σ_c (eq. 4.9), 0 for ``midp-server``.
         server_std: σ_s (eq. 4.7) for the planned weights, 0 for ``midp-client``.
-        public_mode: :func:`dpfl.privacy.accounting.cohorts.broadcast_mode`'s answer.
+        public_mode: :func:`dpfl.privacy.accounting.broadcast.broadcast_mode`'s answer.
     """
 
     round_idx: int
@@ -386,7 +386,7 @@ class MidpScheme(PrivateAlgorithm[MidpPlan]):
         """How the public's view is recorded: amplified by a secret sample only when every client
         has the same budget (the noise follows the cohort's smallest ε_k, eq. 4.7 / 4.9) and the
         same weight rule (uniform, or equal data sets); else per participant at the drawn cohort
-        (:mod:`dpfl.privacy.accounting.cohorts`)."""
+        (:mod:`dpfl.privacy.accounting.broadcast`)."""
         sizes = None if self.options.weighting == "uniform" or self.client_sizes is None else self.client_sizes.tolist()
         same = interchangeable(self.budgets.tolist(), sizes) and (sizes is not None or self.options.weighting == "uniform")
         return broadcast_mode(self.sampler.describe(), self.relation, self.privacy_unit, same)

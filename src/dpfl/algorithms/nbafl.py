@@ -32,7 +32,7 @@ the *certified* ε (the ledger) uses 2C, per observer:
   max_i p_i · 2C, amplified by the secret K-of-N schedule under K-random scheduling when the
   clients are interchangeable (uniform weights or equal data sets); with weights by unequal
   sizes each participant is charged p_i·2C at the drawn cohort, unamplified
-  (:mod:`dpfl.privacy.accounting.cohorts`).
+  (:mod:`dpfl.privacy.accounting.broadcast`).
 
 Privacy unit "client" under replace-one: a parameter clip bounds any change of a client's data,
 which covers the paper's unit (one record) too.
@@ -57,8 +57,8 @@ from dpfl.algorithms.private import Calibration, CanaryHooks, PrivateAlgorithm, 
 from dpfl.client.context import LocalProblem, LocalResult, RoundInfo
 from dpfl.client.local import LocalTraining
 from dpfl.errors import ConfigError, PrivacyPreconditionError
+from dpfl.privacy.accounting.broadcast import broadcast_mode, interchangeable
 from dpfl.privacy.accounting.claimed import nbafl_claimed_epsilon
-from dpfl.privacy.accounting.cohorts import broadcast_mode, interchangeable
 from dpfl.privacy.calibration import (
     classical_gaussian_constant,
     nbafl_downlink_noise_std,
@@ -187,7 +187,7 @@ class NbAflPlan(RoundPlan):
         round_idx: the round. uplink_noise_std: σ_U. downlink_noise_std: σ_D.
         clip_norm: C. sensitivity: the enforced 2C.
         uniform: p_i = 1/K (else |D_i| / Σ_cohort |D_j|, eq. 1).
-        public_mode: :func:`dpfl.privacy.accounting.cohorts.broadcast_mode`'s answer.
+        public_mode: :func:`dpfl.privacy.accounting.broadcast.broadcast_mode`'s answer.
     """
 
     round_idx: int
@@ -333,7 +333,7 @@ class NbAfl(PrivateAlgorithm[NbAflPlan]):
         return local.epochs * -(-n // b)
 
     def _public_mode(self) -> str:
-        """How the public's view is recorded (:func:`dpfl.privacy.accounting.cohorts.broadcast_mode`):
+        """How the public's view is recorded (:func:`dpfl.privacy.accounting.broadcast.broadcast_mode`):
         amplified by the K-random schedule only for interchangeable clients (uniform weights or
         equal local data sets), else per participant at the drawn cohort."""
         same = self.options.weights == "uniform" or interchangeable(self.client_sizes)

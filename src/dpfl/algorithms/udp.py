@@ -61,7 +61,7 @@ observer: the server sees each upload unamplified (sensitivity Δℓ_k, noise σ
 the weighted mean (noise sqrt(Σ p_k² σ_k²)), each participant charged p_k Δℓ_k at the cohort
 drawn, unamplified: the privacy unit is a record, and a cohort without the client consists of
 other clients' whole models, so sampling clients does not amplify a record's guarantee
-(:mod:`dpfl.privacy.accounting.cohorts`); with full participation one broadcast (sensitivity
+(:mod:`dpfl.privacy.accounting.broadcast`); with full participation one broadcast (sensitivity
 max_k p_k Δℓ_k) is charged to everybody. Privacy unit: one record;
 relation: replace-one.
 
@@ -88,8 +88,8 @@ from dpfl.algorithms.private import Calibration, CanaryHooks, PrivateAlgorithm, 
 from dpfl.client.context import LocalProblem, LocalResult, RoundInfo
 from dpfl.errors import ConfigError
 from dpfl.models import per_sample_loss
+from dpfl.privacy.accounting.broadcast import broadcast_mode, worst_cohort_multipliers
 from dpfl.privacy.accounting.claimed import udp_claimed_epsilon
-from dpfl.privacy.accounting.cohorts import broadcast_mode, worst_cohort_multipliers
 from dpfl.privacy.calibration import udp_noise_std, udp_noise_std_after_change, udp_sensitivity
 from dpfl.privacy.mechanisms import add_gaussian_noise_per_client
 from dpfl.privacy.releases import Release, federated_round_releases
@@ -378,7 +378,7 @@ class Udp(PrivateAlgorithm[UdpPlan]):
         numbers."""
         round_idx = info.round_idx
         stds = self._commit(round_idx)
-        # a record-level unit: sampling clients never amplifies the public's view (cohorts.py)
+        # a record-level unit: sampling clients never amplifies the public's view (privacy/accounting/broadcast.py)
         mode = broadcast_mode(self.sampler.describe(), self.relation, self.privacy_unit, False)
         return UdpPlan(round_idx, tuple(stds), self._calibration.sensitivities, self._calibration.sizes,
                        per_client_public=mode == "per_client")
@@ -616,7 +616,7 @@ class UdpCrd(Udp):
         before the run and independent of the cohorts drawn: T rounds at the Thm 1 noise with
         every client taking part — against the server its upload (σ_i against Δℓ_i), against
         the public the broadcast of the worst cohort containing it (per client, at the smallest
-        cohort a round can have; :func:`dpfl.privacy.accounting.cohorts.worst_cohort_multipliers`).
+        cohort a round can have; :func:`dpfl.privacy.accounting.broadcast.worst_cohort_multipliers`).
         CRD keeps Σ_t 1/σ_t² within Thm 1's budget (eq. 25), so in a round whose uploads all
         arrive the filter never binds; it binds after dropouts (fewer arrivals, larger weights).
         """

@@ -25,7 +25,7 @@ An infinite ε is written as the string ``"inf"``.
 Against the **server** (which knows whom it sampled) nothing is amplified by sampling; a dry run
 draws the cohorts with the config's seed, as the run would, and certifies the worst client of
 those draws. The **public** sees only broadcast models (amplified by a secret sample where the
-clients are interchangeable, see :mod:`dpfl.privacy.accounting.cohorts`).
+clients are interchangeable, see :mod:`dpfl.privacy.accounting.broadcast`).
 
 Bad values raise :class:`dpfl.errors.ConfigError` naming the value (the CLI prints it on one line
 and exits with status 2).
@@ -43,13 +43,13 @@ from collections.abc import Callable
 __all__ = ["register"]
 
 def _lazy(name: str) -> Callable[[argparse.Namespace], int]:
-    """The implementation ``name`` of :mod:`dpfl.commands.account_impl`, imported when it runs
+    """The implementation ``name`` of :mod:`dpfl.commands.dry_run`, imported when it runs
     (``dpfl --help`` then loads neither dp-accounting nor torch)."""
 
     def run(args: argparse.Namespace) -> int:
-        from dpfl.commands import account_impl
+        from dpfl.commands import dry_run
 
-        return int(getattr(account_impl, name)(args))
+        return int(getattr(dry_run, name)(args))
 
     return run
 

@@ -108,39 +108,6 @@ def _one(config: Any, args: argparse.Namespace) -> dict[str, Any]:
     return audit
 
 
-def plot_audits(rows: list[tuple[str, dict[str, Any]]], out: str, title: str) -> None:
-    """Empirical ε (with interval) against certified public and claimed ε, one point per run."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5.5, 4.2))
-    xs = [a["certified_epsilon_public"] for _, a in rows]
-    ys = [a["empirical_epsilon"] for _, a in rows]
-    lo = [a["empirical_epsilon"] - a["empirical_epsilon_interval"][0] for _, a in rows]
-    hi = [a["empirical_epsilon_interval"][1] - a["empirical_epsilon"] for _, a in rows]
-    ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o", capsize=3, label="empirical (canaries), 95% interval")
-    reach = [float(a["reach"]) for _, a in rows if a.get("reach") is not None]
-    if len(reach) == len(rows):
-        ax.scatter(xs, reach, marker="v", color="C2", label="reach (same audit, noise removed)")
-    claimed = [a["claimed_epsilon"] for _, a in rows]
-    if all(c is not None for c in claimed):
-        ax.scatter(xs, claimed, marker="x", color="C3", label="claimed (paper)")
-    top = max([*xs, *[a["empirical_epsilon_interval"][1] for _, a in rows],
-               *reach]) * 1.1
-    ax.plot([0, top], [0, top], "k--", lw=0.8, label="empirical = certified")
-    for (label, a), x in zip(rows, xs, strict=True):
-        ax.annotate(label, (x, a["empirical_epsilon"]), textcoords="offset points", xytext=(4, 4), fontsize=7)
-    ax.set_xlabel("certified epsilon (public observer)")
-    ax.set_ylabel("epsilon")
-    ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-
-
 def _audit(args: argparse.Namespace) -> int:
     from dpfl.config import load_config
     from dpfl.errors import ConfigError
@@ -176,6 +143,8 @@ def _audit(args: argparse.Namespace) -> int:
                   f"{_fmt(a['certified_epsilon_public']):>15} {_fmt(a.get('reach')):>8} "
                   f"{_fmt(a['claimed_epsilon']):>10} {a.get('verdict')}")
     if args.plot:
+        from dpfl.plots.audits import plot_audits
+
         plot_audits(rows, args.plot, f"canary audit: {config.name} ({config.algorithm.name})")
         if not as_json:
             print(f"plot: {args.plot}")

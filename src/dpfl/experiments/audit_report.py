@@ -175,7 +175,7 @@ def _interval(a: dict[str, Any]) -> str:
 
 def write_report(out: Path, settings: Settings, records: list[dict[str, Any]]) -> Path:
     """The README and the three plots, from the records alone."""
-    from dpfl.commands.audit import plot_audits
+    from dpfl.plots.audits import plot_audits
 
     sweeps = [r for r in records if r["group"] != "broken"]
     broken = [r for r in records if r["group"] == "broken"]

@@ -26,7 +26,7 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from dpfl.models.losses import LossFn, per_sample_loss
-from dpfl.sim.cohort import CohortForward
+from dpfl.sim.kernel import CohortForward
 
 _MATERIALIZE_BUDGET = 256 * 2**20  # floats of per-sample gradients held at once (1 GiB)
 

@@ -2,13 +2,13 @@
 
 Client parameters live in one [K, P] matrix; training reads and writes per-parameter views of it.
 Each local step gathers a [K, B, ...] batch (clients with fewer samples are padded and masked),
-runs the cohort forward pass (:mod:`dpfl.sim.cohort`: batched matmuls and grouped convolutions),
+runs the cohort forward pass (:mod:`dpfl.sim.kernel`: batched matmuls and grouped convolutions),
 takes one backward pass for the sum of the clients' losses — client k's loss depends only on
 client k's parameters, so its gradient is exactly client k's own — and applies every client's
 SGD step with one fused call.
 
 On the CPU, with plain SGD and the plain data loss, a model of ``nn.Linear``, ``nn.Conv2d``,
-activation, pooling and flatten layers (:class:`dpfl.sim.cohort.SGDKernel`) trains chunk by chunk
+activation, pooling and flatten layers (:class:`dpfl.sim.kernel.SGDKernel`) trains chunk by chunk
 of clients instead of step by step of the whole block: a chunk (parameters of a few times a core's
 L2 cache) copies the global model, takes all its steps with the backward pass written out and each
 layer's SGD step applied in place, and writes its rows of the result. Its parameters stay in cache
@@ -67,7 +67,7 @@ from dpfl.client.regularizers import l2_penalty, proximal
 from dpfl.errors import ConfigError
 from dpfl.models.losses import per_sample_loss
 from dpfl.sim.base import Engine, LocalResult
-from dpfl.sim.cohort import CohortForward, SGDKernel
+from dpfl.sim.kernel import CohortForward, SGDKernel
 from dpfl.sim.per_sample import ghost_clipped_grads, materialized_clipped_grads
 
 _ALLOCATOR_TUNED = False

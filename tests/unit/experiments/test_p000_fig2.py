@@ -9,7 +9,7 @@ import pytest
 
 from dpfl.experiments.recipes import get_recipe
 from dpfl.experiments.recipes.base import reproduce
-from dpfl.experiments.recipes.p000 import divergence_bound, divergence_chain, divergence_real
+from dpfl.experiments.recipes.udp_crd import divergence_bound, divergence_chain, divergence_real
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from dpfl.experiments.recipes import get_recipe
 from dpfl.experiments.recipes.base import ReportContext
-from dpfl.experiments.recipes.p000 import _concordance
+from dpfl.experiments.recipes.udp_crd import _concordance
 
 
 def _ctx(key: str, tmp_path: Path, finals: dict[tuple[str, float, int, float], Any]) -> ReportContext:
@@ -97,7 +97,7 @@ def test_fig14_best_beta_within_the_margin_is_inconclusive_and_fig15_is_a_trend(
 
 
 def test_sweep_larger_eps_lower_loss_is_strict_and_seeds_set_the_margin(tmp_path: Path) -> None:
-    from dpfl.experiments.recipes.p000 import _sweep_report
+    from dpfl.experiments.recipes.udp_crd import _sweep_report
 
     def ctx(vals: dict[tuple[float, int], list[float]]) -> ReportContext:
         runs = []

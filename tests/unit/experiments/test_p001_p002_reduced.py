@@ -13,8 +13,8 @@ import pytest
 from dpfl.config import run_id
 from dpfl.experiments.recipes import get_recipe
 from dpfl.experiments.recipes.base import ReportContext
-from dpfl.experiments.recipes.p001 import REDUCED, _round_noise_std
-from dpfl.experiments.recipes.p002 import C_VALUES_REDUCED, N_VALUES_REDUCED
+from dpfl.experiments.recipes.ldp_fl import REDUCED, _round_noise_std
+from dpfl.experiments.recipes.pmidp_fl import C_VALUES_REDUCED, N_VALUES_REDUCED
 
 
 def test_table1_reduced_has_ten_repetitions_of_every_cell() -> None:

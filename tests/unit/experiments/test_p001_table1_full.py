@@ -12,7 +12,7 @@ from typing import Any
 from dpfl.config import run_id
 from dpfl.experiments.recipes import get_recipe
 from dpfl.experiments.recipes.base import ReportContext
-from dpfl.experiments.recipes.p001 import EARLIER_FULL, SMALL_CNN
+from dpfl.experiments.recipes.ldp_fl import EARLIER_FULL, SMALL_CNN
 from dpfl.privacy.accounting.certify import Certificate
 from dpfl.rounds.result import PrivacySummary
 

@@ -42,7 +42,7 @@ def test_fig11_interior_k_on_a_noise_sized_difference_is_inconclusive(tmp_path: 
 
 def test_fig11_with_downlink_noise_is_judged_through_its_own_mechanism(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    from dpfl.experiments.recipes import p003
+    from dpfl.experiments.recipes import nbafl as p003
 
     # fake records carry no real config: skip the what-if certificate of the run table
     monkeypatch.setattr(p003, "_paper_sensitivity_server", lambda rec, rows: None)
@@ -104,7 +104,7 @@ def test_fig10_k_random_claim_gets_a_verdict(tmp_path: Path) -> None:
 
 
 def test_fig9_optimal_t_grows_with_epsilon_and_larger_epsilon_is_lower() -> None:
-    from dpfl.experiments.recipes.p003 import _fig9_epsilon_lines
+    from dpfl.experiments.recipes.nbafl import _fig9_epsilon_lines
 
     ts = (5, 15, 25, 40, 80)
     def seeds(t: int, v: float) -> list[tuple[float, float]]:
@@ -142,7 +142,7 @@ def test_fig11_full_scale_adds_an_L_below_T_series_with_downlink_noise_at_K_equa
     whose K = N runs get Theorem 1's downlink noise (σ_D > 0); the report names the series by L."""
     import warnings
 
-    from dpfl.experiments.recipes.p003 import FIG11_EXPOSURES
+    from dpfl.experiments.recipes.nbafl import FIG11_EXPOSURES
     from dpfl.privacy.calibration import nbafl_downlink_noise_std
 
     runs = get_recipe("003/fig11").build("full")
@@ -175,7 +175,7 @@ def test_lemma4_status_reads_the_algorithm_built_with_the_paper_downlink() -> No
     recipe): a value where Lemma 4 has one, the algorithm's own refusal where it has none."""
     import warnings
 
-    from dpfl.experiments.recipes.p003 import _config, _lemma4_status
+    from dpfl.experiments.recipes.nbafl import _config, _lemma4_status
     from dpfl.privacy.calibration import nbafl_downlink_noise_std_k_random
 
     runs: list[tuple[Any, Any, list[dict[str, Any]]]] = []

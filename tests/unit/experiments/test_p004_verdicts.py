@@ -57,7 +57,7 @@ def test_fig3_sweep_counts_only_differences_beyond_the_margin(tmp_path: Path) ->
 
 
 def test_table1_measures_the_cost_of_dp_against_the_non_private_reference(tmp_path: Path) -> None:
-    from dpfl.experiments.recipes.p004 import BASE, NONPRIVATE, OURS
+    from dpfl.experiments.recipes.dp_fedavg_blur_lus import BASE, NONPRIVATE, OURS
 
     inf = float("inf")
     # per seed: the non-private reference 0.80 / 0.82 / 0.81; DP-FedAvg 10, 11, 9 points below it at ε = 2
@@ -79,7 +79,7 @@ def test_table1_measures_the_cost_of_dp_against_the_non_private_reference(tmp_pa
 
 
 def test_table1_without_a_reference_says_the_cost_is_not_measured(tmp_path: Path) -> None:
-    from dpfl.experiments.recipes.p004 import BASE, OURS
+    from dpfl.experiments.recipes.dp_fedavg_blur_lus import BASE, OURS
 
     cells = {(BASE, 2.0): [0.70, 0.71], (OURS, 2.0): [0.70, 0.72]}
     text = get_recipe("004/table1").report(_ctx("004/table1", tmp_path, cells, ("method", "epsilon")))

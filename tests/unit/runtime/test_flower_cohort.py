@@ -25,7 +25,7 @@ from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 from dpfl.config import parse_config  # noqa: E402
 from dpfl.rounds import build_experiment, run_experiment  # noqa: E402
 from dpfl.runtime.flower.client_app import _upload  # noqa: E402
-from dpfl.runtime.flower.cohort import FlowerCohort  # noqa: E402
+from dpfl.runtime.flower.transport import FlowerCohort  # noqa: E402
 from dpfl.runtime.flower.warm import train_round  # noqa: E402
 from dpfl.store import RunStore  # noqa: E402
 

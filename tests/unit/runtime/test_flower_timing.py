@@ -24,7 +24,7 @@ pytest.importorskip("flwr")
 from flwr.app import ConfigRecord, Message, RecordDict  # noqa: E402
 from flwr.supercore.task_identity import TaskIdentity  # noqa: E402
 
-from dpfl.runtime.flower import cohort, timing  # noqa: E402
+from dpfl.runtime.flower import timing, transport  # noqa: E402
 from dpfl.runtime.flower.local import TASK_POLL_ENV, LocalFederation, superexec_poll_seconds  # noqa: E402
 
 
@@ -85,14 +85,14 @@ def _task_identity() -> Any:
 @pytest.mark.usefixtures("_task_identity")
 def test_the_serverapp_grid_polls_promptly_and_records_arrivals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     slept: list[float] = []
-    monkeypatch.setattr(cohort.time, "sleep", slept.append)
+    monkeypatch.setattr(transport.time, "sleep", slept.append)
     monkeypatch.setenv(timing.TIMINGS_ENV, str(tmp_path / "t.jsonl"))
     inner = _SlowGrid()
-    grid = cohort.PromptGrid(inner)  # type: ignore[arg-type]
+    grid = transport.PromptGrid(inner)  # type: ignore[arg-type]
     msgs = [Message(RecordDict({"q": ConfigRecord({"n": i})}), 10 + i, "query") for i in range(3)]
     replies = list(grid.send_and_receive(msgs, timeout=3600))
     assert sorted(r.metadata.reply_to_message_id for r in replies) == sorted(m.metadata.message_id for m in inner.pushed)
-    assert inner.pulls == 3 and slept == [cohort.POLL_SECONDS] * 2 and cohort.POLL_SECONDS < 3
+    assert inner.pulls == 3 and slept == [transport.POLL_SECONDS] * 2 and transport.POLL_SECONDS < 3
     pulled = [e for e in timing.load(tmp_path / "t.jsonl") if e["event"] == "pulled"]
     assert sorted(e["reply_to"] for e in pulled) == sorted(m.metadata.message_id for m in inner.pushed)
     assert all(e["sent"] == next(m.metadata.created_at for m in msgs if m.metadata.message_id == e["reply_to"])

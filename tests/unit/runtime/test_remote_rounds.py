@@ -183,5 +183,5 @@ def test_secure_aggregation_is_refused_where_the_server_sees_each_upload(shared_
     from dpfl.errors import ConfigError
 
     cfg = _cfg(shared_data, DPFEDAVG, rounds=1, privacy={"delta": 1e-3, "secure_aggregation": True})
-    with pytest.raises(ConfigError, match="deployed runs.*SecAgg"):
+    with pytest.raises(ConfigError, match="this deployment.*SecAgg"):
         run_experiment(cfg, RunStore(tmp_path / "s.sqlite"), remote=FakeCohort(cfg))

@@ -1,4 +1,4 @@
-"""The plain-SGD kernel of the vectorized engine (``sim/cohort.py: SGDKernel``): one step of a few
+"""The plain-SGD kernel of the vectorized engine (``sim/kernel.py: SGDKernel``): one step of a few
 clients gives what autograd gives each client alone, the engine's chunked, threaded training gives
 the sequential engine's numbers, and models the kernel does not cover go the autograd way."""
 
@@ -17,7 +17,7 @@ from dpfl.models import build_model, per_sample_loss
 from dpfl.rng import SeedSequence
 from dpfl.sim import vectorized
 from dpfl.sim.base import LocalProblem
-from dpfl.sim.cohort import SGDKernel
+from dpfl.sim.kernel import SGDKernel
 from dpfl.sim.sequential import SequentialEngine
 from dpfl.sim.vectorized import VectorizedEngine
 

@@ -36,11 +36,11 @@ IN_PROGRESS = ("running", "interrupted")
 
 # Each module exposes ``RECIPES: list[Recipe]``; modules not shipped are skipped.
 _RECIPE_MODULES = (
-    "dpfl.experiments.recipes.p000",
-    "dpfl.experiments.recipes.p001",
-    "dpfl.experiments.recipes.p002",
-    "dpfl.experiments.recipes.p003",
-    "dpfl.experiments.recipes.p004",
+    "dpfl.experiments.recipes.udp_crd",
+    "dpfl.experiments.recipes.ldp_fl",
+    "dpfl.experiments.recipes.pmidp_fl",
+    "dpfl.experiments.recipes.nbafl",
+    "dpfl.experiments.recipes.dp_fedavg_blur_lus",
 )
 
 

@@ -236,7 +236,7 @@ class PrivacyLedger:
                 raise PrivacyPreconditionError(
                     f"a broadcast cannot be amplified by the secret {self.sampling['kind']} client sample "
                     f"unless the clients are interchangeable and the privacy unit is a client (here: "
-                    f"{self.privacy_unit}); record it per participant (dpfl.privacy.accounting.cohorts)."
+                    f"{self.privacy_unit}); record it per participant (dpfl.privacy.accounting.broadcast)."
                 )
             if self._sampler is not None:
                 return self._sampler.wrap_event(event, self.num_clients), (), event

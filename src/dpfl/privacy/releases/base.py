@@ -70,7 +70,7 @@ class Release(abc.ABC):
         client_ids: the clients this release is about (each client listed gets this receipt);
             ``None`` = a broadcast about the whole cohort (amplified if the sample is secret).
         amplifiable: a broadcast (``client_ids=None``) about a secret sample of interchangeable
-            clients at a client-level unit, whose numbers are every cohort's (:mod:`.cohorts`):
+            clients at a client-level unit, whose numbers are every cohort's (:mod:`dpfl.privacy.accounting.broadcast`):
             the ledger amplifies a broadcast by the sample only when this is true, and refuses
             any other broadcast under client sampling (record it per participant instead).
         kind: the tag of the stored JSON form (``to_dict``/``from_dict``); setting it in a

@@ -1,7 +1,7 @@
 """Flower adapter: every split dpfl algorithm as a Flower ServerApp + ClientApp.
 
 * :mod:`.server_app` — the ServerApp: runs :func:`dpfl.rounds.run_experiment` with a
-  :class:`.cohort.FlowerCohort` that sends each round's global model to the SuperNodes of the
+  :class:`.transport.FlowerCohort` that sends each round's global model to the SuperNodes of the
   sampled clients, validates what comes back and hands the valid rows to ``aggregate``.
 * :mod:`.client_app` — the ClientApp: trains its own client with the run's engine and runs the
   algorithm's ``client_step`` (clip, noise, randomize) before anything leaves the node.
@@ -11,7 +11,7 @@
   Flower's SecAgg+ (``privacy.secure_aggregation``), with masks expanded by ChaCha20 instead of
   Flower's 32-bit-seeded MT19937: one SecAgg+ run per round among the sampled clients' nodes
   (visible participation), or among every node, each client deciding with its own secret coin
-  whether its update is in the sum (``privacy.participation: hidden``); see :mod:`.cohort`.
+  whether its update is in the sum (``privacy.participation: hidden``); see :mod:`.transport`.
 * :mod:`.local` — start a SuperLink and N SuperNodes on 127.0.0.1 as separate processes and run
   a config on them (``dpfl federate``); on real machines use Flower's own commands (README).
 

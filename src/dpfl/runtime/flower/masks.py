@@ -13,7 +13,7 @@ uses one): the values are then exactly uniform on ``[0, num_range)`` (Flower's d
 
 :func:`install` puts it in every module namespace that imported Flower's function — the
 workflow (server: unmasking), the client mod (masking) and the utility module itself — and is
-idempotent; :mod:`.server_app`, :mod:`.client_app` and :mod:`.cohort` call it on import, so the
+idempotent; :mod:`.server_app`, :mod:`.client_app` and :mod:`.transport` call it on import, so the
 ServerApp process and every ClientApp process use it. Both sides must: a client masking with one
 generator and a server unmasking with the other yields garbage (``decode`` then refuses it).
 

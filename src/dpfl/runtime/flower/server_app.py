@@ -9,12 +9,12 @@ default false, i.e. the OS CSPRNG on the server and on every client), ``csv`` an
 
 The server samples, calibrates, aggregates, evaluates, checkpoints and keeps the privacy ledger
 exactly as :func:`dpfl.rounds.run_experiment` does in simulation (it *is* that
-function, with a :class:`dpfl.runtime.flower.cohort.FlowerCohort`); the run is stored under the
+function, with a :class:`dpfl.runtime.flower.transport.FlowerCohort`); the run is stored under the
 simulation's run id with the suffix ``-flower``.
 
 With ``privacy.secure_aggregation`` (DP-FedAvg) every round is a SecAgg+ secure sum among the
 sampled clients' nodes (visible participation) or among all clients' nodes, each sampling itself
-with its own secret coin (``privacy.participation: hidden``) (:mod:`.cohort`); ``algorithm.options.secure_sum.bits``
+with its own secret coin (``privacy.participation: hidden``) (:mod:`.transport`); ``algorithm.options.secure_sum.bits``
 must be at most 31 (checked before any node is contacted). Importing this module replaces
 Flower's SecAgg+ mask generator with ChaCha20 (:mod:`.masks`).
 """
@@ -57,7 +57,7 @@ def _observers(csv: str, tensorboard: str) -> tuple[RoundObserver, ...]:
 def main(grid: Grid, context: Context) -> None:
     from dpfl.config import load_config
     from dpfl.rounds import build_experiment, run_experiment
-    from dpfl.runtime.flower.cohort import (
+    from dpfl.runtime.flower.transport import (
         FlowerCohort,
         PromptGrid,
         Shuffler,

@@ -49,7 +49,7 @@ def test_poisson_sampler_with_a_fixed_size_round_is_an_error() -> None:
 
 def test_a_broadcast_is_amplified_only_when_declared_amplifiable_at_a_client_unit() -> None:
     """Amplifying by a secret client sample needs interchangeable clients and a client-level unit
-    (cohorts.py): any other broadcast is refused under fixed-size and Poisson sampling, and
+    (privacy/accounting/broadcast.py): any other broadcast is refused under fixed-size and Poisson sampling, and
     accepted (unamplified) under full participation."""
     for sampler in (FixedSizeSampler(3), PoissonSampler(0.3)):
         ledger = _ledger(sampler)

@@ -1,4 +1,4 @@
-"""How the public's view of a sampled round is priced (dpfl.privacy.accounting.cohorts).
+"""How the public's view of a sampled round is priced (dpfl.privacy.accounting.broadcast).
 
 Independent checks: brute-force enumeration of every cohort, dp-accounting called directly with
 a hand-derived multiplier, and a Monte Carlo of the privacy loss for a concrete neighbouring pair.
@@ -19,7 +19,7 @@ from scipy.special import logsumexp
 
 from dpfl.algorithms.nbafl import NbAfl, NbAflOptions
 from dpfl.client.context import RoundInfo
-from dpfl.privacy.accounting.cohorts import broadcast_mode, worst_cohort_multipliers
+from dpfl.privacy.accounting.broadcast import broadcast_mode, worst_cohort_multipliers
 from dpfl.privacy.accounting.ledger import PrivacyLedger
 from dpfl.rng import SeedSequence
 from dpfl.sampling import FixedSizeSampler

@@ -1,4 +1,4 @@
-"""The implementation of ``dpfl account`` (parser: :mod:`dpfl.commands.account`).
+"""What ``dpfl account`` runs (its parser: :mod:`dpfl.commands.account`).
 
 Every form is a dry run (:func:`dpfl.rounds.dry_run`): ``dpfl account CONFIG`` of the config, and
 each per-paper shortcut of the run config its arguments describe — built by

@@ -17,8 +17,8 @@ and data sizes, but a shorter initial T and a coarser grid), ``full`` (the paper
 
 The median clip norms used below were measured with (η and T as in the recipes)::
 
-    python -m dpfl.experiments.recipes.p000 median-clip --dataset mnist --lr 0.5 --rounds 100
-    python -m dpfl.experiments.recipes.p000 median-clip --dataset census-income --lr 0.5 --rounds 100
+    python -m dpfl.experiments.recipes.udp_crd median-clip --dataset mnist --lr 0.5 --rounds 100
+    python -m dpfl.experiments.recipes.udp_crd median-clip --dataset census-income --lr 0.5 --rounds 100
 """
 
 from __future__ import annotations
@@ -202,7 +202,7 @@ def median_unclipped_norm(
 
 
 def _main(argv: Sequence[str] | None = None) -> int:  # pragma: no cover - manual tool
-    p = argparse.ArgumentParser(prog="python -m dpfl.experiments.recipes.p000")
+    p = argparse.ArgumentParser(prog="python -m dpfl.experiments.recipes.udp_crd")
     sub = p.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("median-clip", help="000 §5.2 median clip norm by a non-private pilot")
     m.add_argument("--data-dir", default="../shared/data")
