@@ -19,7 +19,7 @@ def test_the_documented_flower_version_is_the_installed_one() -> None:
         pytest.skip("Flower is not installed")
     major_minor = ".".join(installed.split(".")[:2])
     claims = []
-    for path in (ROOT / "README.md", ROOT / "pyproject.toml", *sorted((ROOT / "docs").glob("*.md"))):
+    for path in (ROOT / "README.md", ROOT / "pyproject.toml", *sorted((ROOT / "docs").rglob("*.md"))):
         claims += [(path.name, m.group(1)) for m in TESTED_WITH.finditer(path.read_text(encoding="utf-8"))]
     assert claims, "no 'tested with <Flower version>' found in the README, pyproject.toml or docs/"
     assert all(v == major_minor for _, v in claims), f"installed flwr {installed}; the docs say {claims}"

@@ -1,6 +1,7 @@
 """How to install dpfl on another machine (it is not on the package index), and that path works:
 a wheel built from the source holds every module, the package data and the `dpfl` command. The
-real-machines example gives several SuperNodes on one host distinct ports, with flags Flower has."""
+real-machines example gives several SuperNodes on one host distinct ports, with flags Flower has.
+Both are in the documentation's Flower guide (docs/how-to/flower.md)."""
 
 from __future__ import annotations
 
@@ -14,22 +15,24 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+GUIDE = (ROOT / "docs" / "how-to" / "flower.md").read_text(encoding="utf-8")
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
 def _section(title: str) -> str:
-    return README.split(f"## {title}", 1)[1].split("\n## ", 1)[0]
+    return GUIDE.split(f"## {title}", 1)[1].split("\n## ", 1)[0]
 
 
-def test_the_readme_says_how_to_install_dpfl_elsewhere() -> None:
-    install = _section("Installing dpfl on another machine")
+def test_the_docs_say_how_to_install_dpfl_elsewhere() -> None:
+    install = _section("Install dpfl on another machine")
     assert "not on the package index" in install
     assert "pip install -e '.[flower]'" in install  # from a clone
     assert "pip wheel . --no-deps" in install and "python -m build" in install  # a built wheel
     assert re.search(r"pip install 'dpfl\[flower\] @ git\+https://", install)  # a git URL
-    # no instruction installs dpfl by name from the index
-    by_name = re.search(r"pip install '?dpfl\[[a-z,]+\]'?(?! @)", README)  # not `dpfl[x] @ git+...`
-    assert by_name is None, f"{by_name.group(0)!r}: the package index has no dpfl"
+    # no instruction, in the README or the documentation, installs dpfl by name from the index
+    for path in DOCS:
+        by_name = re.search(r"pip install '?dpfl\[[a-z,]+\]'?(?! @)", path.read_text(encoding="utf-8"))
+        assert by_name is None, f"{path.name}: {by_name.group(0)!r}: the package index has no dpfl"
 
 
 def test_a_built_wheel_holds_the_modules_the_package_data_and_the_command(tmp_path: Path) -> None:
@@ -54,8 +57,8 @@ def test_a_built_wheel_holds_the_modules_the_package_data_and_the_command(tmp_pa
 
 
 def test_several_supernodes_on_one_host_get_distinct_ports_with_flags_flower_has() -> None:
-    machines = _section("Running a federation on real machines (Flower)")
-    block = machines.split("On real machines", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    machines = _section("On real machines")
+    block = machines.split("```bash", 1)[1].split("```", 1)[0]
     nodes = [ln for ln in block.splitlines() if ln.startswith("flower-supernode")]
     ports = [re.search(r"--port (\d+)", ln) for ln in nodes]
     assert len(nodes) >= 2 and all(ports), nodes
