@@ -100,6 +100,26 @@ def test_every_block_is_marked_as_the_runner_reads_it() -> None:
     assert not problems, "\n".join(problems)
 
 
+PATH = re.compile(r"(?<![\w./(])((?:src|tests|benchmarks|reports|docs)/[\w./-]*\w)")  # not a link: mkdocs checks those
+OTHERS = {"architecture.md", "testing.md"}  # pages kept with the code they describe, checked there
+
+
+def test_the_files_the_pages_name_exist() -> None:
+    """Modules get renamed: a path a guide names (``src/dpfl/audit/estimate.py``) must still be there."""
+    missing = []
+    for page in [ROOT / "README.md", *_pages()]:
+        rel = page.relative_to(ROOT).as_posix()
+        if rel.removeprefix("docs/") in OTHERS or rel.startswith("docs/proofs/"):
+            continue
+        for m in PATH.finditer(page.read_text(encoding="utf-8")):
+            path = m.group(1)
+            if re.search(r"[A-Z]{3,}", path.split("/")[-1].split(".")[0]):  # a placeholder: NNN_NAME, NAME.py
+                continue
+            if not (ROOT / path).exists():
+                missing.append(f"{rel}: {path}")
+    assert not missing, "\n".join(missing)
+
+
 def test_some_pages_run_examples() -> None:
     names = {p.relative_to(DOCS).as_posix() for p in RUNNABLE}
     assert {"get-started.md", "how-to/own-model-and-data.md", "how-to/choose-noise.md"} <= names, names
