@@ -14,7 +14,8 @@ is committed, so nothing it shows can go stale:
   ``./dev run`` prints (the one a test compares with the main job's real output);
 * in any page, ``<!-- dpfl:reports-index 000 -->`` is replaced by the section of the reports'
   index (``reports/README.md``, "Every figure and table of the five papers") for paper 000,
-  with every report it names linked to that report's page.
+  with every report it names linked to that report's page;
+* on the reference pages, the Sphinx roles of the docstrings (:func:`x`) are dropped, the code kept.
 """
 
 from __future__ import annotations
@@ -384,3 +385,14 @@ def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Fil
     if uri.startswith(("reports/", "papers/")):
         markdown = link_reports(markdown, uri)
     return markdown
+
+
+_ROLE = re.compile(r":(?:func|class|mod|meth|data|attr|exc|obj):<code>~?")
+
+
+def on_page_content(html: str, page: Page, config: MkDocsConfig, files: Files) -> str:
+    """Docstrings cross-reference in Sphinx's roles (:func:`train`); mkdocstrings prints the role
+    before the code: keep the code only."""
+    if page.file.src_uri.startswith("reference/"):
+        html = _ROLE.sub("<code>", html)
+    return html
