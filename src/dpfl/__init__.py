@@ -1,7 +1,8 @@
 """dpfl: differentially private federated learning with two epsilons per run.
 
 The Python API (``dpfl.train``, ``dpfl.account``, ``dpfl.FederatedData``, ``dpfl.export_model``,
-results) loads torch and the accountant on first use. Importing dpfl imports nothing heavy (no torch, no dp-accounting). It does one thing on the side:
+results) loads torch and the accountant on first use. Importing dpfl imports nothing heavy (no
+torch, no dp-accounting). It does one thing on the side:
 when absl's logging is first imported (dp-accounting logs through it), its ``absl`` logger is set
 to ERROR, so the accountant's expected per-order warnings ("failed to converge ... Excluding this
 order") do not flood a library user's terminal. Nothing else is changed: the root logger is not

@@ -122,7 +122,9 @@ class FederatedData:
         return cls(xt, yt, xs, ys, k, tuple(int(s) for s in xt.shape[1:]), spec, parts, name)
 
     @classmethod
-    def from_datasets(cls, train: torch.utils.data.Dataset, test: torch.utils.data.Dataset, **kwargs: Any) -> FederatedData:
+    def from_datasets(
+        cls, train: torch.utils.data.Dataset, test: torch.utils.data.Dataset, **kwargs: Any
+    ) -> FederatedData:
         """From any two map-style ``torch.utils.data.Dataset`` of ``(input, label)`` pairs
         (read once into memory); keyword arguments as :meth:`from_tensors`."""
 
@@ -168,7 +170,8 @@ def _check_clients(clients: Mapping[int, Sequence[int]] | Sequence[Sequence[int]
     if isinstance(clients, Mapping):
         ids = sorted(int(k) for k in clients)
         if ids != list(range(len(ids))):
-            raise ConfigError(f"`clients` ids must be 0..{len(ids) - 1}. Found {ids[:8]}{' ...' if len(ids) > 8 else ''}.")
+            raise ConfigError(f"`clients` ids must be 0..{len(ids) - 1}. "
+                              f"Found {ids[:8]}{' ...' if len(ids) > 8 else ''}.")
         lists = [clients[k] for k in sorted(clients)]
     else:
         lists = list(clients)
@@ -482,7 +485,8 @@ def train(model: nn.Module, data: FederatedData, algorithm: str = "dp-fedavg", *
     _check_model(model)
     chosen = _choose_engine(engine, model, data, notice)
     config = _config(data, model, algorithm, options, rounds, sampling, local, privacy, seed, chosen, threads,
-                     checkpoint_every, eval_every, _named(name, loss, f"{algorithm}-{data.name}-{type(model).__name__}"),
+                     checkpoint_every, eval_every,
+                     _named(name, loss, f"{algorithm}-{data.name}-{type(model).__name__}"),
                      device_name)
     exp = _build(model, data, config, train=True, loss=loss)
     _warn_unheard(exp.notices, notice)

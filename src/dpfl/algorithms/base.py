@@ -97,7 +97,8 @@ class Uploads:
             rows(self.train_loss, block.train_loss),
             {k: rows(self.declared.get(k, empty), block.declared.get(k, empty)) for k in keys},
             None,
-            {k: rows(self.diagnostics[k], block.diagnostics[k]) for k in set(self.diagnostics) & set(block.diagnostics)},
+            {k: rows(self.diagnostics[k], block.diagnostics[k])
+             for k in set(self.diagnostics) & set(block.diagnostics)},
             params_sum=total,
         )
 

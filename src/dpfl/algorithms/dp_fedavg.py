@@ -121,7 +121,8 @@ class DpFedAvgOptions(BaseModel):
     noise_multiplier: float | None = Field(None, ge=0, description="σ of 004 Alg. 1 (total, with adaptive clipping)")
     target_epsilon: float | None = Field(
         None, gt=0, description="calibrate σ so the paper's claimed ε after `rounds` rounds is this")
-    clip_norm: float = Field(..., gt=0, description="S, the L2 bound of each client update (initial S with adaptive_clip)")
+    clip_norm: float = Field(
+        ..., gt=0, description="S, the L2 bound of each client update (initial S with adaptive_clip)")
     server_lr: float = Field(1.0, gt=0, description="η_g")
     variant: Literal["local", "central"] = "local"
     blur_lambda: float = Field(0.0, ge=0, description="λ of BLUR (004 eq. 5); 0 = off")
@@ -562,7 +563,8 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
         count_client = (self.count_noise_std / math.sqrt(cohort)
                         if local and self._rule is not None and self.count_noise_std > 0 and cohort else 0.0)
         return NoisePlan(
-            round_idx=int(round_idx), clip_norm=self.clip_norm, cohort=int(cohort), denominator=self.denominator, central=not local,
+            round_idx=int(round_idx), clip_norm=self.clip_norm, cohort=int(cohort), denominator=self.denominator,
+            central=not local,
             sum_std=self.clip_norm * z if secure is None else 0.0, client_std=client_std,
             count_std=self.count_noise_std if self._rule is not None else 0.0, count_client_std=count_client,
             amplified=broadcast_mode(self.sampler.describe(), self.relation, self.privacy_unit, True) != "shared",
@@ -637,7 +639,8 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
             counts = QuantileClipRule.centered_bits(norms.detach().cpu(), clip).to(torch.float64)
             client_cs = plan.count_client_std
             if client_cs > 0:
-                z = torch.stack([torch.randn((), generator=g, dtype=torch.float64, device=g.device).cpu() for g in gens])
+                z = torch.stack([torch.randn((), generator=g, dtype=torch.float64, device=g.device).cpu()
+                                 for g in gens])
                 counts = counts + client_cs * z
             declared["count"] = counts
             declared["count_noise_std"] = torch.full((rows,), client_cs, dtype=torch.float64)
@@ -699,7 +702,8 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
         of clients whose vectors are not in it (hidden participation: the clients outside the secret
         sample, drawn in simulation as one Skellam of their summed variance, stream (t, SERVER,
         "absent_shares")); in simulation with ``info.summed_shares`` the arrived rows' shares too, as
-        one Skellam of their summed variance (stream (t, SERVER, "share_sum")); the server's top-up to μ for sampled clients that did not arrive (or the
+        one Skellam of their summed variance (stream (t, SERVER, "share_sum")); the server's top-up
+        to μ for sampled clients that did not arrive (or the
         whole μ in an empty visible round; stream (t, SERVER, "topup")); decoded, over m."""
         sec = plan.secure
         assert sec is not None
@@ -731,7 +735,8 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
         mean = (decoded / plan.denominator).to(global_params.dtype).to(global_params.device)
         new_global = global_params + self.options.server_lr * mean
         metrics: dict[str, Any] = {"clip_norm": plan.clip_norm, "noise_multiplier": self.noise_multiplier,
-                                   "client_noise_variance": share, "secure_sum_wrap_bound": math.exp(sec.wrap_log_probability)}
+                                   "client_noise_variance": share,
+                                   "secure_sum_wrap_bound": math.exp(sec.wrap_log_probability)}
         if not arrived:
             metrics["arrived"] = 0
         if plan.cohort - arrived:

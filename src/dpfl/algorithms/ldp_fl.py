@@ -430,7 +430,9 @@ class LdpFl(PrivateAlgorithm[LdpFlPlan]):
             highs.append(float(part.amax()))
         return lows, highs
 
-    def ranges(self, global_params: torch.Tensor, local_params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list[float]]:
+    def ranges(
+        self, global_params: torch.Tensor, local_params: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, list[float]]:
         """(center [P], radius [P]) as float64, and the per-layer radii (one entry for ``fixed``)."""
         o = self.options
         p = self.num_params
@@ -490,7 +492,9 @@ class LdpFl(PrivateAlgorithm[LdpFlPlan]):
                                       range_sensitivity=plan.range_sensitivity, range_noise_std=plan.range_noise_std)
         return cal
 
-    def private_ranges(self, local_params: torch.Tensor, info: RoundInfo) -> tuple[torch.Tensor, torch.Tensor, list[float]]:
+    def private_ranges(
+        self, local_params: torch.Tensor, info: RoundInfo
+    ) -> tuple[torch.Tensor, torch.Tensor, list[float]]:
         """``private-minmax``: (center [P], radius [P], per-layer radii) agreed from the cohort's noisy reports.
 
         Row k of ``local_params`` is client ``info.clients[k]``'s trained model; its report
@@ -557,8 +561,9 @@ class LdpFl(PrivateAlgorithm[LdpFlPlan]):
         Splitting by mode: ``fixed`` and ``global-model`` ranges are computed on the client from
         the options and the broadcast model; ``client-minmax`` and ``private-minmax`` need all
         the cohort's local models (or range reports) at once (a cross-client agreement) and so
-        run only where the whole cohort is stacked, i.e. in simulation — such a run has ``splits_rounds = False`` and the Flower
-        runner refuses it with a clear error (and this method raises one for a partial cohort).
+        run only where the whole cohort is stacked, i.e. in simulation — such a run has
+        ``splits_rounds = False`` and the Flower runner refuses it with a clear error (and this
+        method raises one for a partial cohort).
         A weight that local training left non-finite (diverged training, e.g. at ε = 0.1) is
         reported as if it were the range's center c: the randomizer is ε-LDP for *every* input
         in [c − r, c + r], so this costs no privacy, and the run goes on instead of failing.

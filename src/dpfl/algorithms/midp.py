@@ -387,8 +387,10 @@ class MidpScheme(PrivateAlgorithm[MidpPlan]):
         has the same budget (the noise follows the cohort's smallest ε_k, eq. 4.7 / 4.9) and the
         same weight rule (uniform, or equal data sets); else per participant at the drawn cohort
         (:mod:`dpfl.privacy.accounting.broadcast`)."""
-        sizes = None if self.options.weighting == "uniform" or self.client_sizes is None else self.client_sizes.tolist()
-        same = interchangeable(self.budgets.tolist(), sizes) and (sizes is not None or self.options.weighting == "uniform")
+        sizes = (None if self.options.weighting == "uniform" or self.client_sizes is None
+                 else self.client_sizes.tolist())
+        same = (interchangeable(self.budgets.tolist(), sizes)
+                and (sizes is not None or self.options.weighting == "uniform"))
         return broadcast_mode(self.sampler.describe(), self.relation, self.privacy_unit, same)
 
     def releases(self, info: RoundInfo, num_samples: torch.Tensor, ideal_secure_sum: bool) -> list[Release]:
@@ -716,7 +718,8 @@ class PmidpFl(PrivateAlgorithm[PmidpPlan]):
         out = super().server_step(global_params, local, info)
         metrics: dict[str, Any] = {
             "param_norm_mean": float(norms.mean()),
-            "clipped_fraction": float((norms > torch.as_tensor(clips, dtype=norms.dtype, device=norms.device)).float().mean()),
+            "clipped_fraction": float(
+                (norms > torch.as_tensor(clips, dtype=norms.dtype, device=norms.device)).float().mean()),
         }
         metrics.update(out.metrics)
         return RoundOutput(out.global_params, metrics)

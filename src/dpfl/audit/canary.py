@@ -193,7 +193,8 @@ class CanaryAlgorithm:
             train_loss=torch.cat([local.train_loss, torch.zeros(c, dtype=local.train_loss.dtype,
                                                                 device=local.train_loss.device)]),
             num_samples=torch.cat([local.num_samples,
-                                   torch.full((c,), n_c, dtype=local.num_samples.dtype, device=local.num_samples.device)]),
+                                   torch.full((c,), n_c, dtype=local.num_samples.dtype,
+                                              device=local.num_samples.device)]),
             final_grads=None,
         )
         ids = torch.tensor([self.first_canary_id + j for j in joined], dtype=info.clients.dtype)

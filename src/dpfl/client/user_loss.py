@@ -88,7 +88,8 @@ def adapt_loss(fn: LossFn, outputs: Tensor, targets: Tensor) -> LossFn:
             what it returned.
     """
     if not callable(fn):
-        raise ConfigError(f"`loss` must be a function (outputs, targets) -> per-sample losses. Found {type(fn).__name__}.")
+        raise ConfigError("`loss` must be a function (outputs, targets) -> per-sample losses. "
+                          f"Found {type(fn).__name__}.")
     name = loss_name(fn)
     out = outputs.detach().clone().requires_grad_(outputs.is_floating_point())
     y = targets.detach()

@@ -39,7 +39,8 @@ def audit_summary(audit: dict[str, Any]) -> str:
     est = audit["estimate"]
     lines = [
         f"empirical epsilon (final model, {audit['canaries']} canaries, {audit['unseen_canaries']} unseen): "
-        f"{_fmt(audit['empirical_epsilon'])}  [{_fmt(lo)}, {_fmt(hi)}] at {est['confidence']:.0%}, mu = {est['mu']:.3g}",
+        f"{_fmt(audit['empirical_epsilon'])}  [{_fmt(lo)}, {_fmt(hi)}] at {est['confidence']:.0%}, "
+        f"mu = {est['mu']:.3g}",
         f"certified epsilon: public observer {_fmt(audit['certified_epsilon_public'])}, "
         f"headline (worst observer) {_fmt(audit['certified_epsilon_headline'])}",
         f"claimed epsilon: {_fmt(audit['claimed_epsilon'])}"

@@ -124,7 +124,8 @@ def _numeric(table: RawTable, column: str) -> np.ndarray:
                 f"{level!r}, not a number"
             ) from None
         if not np.isfinite(number) or abs(number) > MAX_ABS_VALUE:
-            what = "not a finite number" if not np.isfinite(number) else f"beyond float32's range (±{MAX_ABS_VALUE:.3g})"
+            what = ("not a finite number" if not np.isfinite(number)
+                    else f"beyond float32's range (±{MAX_ABS_VALUE:.3g})")
             raise DataFormatError(
                 f"{table.source}, {table.line_of(column, i)}: numeric column {column!r} holds "
                 f"{level!r}, {what}; a missing value is written {MISSING!r}"
