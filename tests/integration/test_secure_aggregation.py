@@ -46,11 +46,12 @@ def _akl(alpha: int, mu: float, d2: float, d1: float) -> float:
     return alpha * d2 ** 2 / (2 * mu) + min(((2 * alpha - 1) * d2 ** 2 + 6 * d1) / (4 * mu ** 2), 3 * d1 / (2 * mu))
 
 
-def _zhu_wang(alpha: int, q: float, eps: Any) -> float:
-    """Zhu & Wang 2019, Thm 6, summed term by term in floating point (small orders only)."""
-    total = (1 - q) ** (alpha - 1) * (alpha * q - q + 1) + comb(alpha, 2) * q ** 2 * (1 - q) ** (alpha - 2) * math.exp(eps(2))
-    total += sum(3 * comb(alpha, ell) * q ** ell * (1 - q) ** (alpha - ell) * math.exp((ell - 1) * eps(ell))
-                 for ell in range(3, alpha + 1))
+def _binomial(alpha: int, q: float, eps: Any) -> float:
+    """The Poisson-subsampled RDP of a symmetric-noise sum (the binomial expansion without Zhu & Wang's
+    factor 3; docs/proofs/skellam-subsampling.md), summed term by term in floating point (small orders only)."""
+    total = (1 - q) ** (alpha - 1) * (alpha * q - q + 1)
+    total += sum(comb(alpha, ell) * q ** ell * (1 - q) ** (alpha - ell) * math.exp((ell - 1) * eps(ell))
+                 for ell in range(2, alpha + 1))
     return min(math.log(total) / (alpha - 1), eps(alpha))
 
 
@@ -76,7 +77,7 @@ def test_hidden_participation_gives_the_server_the_publics_certificate(mnist_fix
     assert sec.l2_sensitivity == pytest.approx(d2, rel=1e-12)
     d1 = min(d2 ** 2, math.sqrt(d) * d2)
     mu = (Z * d2) ** 2
-    rdp = np.array([ROUNDS * _zhu_wang(a, Q, lambda o: _akl(o, mu, d2, d1)) for a in ORDERS])
+    rdp = np.array([ROUNDS * _binomial(a, Q, lambda o: _akl(o, mu, d2, d1)) for a in ORDERS])
     want = rdp_acc.compute_epsilon(np.array(ORDERS, dtype=float), rdp, DELTA)[0]
     # the run prices on a finer grid of orders: never above the integer-order figure, and close
     assert server["epsilon"] <= want * (1 + 1e-9)
@@ -299,13 +300,13 @@ def test_own_coins_after_a_dropout_charge_the_server_the_survivors_shares(mnist_
     assert full is not None and full.certified is not None
     assert obs["public"]["epsilon"] == pytest.approx(full.certified["public"].epsilon, rel=1e-12)
     assert obs["server"]["basis"] == "ex-ante"
-    # independently: three rounds of Sk(μ) and one of Sk(μ(N−1)/N), each amplified by q (Zhu & Wang)
+    # independently: three rounds of Sk(μ) and one of Sk(μ(N−1)/N), each amplified by q (binomial expansion)
     from dpfl.rounds import build_plan
 
     sec = build_plan(cfg, [20] * N, 7850).algorithm.calibration().secure_sum
     d2, d1, mu = sec.l2_sensitivity, sec.l1_sensitivity, sec.variance
-    rdp = np.array([3 * _zhu_wang(a, Q, lambda o: _akl(o, mu, d2, d1))
-                    + _zhu_wang(a, Q, lambda o: _akl(o, mu * (N - 1) / N, d2, d1)) for a in ORDERS])
+    rdp = np.array([3 * _binomial(a, Q, lambda o: _akl(o, mu, d2, d1))
+                    + _binomial(a, Q, lambda o: _akl(o, mu * (N - 1) / N, d2, d1)) for a in ORDERS])
     want = rdp_acc.compute_epsilon(np.array(ORDERS, dtype=float), rdp, DELTA)[0]
     assert obs["server"]["epsilon"] > obs["public"]["epsilon"]
     assert want * 0.98 <= obs["server"]["epsilon"] <= want * (1 + 1e-9)
@@ -326,7 +327,7 @@ def test_a_secure_sum_no_vector_reached_charges_the_server_nothing(mnist_fixture
     d2, d1, mu = sec.l2_sensitivity, sec.l1_sensitivity, sec.variance
 
     def eps(rounds: int) -> float:
-        rdp = np.array([rounds * _zhu_wang(a, Q, lambda o: _akl(o, mu, d2, d1)) for a in ORDERS])
+        rdp = np.array([rounds * _binomial(a, Q, lambda o: _akl(o, mu, d2, d1)) for a in ORDERS])
         return float(rdp_acc.compute_epsilon(np.array(ORDERS, dtype=float), rdp, DELTA)[0])
 
     assert math.isfinite(obs["server"]["epsilon"]) and obs["server"]["epsilon"] < obs["public"]["epsilon"]

@@ -323,9 +323,12 @@ def test_the_main_jobs_epsilon() -> None:
     after, order = rdp_acc.compute_epsilon(DEFAULT_RDP_ORDERS, MAIN_ROUNDS * new, MAIN_DELTA)
     assert after == pytest.approx(_independent_main_job_epsilon(), rel=1e-9)
     assert after == pytest.approx(8.4676, abs=5e-5) and order == 3.0
-    # what the general bound (factor 3) gives today, and the Gaussian of the same σ at the same
+    # the ledger's Skellam pricing is this curve
+    wired = skellam_rdp_vector(dpa.PoissonSampledDpEvent(MAIN_Q, event), "add_remove", DEFAULT_RDP_ORDERS)
+    np.testing.assert_array_equal(wired, new)
+    # what Zhu & Wang's general bound (factor 3) gave, and the Gaussian of the same σ at the same
     # (⌈α⌉) orders: the new figure sits just above the latter
-    old = skellam_rdp_vector(dpa.PoissonSampledDpEvent(MAIN_Q, event), "add_remove", DEFAULT_RDP_ORDERS)
+    old = np.array([subsampled_rdp(a, MAIN_Q, base) for a in MAIN_INTS])
     before = rdp_acc.compute_epsilon(DEFAULT_RDP_ORDERS, MAIN_ROUNDS * old, MAIN_DELTA)[0]
     assert before == pytest.approx(11.2113, abs=5e-5)
     gauss = rdp_acc._compute_rdp_poisson_subsampled_gaussian(MAIN_Q, 1.5, MAIN_INTS)

@@ -80,6 +80,7 @@ from dpfl.privacy.accounting.composition import (
 )
 from dpfl.privacy.accounting.events import (
     SamplerLike,
+    leaves,
     pure_epsilon,
     sampled_event,
     validate_delta,
@@ -88,6 +89,7 @@ from dpfl.privacy.accounting.events import (
     validate_unit,
 )
 from dpfl.privacy.accounting.receipts import ObserverState
+from dpfl.privacy.accounting.registry import accounting_of
 from dpfl.privacy.releases import OBSERVERS, Observer, Release
 
 __all__ = ["PrivacyLedger"]
@@ -404,6 +406,12 @@ class PrivacyLedger:
             return None
         return pure_epsilon(_events_from_counts(st.to_counts(cid)))
 
+    @staticmethod
+    def _relation_notes(counts: Counter[dpe.DpEvent]) -> list[str]:
+        """The narrower neighbouring relations the registered mechanisms among ``counts`` hold for."""
+        found = (accounting_of(leaf) for event in counts for leaf, _ in leaves(event))
+        return list(dict.fromkeys(r.relation_note for r in found if r is not None and r.relation_note))
+
     def _certificate(self, observer: str, cid: int | None, method: str) -> Certificate:
         st = self._state[observer]
         rdp = st.shared_rdp.copy()
@@ -422,6 +430,8 @@ class PrivacyLedger:
             eps, best = 0.0, "rdp"
         who = "every client" if cid is None else f"client {cid}"
         notes.insert(0, f"{who}; {self.rounds_recorded} rounds recorded")
+        if has_receipts:
+            notes += self._relation_notes(st.to_counts(cid))
         sampled = self.sampling["kind"] != "all"
         if observer == "public" and any(_amplified(e, self.relation) for e in st.shared_counts):
             notes.append("broadcast releases amplified by the secret client sample")

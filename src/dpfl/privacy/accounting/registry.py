@@ -35,11 +35,14 @@ class EventAccounting:
             :class:`dpfl.errors.PrivacyPreconditionError` for a relation or wrapper it cannot price.
         rdp_note: the certificate's note naming the theorems the curve comes from.
         pld_note: why no PLD is given (the certificate says it and falls back to RDP).
+        relation_note: the neighbouring relation the pricing holds for, where it is narrower than
+            the ledger's (a certificate with such an event says so); empty: the ledger's own.
     """
 
     rdp: Callable[[dpe.DpEvent, str, Sequence[float]], np.ndarray]
     rdp_note: str
     pld_note: str
+    relation_note: str = ""
 
 
 _REGISTRY: dict[type[dpe.DpEvent], EventAccounting] = {}

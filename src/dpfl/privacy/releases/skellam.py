@@ -20,20 +20,29 @@ integer-valued query, priced here in Rényi DP.
   directions and finds it below this bound at every case tried. RDP is non-decreasing in α, so a
   fractional order α is priced at ⌈α⌉ (valid).
 * **Poisson-sampled** (a secret sample: hidden participation, or the public's view of the
-  broadcast) — Zhu & Wang, "Poisson Subsampled Rényi Differential Privacy", ICML 2019, Theorem 6
-  (general upper bound for *any* mechanism, add/remove, integer α ≥ 2):
+  broadcast) — the binomial expansion of Mironov, Talwar, Zhang 2019 (§3.3) with the Skellam
+  bound plugged in for each D_k, *without* the factor 3 of Zhu & Wang's general bound for any
+  mechanism ("Poisson Subsampled Rényi Differential Privacy", ICML 2019, Theorem 5 as the texts
+  citing the PMLR version number it; :func:`subsampled_rdp` below, kept for reference and tests):
 
-      ε'(α) ≤ 1/(α−1) log[ (1−q)^{α−1}(αq − q + 1) + C(α,2) q² (1−q)^{α−2} e^{ε(2)}
-                           + 3 Σ_{ℓ=3}^{α} C(α,ℓ) q^ℓ (1−q)^{α−ℓ} e^{(ℓ−1) ε(ℓ)} ],
+      ε'(α) ≤ 1/(α−1) log[ (1−q)^{α−1}(αq − q + 1) + Σ_{k=2}^{α} C(α,k) q^k (1−q)^{α−k} e^{(k−1) ε(k)} ],
 
-  taken as the minimum with the unsampled ε(α) (sampling never hurts). The factor 3 makes it
-  looser than dp-accounting's exact sampled-Gaussian RDP (Mironov, Talwar, Zhang 2019), which
-  relies on the Gaussian's shape: on DP-FedAvg's main job (z = 1.5, q = 0.2, T = 100) the bound
-  plugged with the Gaussian's own RDP gives ε ≈ 11.2 where dp-accounting's RDP gives 8.47. That
-  is the honest price of a mechanism without a tight subsampling analysis; no PLD is claimed.
+  taken as the minimum with the unsampled ε(α), at integer α ≥ 2
+  (:func:`dpfl.privacy.accounting.subsampled_rdp.binomial_subsampled_rdp_curve`). It is valid
+  because the sum's noise is symmetric about 0, has the same law in both neighbours and full
+  support on the lattice: a reflection swaps the two neighbours' laws, so the other direction of
+  the divergence is never the larger (``docs/proofs/skellam-subsampling.md``, Theorem 1 and
+  Lemma 2; checked by brute force on the integer lattice in
+  ``tests/unit/privacy/test_subsampled_rdp.py``). On the main job (z = 1.5, q = 0.2, T = 100)
+  it certifies 8.4676 where the general bound gave 11.2113. No PLD is claimed (the worst integer
+  shift within the L1/L2 bounds is not proven).
 
-The neighbouring relation is add/remove one client (a client's vector enters the sum or not);
-the ledger refuses a Skellam release under replace-one.
+**Neighbouring relation**: add/remove of one client's update, its noise share present in both
+neighbours ("zero-out": the client's coin, or its absence from the cohort, decides only whether
+its update is in the sum; the sum's noise law is Sk(μ) either way — every client's share under
+hidden participation, the server's top-up to μ under visible participation). A client absent
+from the population altogether would change the noise law too; that relation is not the one
+certified, and the certificate says so. The ledger refuses a Skellam release under replace-one.
 
 :class:`SkellamRelease` is what an observer of the sum saw (serialized under ``kind: skellam``);
 its :class:`SkellamDpEvent` is a ``dp_accounting`` event (attrs, frozen, hashable) so that the
@@ -62,6 +71,7 @@ from scipy.special import gammaln, logsumexp
 
 from dpfl.errors import ConfigError, PrivacyPreconditionError
 from dpfl.privacy.accounting.registry import EventAccounting, register_event
+from dpfl.privacy.accounting.subsampled_rdp import binomial_subsampled_rdp_curve
 from dpfl.privacy.releases.base import Observer, Release, checked_ids, checked_observer
 
 __all__ = [
@@ -128,8 +138,11 @@ def _log_binom(n: int, k: np.ndarray) -> np.ndarray:
 
 
 def subsampled_rdp(alpha: int, q: float, base: Sequence[float]) -> float:
-    """Zhu & Wang 2019, Thm 6: RDP at integer ``alpha`` of Poisson(q)-subsampling a mechanism whose
-    RDP at orders 2, 3, …, alpha is ``base`` (``base[l-2]`` = ε(l)), min with the unsampled ε(α).
+    """Zhu & Wang 2019's general bound (Theorem 5 of the PMLR version, with the factor 3): RDP at
+    integer ``alpha`` of Poisson(q)-subsampling *any* mechanism whose RDP at orders 2, 3, …, alpha
+    is ``base`` (``base[l-2]`` = ε(l)), min with the unsampled ε(α). The Skellam sum is priced by
+    the tighter :func:`dpfl.privacy.accounting.subsampled_rdp.binomial_subsampled_rdp_curve`; this
+    stays as the reference it is compared with.
 
     >>> round(subsampled_rdp(2, 1.0, [0.5]), 6)
     0.5
@@ -186,13 +199,7 @@ def skellam_rdp_vector(event: dpe.DpEvent, relation: str, orders: Sequence[float
         return np.array([base[a - 2] for a in ints])
     if q == 0.0:
         return np.zeros(len(ints))
-    cache: dict[int, float] = {}
-    out = []
-    for a in ints:
-        if a not in cache:
-            cache[a] = subsampled_rdp(a, q, base)
-        out.append(cache[a])
-    return np.array(out)
+    return binomial_subsampled_rdp_curve(q, base, ints)
 
 
 def skellam_tail_log_probability(variance: float, t: float) -> float:
@@ -285,7 +292,9 @@ class SkellamRelease(Release):
 
 register_event(SkellamDpEvent, EventAccounting(
     rdp=skellam_rdp_vector,
-    rdp_note=("RDP: Skellam releases priced by Agarwal, Kairouz, Liu 2021 (Thm 3.5), Poisson-sampled "
-              "ones by Zhu & Wang 2019 (Thm 6)"),
+    rdp_note=("RDP: Skellam releases priced by Agarwal, Kairouz, Liu 2021 (Thm 3.5), Poisson-sampled ones by "
+              "the binomial expansion without the general bound's factor 3 (docs/proofs/skellam-subsampling.md)"),
+    relation_note=("secure sum (Skellam): neighbours differ in one client's update, its noise share present in "
+                   "both (zero-out)"),
     pld_note="PLD: not available for the Skellam mechanism (dp-accounting has no Skellam PLD); certified by RDP.",
 ))
