@@ -115,7 +115,8 @@ def _audit_one(config: Any, settings: Settings, group: str, label: str, noise_sc
                       break_noise=None if noise_scale == 1.0 else noise_scaled(noise_scale))
     wall = time.perf_counter() - started
     return {"group": group, "label": label, "noise_scale": noise_scale, "run_id": res.run_id, "status": res.status,
-            "rounds": res.rounds_done, "clients": config.partition.num_clients, "config_name": config.name, "algorithm": config.algorithm.name,
+            "rounds": res.rounds_done, "clients": config.partition.num_clients, "config_name": config.name,
+            "algorithm": config.algorithm.name,
             "test_accuracy": res.final.get("test_accuracy"), "train_seconds": res.final.get("seconds"),
             "wall_seconds": wall, "audit": res.audit}
 
@@ -302,7 +303,8 @@ def _reading(sweeps: list[dict[str, Any]]) -> list[str]:
         which = ", ".join(f"{r['label']} (certified {_g(r['audit']['certified_epsilon_public'])})" for r in nb)
         lines += [
             f"NbAFL's audits at {which} are inconclusive: even its un-noised mechanism reaches only",
-            f"{_g(nb[0]['audit']['reach'])} here. The certificate charges the enforced sensitivity 2C of a parameter clip, far",
+            f"{_g(nb[0]['audit']['reach'])} here. The certificate charges the enforced sensitivity 2C of a "
+            "parameter clip, far",
             "above what a canary of norm C moves the final model. This audit's lower bound cannot exceed ≈ the",
             "reach, so it could not show a violation of those certificates whatever the code does (a NbAFL",
             "without noise included); where the certificate is below the reach the verdict is `consistent`.",

@@ -349,7 +349,8 @@ def reproduce(
         lines[3:3] = [
             f"**Partial report: {finished} of the {len(runs)} runs of this scale are finished "
             f"({len(records) + len(in_progress)} stored). Every number and verdict below covers only the "
-            f"ended runs{' (not the ' + str(len(in_progress)) + ' cut short, listed under Runs)' if in_progress else ''}; "
+            f"ended runs"
+            f"{' (not the ' + str(len(in_progress)) + ' cut short, listed under Runs)' if in_progress else ''}; "
             f"run `dpfl reproduce {recipe.key} --scale {scale} --max-runs N` again to add N more.**",
             "",
         ]

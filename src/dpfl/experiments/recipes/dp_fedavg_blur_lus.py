@@ -394,7 +394,8 @@ def _report_table1(ctx: ReportContext) -> str:
         lines.append(
             f"| {eps:g} | {_pct(bm)} ± {_pct(bs)} | {_pct(om)} ± {_pct(osd)} | "
             f"{100 * gm:+.2f}" + (f" ± {100 * se:.2f} (SE)" if not math.isnan(se) else "") + f" | {paper_gain} | "
-            f"{_est_text(cost)} | {_fmt_eps(max(p['claimed'] for p in privs))} | {_fmt_eps(max(p['public'] for p in privs))}"
+            f"{_est_text(cost)} | {_fmt_eps(max(p['claimed'] for p in privs))} | "
+            f"{_fmt_eps(max(p['public'] for p in privs))}"
             f"{basis_mark(*(p['public_cert'] for p in privs))} | {_fmt_eps(max(p['server'] for p in privs))}"
             f"{basis_mark(*(p['server_cert'] for p in privs))} | {len(diffs)} |"
         )
@@ -409,7 +410,8 @@ def _report_table1(ctx: ReportContext) -> str:
         ax.axhline(100 * ref_m, color="k", lw=1, ls=":", label=f"{NONPRIVATE} (dpfl, {ctx.scale})")
     paper_eps = [e for e in xs if e in _TABLE1_PAPER]
     if paper_eps:
-        ax.plot(paper_eps, [_TABLE1_PAPER[e][0][0] for e in paper_eps], "o--", alpha=0.5, label=f"{BASE} (paper, EMNIST CNN)")
+        ax.plot(paper_eps, [_TABLE1_PAPER[e][0][0] for e in paper_eps], "o--", alpha=0.5,
+                label=f"{BASE} (paper, EMNIST CNN)")
         ax.plot(paper_eps, [_TABLE1_PAPER[e][1][0] for e in paper_eps], "s--", alpha=0.5, label=f"{OURS} (paper)")
     ax.set_xlabel("ε (claimed, moments accountant)")
     ax.set_ylabel("test accuracy (%)")

@@ -301,7 +301,9 @@ def _ledger_cell(rec: Any) -> str:
     return _fmt_eps(None if head is None else head.epsilon) + basis_mark(head)
 
 
-def _grouped(ctx: ReportContext, key: tuple[str, ...]) -> dict[tuple[Any, ...], list[tuple[RecipeRun, Any, list[dict[str, Any]]]]]:
+def _grouped(
+    ctx: ReportContext, key: tuple[str, ...]
+) -> dict[tuple[Any, ...], list[tuple[RecipeRun, Any, list[dict[str, Any]]]]]:
     out: dict[tuple[Any, ...], list[Any]] = defaultdict(list)
     for run, rec, rows in ctx.runs:
         out[tuple(run.coords.get(k) for k in key)].append((run, rec, rows))
@@ -330,7 +332,11 @@ def _accuracy_table(ctx: ReportContext, dataset: str, model: str, extra_key: str
     groups = _grouped(ctx, ("dataset", "epsilon") + ((extra_key,) if extra_key else ()))
     earlier = dict(earlier or {}) if extra_key is None else {}
     lines = [
-        "| ε (paper, per weight) | mode | accuracy % (ours, mean ± std) | reps | paper % | certified ε / client / round (no shuffler) | certified ε / client, run (no shuffler; a client in all T rounds) | ledger ε (run: the worst client's actual rounds) | with trusted shuffler / round | with trusted shuffler, run (all T rounds) |",
+        "| ε (paper, per weight) | mode | accuracy % (ours, mean ± std) | reps | paper % "
+        "| certified ε / client / round (no shuffler) "
+        "| certified ε / client, run (no shuffler; a client in all T rounds) "
+        "| ledger ε (run: the worst client's actual rounds) | with trusted shuffler / round "
+        "| with trusted shuffler, run (all T rounds) |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     means: dict[Any, tuple[float, ...]] = {}
@@ -442,11 +448,12 @@ def _verdicts(dataset: str, means: dict[Any, tuple[float, ...]]) -> list[str]:
     if low:
         accs = {e: means[e][0] for e in low}
         if chance_all:
-            verdict: str = INCONCLUSIVE + ": every ε cell is at chance, so a collapse at small ε cannot be told apart " \
-                "from a model that never learns at any ε"
+            verdict: str = (INCONCLUSIVE + ": every ε cell is at chance, so a collapse at small ε cannot be told "
+                            "apart from a model that never learns at any ε")
         else:
             verdict = every([at_chance(ests[e], CHANCE, tolerance=COLLAPSE_TOL)[0] for e in low]) or INCONCLUSIVE
-        out.append(f"- {dataset}: paper — accuracy collapses to ≈10% at ε ∈ {{{', '.join(f'{e:g}' for e in COLLAPSE_AT[dataset])}}}. "
+        out.append(f"- {dataset}: paper — accuracy collapses to ≈10% at ε ∈ "
+                   f"{{{', '.join(f'{e:g}' for e in COLLAPSE_AT[dataset])}}}. "
                    "Ours: " + ", ".join(f"ε={e:g}: {a:.1f}%" for e, a in accs.items())
                    + f" → {_bold(verdict)} (at chance: within {CHANCE:g} ± {COLLAPSE_TOL:g}%, the paper's own "
                    f"collapsed cell is 13.8%; beyond it by more than 2 SE refutes; vacuous, hence inconclusive, when "
@@ -651,7 +658,8 @@ def _unfinished_lines(ctx: ReportContext, dataset: str | None = None) -> list[st
                 f"(train loss per round: {losses or '—'}); no accuracy, left out.")
 
     out = [line(rec, int(r.config.rounds)) for r, rec, _ in ctx.runs
-           if getattr(rec, "status", "finished") != "finished" and (dataset is None or r.coords.get("dataset") == dataset)]
+           if getattr(rec, "status", "finished") != "finished"
+           and (dataset is None or r.coords.get("dataset") == dataset)]
     if dataset is not None and ctx.store is not None:
         cfg = next(r.config for r, _, _ in ctx.runs if r.coords["dataset"] == dataset)
         k = cfg.sampling.clients_per_round
@@ -718,7 +726,8 @@ def _small_cnn_section(ctx: ReportContext, small: list[Any],
                                                           else "")
             r = SETTINGS[dataset]["radius"]
             if eps is None:
-                cell, paper_s, e_big, e_small, ledger = "noise-free (fedavg)", f"{PAPER_TABLE1[dataset][NOISE_FREE]:.2f}", "—", "—", "—"
+                cell, paper_s, e_big, e_small, ledger = ("noise-free (fedavg)",
+                                                         f"{PAPER_TABLE1[dataset][NOISE_FREE]:.2f}", "—", "—", "—")
             elif eps == CLIP_ONLY:
                 cell, paper_s, e_big, e_small, ledger = (f"clip only to [−{r:g}, {r:g}] (fedavg)", "—",
                                                          "not private", "not private", "—")
@@ -738,7 +747,8 @@ def _small_cnn_section(ctx: ReportContext, small: list[Any],
                 line = (f"- {dataset}, {name}: the fixed range alone costs {m[None] - m[CLIP_ONLY]:.2f} points "
                         f"(noise-free {m[None]:.2f}% → clip only {m[CLIP_ONLY]:.2f}%)")
                 if head in m:
-                    line += f"; the randomizer at ε = {head:g} costs {m[CLIP_ONLY] - m[head]:.2f} more (→ {m[head]:.2f}%)"
+                    line += (f"; the randomizer at ε = {head:g} costs {m[CLIP_ONLY] - m[head]:.2f} more "
+                             f"(→ {m[head]:.2f}%)")
                 notes.append(line + ".")
         if None in small_means and head in small_means:
             gap = small_means[None] - small_means[head]
@@ -863,7 +873,8 @@ TABLE1 = Recipe(
         "(c, r), lr, rounds (10 / 15) and every ε of Table 1, but k = 20 clients per round (f_r = 0.2 / 0.1 "
         "instead of all) and 60 / 30 training samples per client instead of 600 / 300; 10 repetitions of every "
         "cell (different seeds: partition, initialization, sampled clients, randomizer); test accuracy after the "
-        "last round. Run: `dpfl reproduce 001/table1 --scale reduced --data-dir DIR`. At ε = 0.1 local training on the randomized global model "
+        "last round. Run: `dpfl reproduce 001/table1 --scale reduced --data-dir DIR`. At ε = 0.1 local training "
+        "on the randomized global model "
         "(per-weight noise std ≈ 0.34 after one round on MNIST) diverges to non-finite weights; a client reports "
         "such a weight as the range center c (ε-LDP holds for any input in the range; the count is the run's "
         "`non_finite_weights_reported_as_center` metric), so those runs finish at chance accuracy. Full scale "
@@ -1011,7 +1022,8 @@ def _fig3_report(ctx: ReportContext) -> str:
                       yerr=[0.0 if math.isnan(p[1].se) else p[1].se for p in pts], marker="o", capsize=3, label=ds)
         shown = ", ".join(f"f={f:g}: {_pct_est(e)}" for f, e in pts)
         if ds == "mnist":
-            verdicts.append(f"- Fig. 3(b) {ds}: paper — a small fraction f_r **does not affect** MNIST. Ours: {shown} → "
+            verdicts.append(f"- Fig. 3(b) {ds}: paper — a small fraction f_r **does not affect** MNIST. "
+                            f"Ours: {shown} → "
                             + _no_effect_text(ctx.scale, pts) + ".")
         else:
             tr = trend(pts, increasing=True, tolerance=TREND_TOL, chance=CHANCE, chance_tolerance=CHANCE_TOL)
@@ -1039,7 +1051,8 @@ _RULES_NOTE = (f"Rules: means over seeds ± standard error (SE). A trend counts 
                f"the verdict is inconclusive. \"No effect\" / \"stays high\" are equalities: reproduced when the "
                f"90% confidence interval of the difference over seeds lies within ±{HIGH_TOL:g} points (two one-sided "
                f"tests), refuted when the difference exceeds {HIGH_TOL:g} points by more than its margin; with one "
-               f"seed an equality is neither confirmed nor refuted. Any check over points that are all within max({CHANCE_TOL:g} points, 2 SE) of "
+               f"seed an equality is neither confirmed nor refuted. Any check over points that are all within "
+               f"max({CHANCE_TOL:g} points, 2 SE) of "
                f"chance ({CHANCE:g}%) is inconclusive: a model that learns nothing shows no trend to judge.")
 
 
@@ -1238,7 +1251,8 @@ FIG4 = Recipe(
         "Fixed ranges of Table 1, lr 0.03, E = 1, B = 10, IID, a fixed number of samples per client (the paper "
         "splits all samples over n, so its n also changes the data per client). Smoke: MNIST only, n ∈ {5, 20}, "
         "ε ∈ {0.1, 1}, 10 samples per client, 3 rounds — a wiring check. Reduced: Table 1's reduced setting, "
-        "3 seeds per setting (mean ± SE); n ∈ {50, 100, 200} (MNIST) / {100, 200, 400} (Fashion-MNIST) with the fraction kept "
+        "3 seeds per setting (mean ± SE); n ∈ {50, 100, 200} (MNIST) / {100, 200, 400} (Fashion-MNIST) "
+        "with the fraction kept "
         "(k = n/5 / n/10 per round, so k grows with n as the paper's Lemma 4 argument needs); ε panel = Table 1's "
         "ε plus the paper's threshold 2 (Fashion-MNIST), repetitions 0–2 (MNIST's 0.3 diverges at this k, see "
         "Table 1). `dpfl reproduce 001/fig4 "
@@ -1323,7 +1337,8 @@ CIFAR10 = Recipe(
         "10 test images) written into a temporary directory — the smoke configs set `data.verify: false`, "
         "since such files cannot match the published checksums (the same run is the test "
         "tests/integration/test_recipes_001.py::test_cifar10_smoke_on_a_tiny_cifar_format_data_set). Random "
-        "pixels: its accuracy means nothing; it checks vgg-small + adaptive ranges + accounting end to end. Full scale: "
+        "pixels: its accuracy means nothing; it checks vgg-small + adaptive ranges + accounting end to end. "
+        "Full scale: "
         "`dpfl reproduce 001/cifar10 --scale full --data-dir DIR` (n = 500, all 100 samples per client, "
         "15 rounds, 10 repetitions, the three range modes). 'small VGG' = dpfl's `vgg-small` (the paper gives no "
         "layer list)."

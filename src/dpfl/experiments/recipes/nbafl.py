@@ -791,7 +791,8 @@ def _report_fig11(ctx: ReportContext) -> str:
         else:
             lines.append(f"- {name}: interior optimal K (Remark 5): {_verdict(NOT_TESTABLE)} — Remark 5's trade-off "
                          "needs Lemma 4's downlink noise, which grows with K, against the uplink noise averaged over K "
-                         "clients; at this ε and T Lemma 4 (eq. 22) gives no downlink noise for any K < N of the grid (no value "
+                         "clients; at this ε and T Lemma 4 (eq. 22) gives no downlink noise for any K < N of the grid "
+                         "(no value "
                          "where ε >= −T ln(1 − K/N), σ_D = 0 elsewhere with L = T), so every K < N adds uplink noise "
                          "only and the loss must fall with K: a finding about the printed formulas, not an empirical "
                          f"refutation. Measured (uplink noise only): {_verdict(verdict)} ({why}). The trade-off where "
@@ -800,19 +801,22 @@ def _report_fig11(ctx: ReportContext) -> str:
     if ctx.recipe.key != "003/fig11":  # 003/fig11-downlink: Lemma 4's σ_D at every K < N, Theorem 1's at K = N
         lines += ["", "Every run uses `downlink_noise: paper`: Lemma 4 (eq. 21–22) at K < N, Theorem 1 at K = N; the "
                   "columns σ_U and σ_D are the noise each run added. Not a figure of the paper: the setting is chosen "
-                  "so that the mechanism of Remark 5 exists (see 003/fig11 for the paper's settings, where it does not).",
+                  "so that the mechanism of Remark 5 exists (see 003/fig11 for the paper's settings, where it "
+                  "does not).",
                   "", _eps_gap_line(ctx)]
         return "\n".join(lines)
     lines += ["", "Runs with K < N use `downlink_noise: none`: Lemma 4 has no value at these ε and T (ε >= −T ln(1 − "
               "K/N), eq. 69) or gives σ_D = 0.", "", FIG11_EPS_NOTE]
     if with_l:
-        lines += ["", f"The series with L = {FIG11_EXPOSURES} (003 §II-B: at most L uplink exposures per client, L <= T; "
+        lines += ["", f"The series with L = {FIG11_EXPOSURES} (003 §II-B: at most L uplink exposures per client, "
+                  "L <= T; "
                   f"the other series have L = T) puts T = 25 above L·sqrt(N) = {FIG11_EXPOSURES * math.sqrt(50):.1f}, "
                   "so at K = N Theorem 1 adds downlink noise (column σ_D; 0 in every L = T run). Its uplink noise "
                   f"σ_U = cLΔs_U/ε is {25 / FIG11_EXPOSURES:.1f}× smaller than at L = T, while every client still "
                   "uploads in every round it is scheduled: the paper's uplink eavesdropper sees at most L of them, "
                   "the server sees all, which is what the certified ε against the server composes. Lemma 4 (K < N) "
-                  "has no value at T = 25 for any L at the grid's K < N (it needs K ≥ 46 at ε = 60), so only the K = N point "
+                  "has no value at T = 25 for any L at the grid's K < N (it needs K ≥ 46 at ε = 60), so only the "
+                  "K = N point "
                   "has σ_D > 0."]
     lines += ["", _eps_gap_line(ctx)]
     return "\n".join(lines)

@@ -583,7 +583,8 @@ def _report_fig7_10(ctx: ReportContext) -> str:
     plt.close(fig)
 
     lines = ["![figs 7-10](fig7_10.png)", "",
-             f"| run | rounds | test acc | {EPS_HEADER} | per-client certified ε server (min / median / max) | train s |",
+             f"| run | rounds | test acc | {EPS_HEADER} "
+             "| per-client certified ε server (min / median / max) | train s |",
              "|---|---|---|---|---|---|---|---|"]
     per_client_note: list[str] = []
     for run, rec, rows in ctx.runs:
@@ -607,18 +608,21 @@ def _report_fig7_10(ctx: ReportContext) -> str:
                 per_client_note = [
                     f"Per-client ledger of `{run.label}` (claimed ε_k-MI-DP in nats next to the certified "
                     f"(ε, δ = {DELTA:g}) per observer, {f['rounds']} rounds):", "",
-                    "| client | claimed ε_k (nats/round) | certified ε server | certified ε public |", "|---|---|---|---|"]
+                    "| client | claimed ε_k (nats/round) | certified ε server | certified ε public |",
+                    "|---|---|---|---|"]
                 for i in pick:
                     per_client_note.append(f"| {i} | {_fmt(claimed.get(i))} | "
                                            f"{_fmt(srv.get(i))}{srv_mark} | {_fmt(pub.get(i))}{pub_mark} |")
                 eps_k = np.array([claimed.get(i, np.nan) for i in range(n)])
                 w_last = np.array(rows[-1]["weights"])
                 floor = eps_k <= 1.0 + 1e-9
-                per_client_note += ["", f"{int(floor.sum())} of {n} clients sit at the floor ε_k = 1; together they get "
-                                    f"weight {float(w_last[floor].sum()):.4f} in the eq. 5.33 aggregate (uniform: "
-                                    f"{float(floor.sum()) / n:.2f}) — the eq. 5.33 weights (p_k ∝ 1/σ_k, roughly ∝ sqrt(ε_k) at large d) down-weight "
-                                    "the most private clients, which is where PMIDP-FL gains over the basic scheme."]
-        lines.append(f"| {run.label} | {f['rounds']} | {f['acc']:.4f} | {_eps_cells(rec)} | {cells} | {f['seconds']:.0f} |")
+                per_client_note += ["", f"{int(floor.sum())} of {n} clients sit at the floor ε_k = 1; together "
+                                    f"they get weight {float(w_last[floor].sum()):.4f} in the eq. 5.33 aggregate "
+                                    f"(uniform: {float(floor.sum()) / n:.2f}) — the eq. 5.33 weights (p_k ∝ 1/σ_k, "
+                                    "roughly ∝ sqrt(ε_k) at large d) down-weight the most private clients, which is "
+                                    "where PMIDP-FL gains over the basic scheme."]
+        lines.append(f"| {run.label} | {f['rounds']} | {f['acc']:.4f} | {_eps_cells(rec)} | {cells} "
+                     f"| {f['seconds']:.0f} |")
     lines += [""] + per_client_note + [""]
     lines += ["Claimed ε for PMIDP-FL and the basic scheme: the largest client's per-round ε-MI-DP in nats "
               "(PMIDP gives each client exactly its drawn ε_k; the basic scheme serves the smallest ε_k, "
@@ -631,7 +635,8 @@ def _report_fig7_10(ctx: ReportContext) -> str:
         # "not significantly affected": each σ_ε equal to σ_ε = 0 within FIG7_BOUND (TOST, seeds as replications)
         eqs = [equivalent(e, f7[0], bound=FIG7_BOUND, tolerance=ACC_TOL) for e in f7[1:]]
         lines.append(f"1. *Fig. 7 — PMIDP-FL accuracy is not significantly affected by σ_ε at μ_ε = 20* (accuracy at "
-                     f"σ_ε = {', '.join(f'{s:g}' for s in GRID_SIGMA)}: {', '.join(e.text() for e in f7)}; spread of the "
+                     f"σ_ε = {', '.join(f'{s:g}' for s in GRID_SIGMA)}: {', '.join(e.text() for e in f7)}; "
+                     "spread of the "
                      f"means {spread:.4f}; each σ_ε > 0 equal to σ_ε = 0 within ±{FIG7_BOUND:g} by an equivalence test "
                      "with seeds as replications: "
                      + ", ".join(f"σ_ε = {s:g} − 0: {e.text()}" for s, e in zip(GRID_SIGMA[1:], eqs, strict=True))
@@ -666,7 +671,9 @@ def _report_fig7_10(ctx: ReportContext) -> str:
             lines.append("4. *Fig. 10 — the gap grows with σ_ε* (gap at σ_ε = 15 larger than at σ_ε = 0 beyond "
                          f"max({ACC_TOL:g}, 2 SE); gaps at σ_ε = 0, 5, 10, 15: "
                          + ", ".join(f"{g.mean:+.4f}" for g in g_sd if g is not None)
-                         + f"): {_rule_verdict(ctx.scale, claim_better(g15, g0, tolerance=ACC_TOL, lower_is_better=False))}.")
+                         + "): "
+                         f"{_rule_verdict(ctx.scale, claim_better(g15, g0, tolerance=ACC_TOL, lower_is_better=False))}"
+                         ".")
     ad = [(run, rec, rows) for run, rec, rows in ctx.runs if run.coords["algo"] == "pmidp-adaptive"]
     if ad:
         run, rec, rows = ad[0]
@@ -731,7 +738,8 @@ RECIPES = [
         report=_report_fig6,
         notes=("ε = 10 nats, N = 100 (the paper does not state ε). Smoke: C ∈ {2.5, 5, 10, 20}, 10 clients × "
                f"30 samples, 2 rounds, 1 epoch. Reduced: client side at C ∈ {2.5, 5, 10, 20}, server side at C = 10 "
-               "(CPU budget), 300 samples per client (as in Fig. 5; the C = 10 runs of seed 0 are Fig. 5's N = 100 runs), "
+               "(CPU budget), 300 samples per client (as in Fig. 5; the C = 10 runs of seed 0 are Fig. 5's "
+               "N = 100 runs), "
                "client side on seeds 0–2 (the interior-C claim rests on ≈ 1-point differences), T = 10 "
                f"rounds instead of 100, 5 epochs: `{_CMD.format(key='002/fig6', scale='reduced')}`. Full: "
                f"`{_CMD.format(key='002/fig6', scale='full')}` (8 values of C, T = 100)."),

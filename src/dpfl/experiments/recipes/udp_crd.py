@@ -701,7 +701,8 @@ def _trajectory_report(ctx: ReportContext) -> str:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 4))
     ends: list[tuple[float, Estimate]] = []
-    lines = ["| ε | initial T | seed | T per round (first, last) | rounds run | claimed ε | certified ε server / public |",
+    lines = ["| ε | initial T | seed | T per round (first, last) | rounds run | claimed ε "
+             "| certified ε server / public |",
              "|---|---|---|---|---|---|---|"]
     rise_ends: list[tuple[float, Estimate]] = []
     for eps in sorted(groups):
@@ -874,7 +875,8 @@ def _init_report(ctx: ReportContext) -> str:
                              f"{_f(s['test_loss'])} | {_f(s['test_accuracy'])} | {_f(s['claimed'])} | "
                              f"{_eps(s, 'server')} / {_eps(s, 'public')} |")
         for s in g["udp"][opt_t]:
-            lines.append(f"| {eps:g} | original UDP at the optimal fixed T* = {opt_t} | {s.get('seed', 0)} | | {opt_t} | | "
+            lines.append(f"| {eps:g} | original UDP at the optimal fixed T* = {opt_t} | {s.get('seed', 0)} | "
+                         f"| {opt_t} | | "
                          f"{_f(s['test_loss'])} | {_f(s['test_accuracy'])} | {_f(s['claimed'])} | "
                          f"{_eps(s, 'server')} / {_eps(s, 'public')} |")
         near = min(range(len(pts)), key=lambda i: (dist[i], pts[i][1].mean))
@@ -1008,7 +1010,8 @@ def divergence_real(lam: int, q: float, a: float) -> float:
         if q == 1.0 and k < lam + 1:
             continue
         terms.append(math.lgamma(lam + 2) - math.lgamma(k + 1) - math.lgamma(lam + 2 - k)
-                     + ((lam + 1 - k) * math.log1p(-q) if k <= lam else 0.0) + (k * math.log(q) if k else 0.0) + k * (k - 1) * a)
+                     + ((lam + 1 - k) * math.log1p(-q) if k <= lam else 0.0) + (k * math.log(q) if k else 0.0)
+                     + k * (k - 1) * a)
     top = max(terms)
     return top + math.log(sum(math.exp(t - top) for t in terms))
 
@@ -1058,7 +1061,8 @@ def _fig2_report(ctx: ReportContext) -> str:
             chain = [divergence_chain(lam, q, a) for lam in lams]
             above[si, name] = every([claim_better(b, r, tolerance=FIG2_TOL, lower_is_better=False)
                                      for b, r in zip(bound, real, strict=True)]) or INCONCLUSIVE
-            proven = every([NOT_REPRODUCED if c < r - FIG2_TOL else REPRODUCED for c, r in zip(chain, real, strict=True)])
+            proven = every([NOT_REPRODUCED if c < r - FIG2_TOL else REPRODUCED
+                            for c, r in zip(chain, real, strict=True)])
             ratios = [b / r for b, r in zip(bound, real, strict=True)]
             close[si, name] = every([in_range(x, 1 / FIG2_CLOSE, FIG2_CLOSE, tolerance=FIG2_TOL)[0]
                                      for x in ratios]) or INCONCLUSIVE
@@ -1173,7 +1177,8 @@ RECIPES: list[Recipe] = [
            _compare_build(0.6, model="cnn-000"), _compare_report("test_loss", _init_T),
            notes="Smoke scale runs the one-conv CNN on a few MNIST images (CIFAR-10 is not available offline); "
                  "it proves the pipeline only. Full scale (needs the CIFAR-10 python batches under "
-                 "<data>/cifar10/cifar-10-batches-py; `dpfl data fetch cifar10 --dir <data>` downloads them, or `--from` "
+                 "<data>/cifar10/cifar-10-batches-py; `dpfl data fetch cifar10 --dir <data>` downloads them, "
+                 "or `--from` "
                  "a folder holding cifar-10-python.tar.gz): "
                  "`dpfl reproduce 000/fig11 --scale full --data-dir <data>` (ε ∈ {4..20}, "
                  "grid T ∈ {25..500}, K = 30 of 50, |D_i| = 800, CRD β = 0.9 from T = 200, Lei). "

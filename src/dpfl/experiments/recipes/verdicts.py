@@ -314,7 +314,8 @@ def interior_optimum(points: Sequence[tuple[float, Estimate | float]], *, tolera
                               f"(edge − best: {', '.join(f'{-c.diff:.4g} vs {c.margin:.4g}' for c in edges)})")
     inner = [compare(best, pts[j][1], tolerance=tolerance) for j in range(1, len(pts) - 1)]
     if all(c.outcome == better for c in inner):
-        return NOT_REPRODUCED, f"{arg} {x_best:g} at the grid's edge, better than every interior point beyond the margin"
+        return NOT_REPRODUCED, (f"{arg} {x_best:g} at the grid's edge, better than every interior point "
+                                "beyond the margin")
     return INCONCLUSIVE, f"{arg} {x_best:g} at the grid's edge, but an interior point is within the margin"
 
 
