@@ -16,19 +16,23 @@ import importlib
 import sys
 from typing import NoReturn
 
-_COMMANDS = (
-    "dpfl.commands.run",
-    "dpfl.commands.runs",
-    "dpfl.commands.data",
-    "dpfl.commands.account",
-    "dpfl.commands.options",
-    "dpfl.commands.reproduce",
-    "dpfl.commands.bound",
-    "dpfl.commands.report",
-    "dpfl.commands.export",
-    "dpfl.commands.audit",
-    "dpfl.commands.federate",
-)
+# command -> the module that registers it, in the order ``dpfl --help`` lists them. A command line
+# that names a command builds a parser with that module only (``dpfl runs`` does not import what
+# ``dpfl bound`` needs); ``dpfl --help`` and a command line without one register them all.
+_COMMANDS = {
+    "run": "dpfl.commands.run",
+    "runs": "dpfl.commands.runs",
+    "plot": "dpfl.commands.runs",
+    "data": "dpfl.commands.data",
+    "account": "dpfl.commands.account",
+    "options": "dpfl.commands.options",
+    "reproduce": "dpfl.commands.reproduce",
+    "bound": "dpfl.commands.bound",
+    "report": "dpfl.commands.report",
+    "export": "dpfl.commands.export",
+    "audit": "dpfl.commands.audit",
+    "federate": "dpfl.commands.federate",
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -38,13 +42,16 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``dpfl`` parser with every command, or with ``command`` only where it names one (what
+    :func:`main` builds for a command line that names it: the other commands' modules stay unimported)."""
     import dpfl
 
     parser = _Parser(prog="dpfl", description="Differentially private federated learning.")
     parser.add_argument("--version", action="version", version=f"dpfl {dpfl.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in _COMMANDS:
+    modules = [_COMMANDS[command]] if command in _COMMANDS else list(dict.fromkeys(_COMMANDS.values()))
+    for name in modules:
         module = importlib.import_module(name)  # a module that fails to import is an error
         module.register(sub)
     return parser
@@ -54,8 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     from dpfl.errors import DpflError
 
     # dp-accounting's absl warnings are set to ERROR when absl is imported (see dpfl/__init__.py)
-    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv[0] if argv else None)
     if len(argv) > 1 and argv[0] == "account" and not argv[1].startswith("-"):
         # `dpfl account CONFIG` is `dpfl account config CONFIG` (a dry run of that config)
         account = parser._subparsers._group_actions[0].choices["account"]  # type: ignore[union-attr,index]
