@@ -238,6 +238,7 @@ def _logistic_issue_raw(data: Path) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow  # two audits (~7 s); the inconclusive verdict by default: the JSON test below
 def test_logistic_audit_that_cannot_see_the_bug_says_inconclusive(shared_data: Path) -> None:
     """With 7,850 parameters the training signal hides the canaries even without noise: the
     un-noised audit reaches ε ≈ 15 against a certificate of 33.7 (measured: reach 15.3, empirical
@@ -292,6 +293,7 @@ def _mlp_cfg(data: Path, **over: Any) -> Any:
     return load_config(root / "src" / "dpfl" / "configs" / "default.yaml", sets)
 
 
+@pytest.mark.slow  # two MLP audits (~8 s); "consistent" and "violation" by default: the DP-FedAvg test above
 def test_mlp_audit_reaches_the_certificate_and_flags_the_bug(shared_data: Path) -> None:
     """The main job's MLP at reduced size (300 clients, 15 rounds): the audit reaches above the
     certificate, so the correct run is "consistent" and the 0.1× noise is a "violation"

@@ -198,7 +198,8 @@ def test_client_killed_mid_round_is_dropped_and_the_ledger_stays_true(tmp_path: 
     assert per_client["0"] == pytest.approx(sim["privacy"]["client_epsilons_rdp"]["server"]["0"], rel=1e-9)
 
 
-@pytest.mark.parametrize("isolation", ["fork", "subprocess"])
+# fork is the default (the shared federation's); subprocess, Flower's own, starts its own federation too
+@pytest.mark.parametrize("isolation", ["fork", pytest.param("subprocess", marks=pytest.mark.slow)])
 def test_both_isolations_fork_or_spawn_every_clientapp_and_equal_the_simulator(
         tmp_path: Path, mnist_fixture: Path, monkeypatch: pytest.MonkeyPatch, isolation: str) -> None:
     """``fork`` (the default: ``--isolation process`` with dpfl's executor) forks every ClientApp
@@ -218,6 +219,7 @@ def test_both_isolations_fork_or_spawn_every_clientapp_and_equal_the_simulator(
     assert [e["forked"] for e in apps] == [isolation == "fork"] * len(apps)
 
 
+@pytest.mark.slow  # a federation of 5 of its own (~30 s); the rejections on a stand-in Grid: test_flower_cohort.py
 def test_bad_uploads_are_rejected_with_the_client_id(tmp_path: Path, mnist_fixture: Path) -> None:
     nb = _config(tmp_path, mnist_fixture, "nbafl-bad", NBAFL, num_clients=5, rounds=1)
     store = tmp_path / "flower.sqlite"
@@ -240,6 +242,7 @@ def test_bad_uploads_are_rejected_with_the_client_id(tmp_path: Path, mnist_fixtu
     assert all(eps[c] == pytest.approx(eps["0"], rel=1e-12) for c in eps)
 
 
+@pytest.mark.slow  # a federation of its own (~20 s); late uploads on a stand-in Grid: test_flower_cohort.py
 def test_rounds_where_every_upload_is_late_fail_the_run_and_are_charged(tmp_path: Path, mnist_fixture: Path) -> None:
     """Every client straggles 8 s, the round timeout is 1 s: no round aggregates anything. NbAFL's
     ServerApp used to crash on the empty round; dp-fedavg used to report "finished"."""

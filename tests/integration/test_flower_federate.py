@@ -70,6 +70,7 @@ def test_relative_paths_are_the_callers(tmp_path: Path, mnist_fixture: Path) -> 
     assert "certified epsilon" in proc.stdout
 
 
+@pytest.mark.slow  # a federation of its own (~13 s); `dpfl federate local` runs by default in the test above
 def test_a_serverapp_failure_is_one_line_and_a_relative_data_dir_reaches_it(tmp_path: Path) -> None:
     work = tmp_path / "work"
     work.mkdir()

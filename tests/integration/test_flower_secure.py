@@ -447,6 +447,7 @@ def test_killed_node_is_out_of_the_sum_and_of_the_ledger(tmp_path: Path, mnist_f
 # (d) hidden participation: the clients' own coins
 
 
+@pytest.mark.slow  # ~15 s; hidden participation in the simulator: tests/integration/test_secure_aggregation.py
 def test_hidden_participation_on_flower_hides_who_was_sampled(tmp_path: Path, mnist_fixture: Path) -> None:
     pytest.importorskip("ray")
     import torch

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from dpfl.data.cifar import TEST_BATCH, TRAIN_BATCHES, encode_cifar_batch
 from dpfl.experiments.recipes import get_recipe
@@ -21,6 +22,7 @@ def _reproduce(key: str, tmp_path: Path, data_dir: Path) -> tuple[str, RunStore]
     return path.read_text(), store
 
 
+@pytest.mark.slow  # 14 runs (~20 s); the 001 recipes by default: the CIFAR-10 smoke below
 def test_table1_smoke_reports_accuracy_and_both_epsilons(tmp_path: Path, shared_data: Path) -> None:
     text, store = _reproduce("001/table1", tmp_path, shared_data)
     assert (tmp_path / "reports" / "001_table1" / "smoke" / "table1.png").stat().st_size > 0

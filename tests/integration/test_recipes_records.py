@@ -162,7 +162,9 @@ def test_from_records_without_records_names_the_file_and_the_way_out(mnist_fixtu
 COMMITTED = sorted(p.parent for p in (ROOT / "reports").glob(f"*/*/{RECORDS_FILE}"))
 
 
-@pytest.mark.parametrize("folder", COMMITTED, ids=[f"{p.parent.name}/{p.name}" for p in COMMITTED])
+# the full-scale reports regenerate the same way as the smoke and reduced ones, from more records: slow
+@pytest.mark.parametrize("folder", [pytest.param(p, marks=pytest.mark.slow) if p.name == "full" else p
+                                    for p in COMMITTED], ids=[f"{p.parent.name}/{p.name}" for p in COMMITTED])
 def test_every_committed_report_with_records_regenerates_byte_for_byte(folder: Path, tmp_path: Path) -> None:
     key = folder.parent.name.replace("_", "/", 1)
     out = tmp_path / "reports" / folder.parent.name / folder.name
