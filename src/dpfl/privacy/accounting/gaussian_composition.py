@@ -31,7 +31,9 @@ class GaussianCompositionAccountant(dpa_pa.PrivacyAccountant):
         composition).
     """
 
-    def __init__(self, neighboring_relation: dpa.NeighboringRelation = dpa.NeighboringRelation.ADD_OR_REMOVE_ONE) -> None:
+    def __init__(
+        self, neighboring_relation: dpa.NeighboringRelation = dpa.NeighboringRelation.ADD_OR_REMOVE_ONE
+    ) -> None:
         super().__init__(neighboring_relation)
         self._inverse_square_sum = 0.0
         self._non_private = False

@@ -212,7 +212,8 @@ class ObserverState:
         out.__dict__.update(self.__dict__)
         out.shared_counts = Counter(self.shared_counts)
         out.shared_rdp = self.shared_rdp.copy()
-        out.pos, out.id_of, out.rows, out.kinds = self.pos.copy(), self.id_of.copy(), self.rows.copy(), self.kinds.copy()
+        out.pos, out.id_of, out.rows, out.kinds = (self.pos.copy(), self.id_of.copy(), self.rows.copy(),
+                                                   self.kinds.copy())
         out.events, out.event_bits, out.column, out.log = (list(self.events), list(self.event_bits), dict(self.column),
                                                            list(self.log))
         out.dense = None if self.dense is None else (self.dense[0].copy(), self.dense[1].copy())

@@ -6,7 +6,8 @@ its terms are small), about 0.2 s for dpfl's 165 orders on a 2-core machine; a r
 pays it for every distinct (q, σ) it meets (two per DP-FedAvg run: the certificate and the
 paper's claimed ε). This module computes the same quantities with numpy over all terms and
 orders at once (a few ms), and is tested equal to dp-accounting to 1e-10 relative (1e-15 absolute) over a grid
-of (q, σ) at every default order, with the same stopping index of the fractional series (``tests/unit/privacy/test_sampled_gaussian.py``).
+of (q, σ) at every default order, with the same stopping index of the fractional series
+(``tests/unit/privacy/test_sampled_gaussian.py``).
 
 Formulas (Mironov, Talwar, Zhang 2019, "Rényi Differential Privacy of the Sampled Gaussian
 Mechanism", arXiv:1908.10530): RDP of order α of the Poisson-sampled Gaussian with rate q and
@@ -52,7 +53,9 @@ def gaussian_rdp(noise_multiplier: float, orders: Sequence[float] | np.ndarray) 
         return np.where(np.isinf(a), np.inf, a / (2 * noise_multiplier**2))
 
 
-def sampled_gaussian_rdp(sample_rate: float, noise_multiplier: float, orders: Sequence[float] | np.ndarray) -> np.ndarray:
+def sampled_gaussian_rdp(
+    sample_rate: float, noise_multiplier: float, orders: Sequence[float] | np.ndarray
+) -> np.ndarray:
     """RDP of the Poisson-sampled Gaussian at ``orders`` (add/remove one); see the module text.
 
     Raises:

@@ -11,21 +11,21 @@ This module imports nothing from dpfl except :mod:`dpfl.errors`, its siblings in
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from dpfl.errors import ConfigError, PrivacyPreconditionError
 from dpfl.privacy.accounting.certify import epsilon_from_json, json_epsilon
 from dpfl.privacy.accounting.events import SamplerLike, validate_sampling
+from dpfl.privacy.accounting.ledger_view import LedgerView
 from dpfl.privacy.releases import Release
 
-if TYPE_CHECKING:
-    from dpfl.privacy.accounting.ledger import PrivacyLedger
+L = TypeVar("L", bound=LedgerView)
 
 __all__ = ["from_saved", "to_saved"]
 
 
-def to_saved(ledger: PrivacyLedger) -> dict[str, Any]:
+def to_saved(ledger: LedgerView) -> dict[str, Any]:
     """:meth:`PrivacyLedger.to_dict <dpfl.privacy.accounting.ledger.PrivacyLedger.to_dict>`."""
     return {
         "version": 1,
@@ -45,7 +45,7 @@ def to_saved(ledger: PrivacyLedger) -> dict[str, Any]:
     }
 
 
-def from_saved(cls: type[PrivacyLedger], data: Mapping[str, Any], sampler: SamplerLike | None) -> PrivacyLedger:
+def from_saved(cls: Callable[..., L], data: Mapping[str, Any], sampler: SamplerLike | None) -> L:
     """:meth:`PrivacyLedger.from_dict <dpfl.privacy.accounting.ledger.PrivacyLedger.from_dict>`."""
     if data.get("version") != 1:
         raise ConfigError(f"unknown ledger format version {data.get('version')!r}.")

@@ -12,22 +12,19 @@ release base.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import dp_accounting as dpa
 import numpy as np
 
 from dpfl.privacy.accounting.certify import rdp_vector
+from dpfl.privacy.accounting.ledger_view import LedgerView
 from dpfl.privacy.accounting.worst import worst_rdp
 from dpfl.privacy.releases.base import Release
-
-if TYPE_CHECKING:
-    from dpfl.privacy.accounting.ledger import PrivacyLedger
 
 __all__ = ["exceeds", "full_rdp", "recorded_full_rdp", "trial_curves"]
 
 
-def exceeds(ledger: PrivacyLedger, shared: np.ndarray, rows: np.ndarray, ids: np.ndarray, target: float) -> bool:
+def exceeds(ledger: LedgerView, shared: np.ndarray, rows: np.ndarray, ids: np.ndarray, target: float) -> bool:
     """Whether :func:`.worst.worst_rdp` is above ``target``. ε is non-decreasing in every order's
     RDP, so when the pointwise maximum of the curves is within the target, so is every client."""
     if rows.shape[0]:
@@ -38,7 +35,7 @@ def exceeds(ledger: PrivacyLedger, shared: np.ndarray, rows: np.ndarray, ids: np
 
 
 
-def trial_curves(ledger: PrivacyLedger, observer: str, releases: Sequence[Release],
+def trial_curves(ledger: LedgerView, observer: str, releases: Sequence[Release],
            parts: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(shared RDP curve, own RDP curve per charged client, their ids) of ``observer`` after
     ``releases`` (already checked) — the same additions recording them would make, on copies
@@ -73,7 +70,7 @@ def trial_curves(ledger: PrivacyLedger, observer: str, releases: Sequence[Releas
 
 
 
-def full_rdp(ledger: PrivacyLedger, shared: np.ndarray, rows: np.ndarray, ids: np.ndarray) -> np.ndarray:
+def full_rdp(ledger: LedgerView, shared: np.ndarray, rows: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """[num_clients, orders]: every client's RDP curve (shared stream plus its own row)."""
     full = np.tile(shared, (ledger.num_clients, 1))
     full[ids] += rows
@@ -81,7 +78,7 @@ def full_rdp(ledger: PrivacyLedger, shared: np.ndarray, rows: np.ndarray, ids: n
 
 
 
-def recorded_full_rdp(ledger: PrivacyLedger, observer: str) -> np.ndarray:
+def recorded_full_rdp(ledger: LedgerView, observer: str) -> np.ndarray:
     """:func:`full_rdp` of what is recorded (cached until the next receipt)."""
     cached = ledger._full_rdp_cache.get(observer)
     if cached is None or cached[0] != ledger._version:

@@ -11,20 +11,17 @@ This module imports nothing from dpfl except its siblings in ``dpfl.privacy.acco
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from dpfl.privacy.accounting.certify import Certificate
 from dpfl.privacy.accounting.composition import _tightest
-
-if TYPE_CHECKING:
-    from dpfl.privacy.accounting.ledger import PrivacyLedger
+from dpfl.privacy.accounting.ledger_view import LedgerView
 
 __all__ = ["client_epsilons", "rdp_bounds", "worst_certificate", "worst_rdp"]
 
 
-def worst_rdp(ledger: PrivacyLedger, shared: np.ndarray, rows: np.ndarray, ids: np.ndarray) -> tuple[float, int | None]:
+def worst_rdp(ledger: LedgerView, shared: np.ndarray, rows: np.ndarray, ids: np.ndarray) -> tuple[float, int | None]:
     """(worst RDP ε over clients whose own curves are ``rows`` on top of ``shared``, its client)."""
     if rows.shape[0] == 0:
         return ledger._eps(shared), None
@@ -39,7 +36,7 @@ def worst_rdp(ledger: PrivacyLedger, shared: np.ndarray, rows: np.ndarray, ids: 
     return float(eps[k]), who
 
 
-def rdp_bounds(ledger: PrivacyLedger, observer: str, who: Sequence[int | None]) -> list[float]:
+def rdp_bounds(ledger: LedgerView, observer: str, who: Sequence[int | None]) -> list[float]:
     """``ledger._certificate(observer, cid, "rdp").epsilon`` for every ``cid`` of ``who`` (the
     smaller of the RDP and pure bounds), the RDP ε of all of them in one conversion."""
     st = ledger._state[observer]
@@ -58,7 +55,7 @@ def rdp_bounds(ledger: PrivacyLedger, observer: str, who: Sequence[int | None]) 
     return out
 
 
-def client_epsilons(ledger: PrivacyLedger, observer: str, method: str = "rdp") -> dict[int, float]:
+def client_epsilons(ledger: LedgerView, observer: str, method: str = "rdp") -> dict[int, float]:
     """:meth:`PrivacyLedger.client_epsilons <dpfl.privacy.accounting.ledger.PrivacyLedger.client_epsilons>`."""
     st = ledger._state[observer]
     if st.n == 0:
@@ -77,7 +74,7 @@ def client_epsilons(ledger: PrivacyLedger, observer: str, method: str = "rdp") -
     return out
 
 
-def worst_certificate(ledger: PrivacyLedger, observer: str, method: str) -> Certificate:
+def worst_certificate(ledger: LedgerView, observer: str, method: str) -> Certificate:
     """The certificate of ``observer``'s worst client (``certify(observer, None, method)``)."""
     st = ledger._state[observer]
     if st.n == 0:

@@ -4,7 +4,8 @@ Bound sensitivity, then randomize — two steps, so one mechanism serves local D
 clip-on-client / noise-on-server: :mod:`.clipping` bounds (whole-vector L2 clip, the sensitivity
 it enforces); :mod:`.gaussian` and :mod:`.two_point` randomize (the two-point randomizer states
 its event, ``two_point_event``; a Gaussian release's event is
-:func:`dpfl.privacy.accounting.events.gaussian_event`, the one definition); :mod:`.log_range` is a DP agreement on per-layer
+:func:`dpfl.privacy.accounting.events.gaussian_event`, the one definition); :mod:`.log_range` is a
+DP agreement on per-layer
 ranges (noisy log2 max|w| reports, ``log_range_event``). Nothing here reads a global RNG;
 secure seeding is ``dpfl.rng.SeedSequence.secure_mode()``.
 

@@ -15,7 +15,8 @@ Exactness in floating point. The coin is ``u < P(high)`` with u uniform on the f
 ⌈p·2^53⌉/2^53. P(high) is computed in float64 and then clamped to [p_f, 1 − p_f], where p_f is
 1/(e^ε + 1) rounded *up* onto that grid (:func:`two_point_flip_probability`). Every realized
 output probability is therefore in [p_f, 1 − p_f], and the realized mechanism is ε'-LDP with
-ε' = ln((1 − p_f)/p_f) <= ε exactly (:func:`two_point_realized_epsilon`) — even for large ε, where a float32 coin would realize a
+ε' = ln((1 − p_f)/p_f) <= ε exactly (:func:`two_point_realized_epsilon`) — even for large ε,
+where a float32 coin would realize a
 probability of 0 and break the guarantee. The clamp moves P(high) by at most one grid step
 (bias <= r·coth(ε/2)·2^-52).
 

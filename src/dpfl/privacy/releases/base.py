@@ -18,16 +18,11 @@ from __future__ import annotations
 import abc
 import dataclasses
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, cast
 
 from dp_accounting import dp_event as dpe
 
 from dpfl.errors import ConfigError
-
-if TYPE_CHECKING:
-    from dpfl.privacy.releases.exact import ExactRelease
-    from dpfl.privacy.releases.gaussian import GaussianRelease
-    from dpfl.privacy.releases.two_point import TwoPointRelease
 
 __all__ = ["OBSERVERS", "Observer", "Release", "checked_ids", "checked_observer", "release_kinds"]
 
@@ -40,6 +35,11 @@ _KINDS: dict[str, type[Release]] = {}
 def release_kinds() -> tuple[str, ...]:
     """The registered ``kind`` tags, in registration order."""
     return tuple(_KINDS)
+
+
+def _construct(kind: str, *args: Any) -> Release:
+    """A release of the registered ``kind`` (the family's module registers it on import)."""
+    return cast(Release, cast(Any, _KINDS[kind])(*args))
 
 
 def checked_observer(observer: str) -> None:
@@ -139,26 +139,25 @@ class Release(abc.ABC):
     def gaussian(
         observer: Observer, noise_std: float, sensitivity: float, client_ids: Iterable[int] | None = None,
         *, amplifiable: bool = False,
-    ) -> GaussianRelease:
-        """A Gaussian release (noise std and enforced sensitivity)."""
-        from dpfl.privacy.releases.gaussian import GaussianRelease
+    ) -> Release:
+        """A Gaussian release (noise std and enforced sensitivity): a ``GaussianRelease``."""
         ids = None if client_ids is None else tuple(map(int, client_ids))
-        return GaussianRelease(observer, float(noise_std), float(sensitivity), ids, amplifiable)
+        return _construct("gaussian", observer, float(noise_std), float(sensitivity), ids, amplifiable)
 
     @staticmethod
-    def exact(observer: Observer, client_ids: Iterable[int]) -> ExactRelease:
-        """A function of the clients' data released without noise (certified ε = ∞ for them)."""
-        from dpfl.privacy.releases.exact import ExactRelease
-        return ExactRelease(observer, tuple(map(int, client_ids)))
+    def exact(observer: Observer, client_ids: Iterable[int]) -> Release:
+        """A function of the clients' data released without noise (certified ε = ∞ for them): an
+        ``ExactRelease``."""
+        return _construct("exact", observer, tuple(map(int, client_ids)))
 
     @staticmethod
     def two_point(
         observer: Observer, epsilon: float, num_coordinates: int, client_ids: Iterable[int] | None = None
-    ) -> TwoPointRelease:
-        """A release of two-point reports (001 eq. 2): ε per coordinate, d coordinates."""
-        from dpfl.privacy.releases.two_point import TwoPointRelease
+    ) -> Release:
+        """A release of two-point reports (001 eq. 2): ε per coordinate, d coordinates: a
+        ``TwoPointRelease``."""
         ids = None if client_ids is None else tuple(map(int, client_ids))
-        return TwoPointRelease(observer, float(epsilon), int(num_coordinates), ids)
+        return _construct("two_point", observer, float(epsilon), int(num_coordinates), ids)
 
     @staticmethod
     def from_dict(data: Mapping[str, Any]) -> Release:

@@ -48,7 +48,8 @@ class GaussianRelease(Release):
         return noise_multiplier(self.noise_std, self.sensitivity)
 
     def upload_norm_limit(self, num_params: int) -> float | None:
-        """The enforced sensitivity plus what the noise can add (:func:`dpfl.privacy.calibration.gaussian.upload_norm_limit`)."""
+        """The enforced sensitivity plus what the noise can add
+        (:func:`dpfl.privacy.calibration.gaussian.upload_norm_limit`)."""
         return upload_norm_limit(self.sensitivity, self.noise_std, num_params)
 
     def event(self) -> dpe.DpEvent:
