@@ -58,7 +58,9 @@ def _check_format(fmt: str) -> str:
     return fmt
 
 
-def exported_state_dict(run_id: str, store: RunStore | str | Path = DEFAULT_STORE) -> tuple[str, dict[str, torch.Tensor], dict[str, str]]:
+def exported_state_dict(
+    run_id: str, store: RunStore | str | Path = DEFAULT_STORE
+) -> tuple[str, dict[str, torch.Tensor], dict[str, str]]:
     """The trained global model of a stored run as ``model.state_dict()`` keys → CPU tensors.
 
     Args:
@@ -98,7 +100,8 @@ def exported_state_dict(run_id: str, store: RunStore | str | Path = DEFAULT_STOR
     flat, layout = state["global_params"], state["layout"]
     config = parse_config(record.config)
     if flat.shape != (layout.numel,):
-        raise DataFormatError(f"run {rid}: model file {path} holds {tuple(flat.shape)} values, its layout {layout.numel}.")
+        raise DataFormatError(f"run {rid}: model file {path} holds {tuple(flat.shape)} values, "
+                              f"its layout {layout.numel}.")
     views = layout.views(flat.detach().to("cpu", torch.float32))
     keys = list(views)
     if config.model.name in MODELS:
@@ -114,7 +117,8 @@ def exported_state_dict(run_id: str, store: RunStore | str | Path = DEFAULT_STOR
         shapes = tuple(tuple(p.shape) for _, p in model.named_parameters())
         if names != tuple(layout.names) or shapes != tuple(tuple(s) for s in layout.shapes):
             raise DataFormatError(
-                f"run {rid}: the stored model's parameters {list(zip(layout.names, layout.shapes, strict=True))[:3]}... "
+                f"run {rid}: the stored model's parameters "
+                f"{list(zip(layout.names, layout.shapes, strict=True))[:3]}... "
                 f"do not match model {config.model.name!r} as this dpfl builds it; export it with the dpfl "
                 f"version that ran it ({record.env.get('dpfl', 'unknown')})."
             )
@@ -154,7 +158,9 @@ def _num_classes(dataset: str) -> int:
     return int(dataset_info(dataset).num_classes)
 
 
-def save_safetensors(tensors: dict[str, torch.Tensor], path: str | Path, metadata: dict[str, str] | None = None) -> None:
+def save_safetensors(
+    tensors: dict[str, torch.Tensor], path: str | Path, metadata: dict[str, str] | None = None
+) -> None:
     """Write ``tensors`` as a safetensors file (see the module docstring), atomically.
 
     Raises:
@@ -218,7 +224,8 @@ def export_model(run_id: str, *, store: RunStore | str | Path = DEFAULT_STORE, f
     rid, state_dict, metadata = exported_state_dict(run_id, store)
     path = Path(out) if out is not None else Path(f"{rid}{_SUFFIX[fmt]}")
     if path.is_dir():
-        raise ConfigError(f"export `out` {str(path)!r} is a directory; give a file name such as {str(path / (rid + _SUFFIX[fmt]))!r}.")
+        raise ConfigError(f"export `out` {str(path)!r} is a directory; give a file name such as "
+                          f"{str(path / (rid + _SUFFIX[fmt]))!r}.")
     if fmt == "safetensors":
         save_safetensors(state_dict, path, metadata)
     else:

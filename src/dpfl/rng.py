@@ -80,7 +80,9 @@ class SeedSequence:
         assert self.root_seed is not None  # checked in __post_init__
         return _derive(int(self.root_seed), int(round_idx), int(client), purpose)
 
-    def generator(self, round_idx: int, client: int, purpose: str, device: str | torch.device = "cpu") -> torch.Generator:
+    def generator(
+        self, round_idx: int, client: int, purpose: str, device: str | torch.device = "cpu"
+    ) -> torch.Generator:
         """A fresh generator for stream (round, client, purpose)."""
         gen = torch.Generator(device=device)
         gen.manual_seed(self.seed(round_idx, client, purpose))

@@ -48,7 +48,8 @@ def model_problems(module: nn.Module) -> list[str]:
     for name, layer in module.named_modules():
         where = f"`{name}`" if name else "the model itself"
         kind = type(layer).__name__
-        if isinstance(layer, nn.modules.batchnorm._NormBase) and not isinstance(layer, nn.modules.instancenorm._InstanceNorm):
+        if (isinstance(layer, nn.modules.batchnorm._NormBase)
+                and not isinstance(layer, nn.modules.instancenorm._InstanceNorm)):
             channels = int(getattr(layer, "num_features", 0) or 0)
             fix = f"nn.GroupNorm({_groups(channels)}, {channels})" if channels else "nn.GroupNorm(num_groups, channels)"
             problems.append(

@@ -62,7 +62,8 @@ def _target(store: RunStore, out: str | Path | None, default_name: str) -> Path:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise ConfigError(f"cannot write the plot {path}: {err.strerror or err} ({err.filename or path.parent})") from None
+        raise ConfigError(f"cannot write the plot {path}: {err.strerror or err} "
+                          f"({err.filename or path.parent})") from None
     return path
 
 

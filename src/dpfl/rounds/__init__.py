@@ -42,7 +42,8 @@ from dpfl.rounds.session import (
 )
 
 __all__ = [
-    "ENGINES", "Experiment", "Plan", "build_plan", "build_experiment", "check_device", "check_names", "dpfl_commit", "environment",
+    "ENGINES", "Experiment", "Plan", "build_plan", "build_experiment", "check_device", "check_names", "dpfl_commit",
+    "environment",
     "evaluate", "params_digest", "partition_clients", "Cohort", "Collected", "DryCohort", "InProcessCohort",
     "UploadCohort", "PrivacyGate", "MAX_CONSECUTIVE_EMPTY_ROUNDS", "run_rounds", "DryRunResult", "PrivacySummary",
     "RunResult", "NoticeFn", "ProgressFn", "checkpoint_path", "dry_run", "run_experiment", "run_on",

@@ -90,7 +90,8 @@ def partition_clients(config: RunConfig, dataset: Any) -> list[np.ndarray]:
     parts = P.partition_natural(dataset.groups_train, min_samples=pc.min_size)
     if pc.num_clients > len(parts):
         raise ConfigError(
-            f"`partition.num_clients` ({pc.num_clients}) exceeds the {len(parts)} natural clients of {config.data.name!r}."
+            f"`partition.num_clients` ({pc.num_clients}) exceeds the {len(parts)} natural clients of "
+            f"{config.data.name!r}."
         )
     return parts[: pc.num_clients]
 
@@ -146,10 +147,12 @@ def check_device(name: str) -> torch.device:
         if count == 0:
             raise ConfigError(f"`device`: {name!r} asks for a CUDA GPU but this machine has none; use 'cpu'.")
         if device.index is not None and device.index >= count:
-            raise ConfigError(f"`device`: {name!r} asks for GPU {device.index} but this machine has {count} (0..{count - 1}).")
+            raise ConfigError(f"`device`: {name!r} asks for GPU {device.index} but this machine has {count} "
+                              f"(0..{count - 1}).")
     elif device.type == "mps":
         if not torch.backends.mps.is_available():
-            raise ConfigError(f"`device`: {name!r} asks for Apple's MPS backend, which this machine does not have; use 'cpu'.")
+            raise ConfigError(f"`device`: {name!r} asks for Apple's MPS backend, which this machine does not have; "
+                              "use 'cpu'.")
     elif device.type != "cpu":
         raise ConfigError(f"`device`: {name!r} is not supported; use 'cpu', 'cuda', 'cuda:N' or 'mps'.")
     return device
@@ -265,7 +268,8 @@ def assemble(config: RunConfig, dataset: Any, parts: Sequence[Any], model: torch
     seeds = SeedSequence(config.seed)
     if config.sampling.kind == "fixed" and (config.sampling.clients_per_round or 0) > len(parts):
         raise ConfigError(
-            f"`sampling.clients_per_round` ({config.sampling.clients_per_round}) exceeds the number of clients ({len(parts)})."
+            f"`sampling.clients_per_round` ({config.sampling.clients_per_round}) exceeds the number of clients "
+            f"({len(parts)})."
         )
     device = check_device(config.device)
     check_data(dataset, parts)
@@ -364,7 +368,8 @@ def check_model_output(model: torch.nn.Module, dataset: Any, name: str) -> None:
     except Exception as err:  # noqa: BLE001 - any failure of user code is reported with the shapes
         raise ConfigError(f"model {name!r} fails on inputs of shape {tuple(x.shape)} (data set input shape "
                           f"{tuple(dataset.input_shape)}): {type(err).__name__}: {err}") from None
-    want = (x.shape[0],) if getattr(model, "loss_kind", "cross_entropy") == "hinge" else (x.shape[0], int(dataset.num_classes))
+    want = ((x.shape[0],) if getattr(model, "loss_kind", "cross_entropy") == "hinge"
+            else (x.shape[0], int(dataset.num_classes)))
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != want:
         got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
         classes = int(dataset.num_classes)
@@ -400,7 +405,9 @@ def _labels_beyond(out: Any, want: tuple[int, ...], dataset: Any) -> tuple[bool,
 
 
 @torch.no_grad()
-def evaluate(problem: LocalProblem, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor, batch: int = 2000) -> dict[str, float]:
+def evaluate(
+    problem: LocalProblem, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor, batch: int = 2000
+) -> dict[str, float]:
     """Test loss (the data term of the objective) and accuracy of a flat parameter vector."""
     views = problem.layout.views(params)
     total_loss, correct = 0.0, 0

@@ -107,7 +107,8 @@ class PrivacyGate:
         budget = PrivacyLedger(num_clients=self.num_clients, sampler={"kind": "all"}, delta=self.privacy.delta,
                                relation=algo.relation, privacy_unit=algo.privacy_unit, pld_every=0)
         for i, (planned, parts) in enumerate(plan):
-            budget.record_round(i, self.stated(planned), sampling={"kind": "all"}, participants=parts, certify_round=False)
+            budget.record_round(i, self.stated(planned), sampling={"kind": "all"}, participants=parts,
+                                certify_round=False)
         return budget
 
     def stated(self, releases: list[Release]) -> list[Release]:
@@ -251,7 +252,8 @@ class WhatIfUplinkGate(PrivacyGate):
                  privacy: PrivacyConfig, seeds: Any, *, uplink_sensitivity: float) -> None:
         value = float(uplink_sensitivity)
         if not (math.isfinite(value) and value > 0):
-            raise ConfigError(f"`what_if_uplink_sensitivity` must be a finite number > 0. Found {uplink_sensitivity!r}.")
+            raise ConfigError("`what_if_uplink_sensitivity` must be a finite number > 0. "
+                              f"Found {uplink_sensitivity!r}.")
         self.uplink_sensitivity = value  # before the base class builds the budget through stated()
         super().__init__(algorithm, num_clients, client_sizes, privacy, seeds)
 

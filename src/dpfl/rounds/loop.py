@@ -41,7 +41,9 @@ MAX_CONSECUTIVE_EMPTY_ROUNDS = 3
 upload arrived; a run in which every round was empty is ``failed`` too, never ``finished``."""
 
 
-def _worst_secure_sum(cohort: Cohort, gate: PrivacyGate, info: RoundInfo, clients: torch.Tensor) -> list[Release] | None:
+def _worst_secure_sum(
+    cohort: Cohort, gate: PrivacyGate, info: RoundInfo, clients: torch.Tensor
+) -> list[Release] | None:
     """Ahead of a secure round on real clients, what the server may see at worst: a completed sum
     of as few vectors as the protocol allows (``cohort.fewest_in_sum``), i.e. the fewest noise
     shares, charged to every client of the cohort (visible participation: any of them may be in
