@@ -134,7 +134,8 @@ class RunStore:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as err:
                 raise ConfigError(
-                    f"run store {self.path} cannot be created: {err.strerror or err} ({err.filename or self.path.parent})"
+                    f"run store {self.path} cannot be created: {err.strerror or err} "
+                    f"({err.filename or self.path.parent})"
                 ) from None
         try:
             if not write and not (os.access(self.path.parent, os.W_OK) and os.access(self.path, os.W_OK)):
@@ -202,7 +203,8 @@ class RunStore:
                 raise ConfigError(f"run {run_id} is being written by pid {row[0]} on host {row[1]} since {since} "
                                   f"(store {self.path}); wait or stop it")
             now = time.time()
-            db.execute("INSERT OR REPLACE INTO leases (run_id, token, pid, host, process_start, taken_at, refreshed_at) "
+            db.execute("INSERT OR REPLACE INTO leases "
+                       "(run_id, token, pid, host, process_start, taken_at, refreshed_at) "
                        "VALUES (?, ?, ?, ?, ?, ?, ?)", (run_id, token, pid, host, started, now, now))
         return RunLease(self, run_id, token)
 
@@ -225,7 +227,8 @@ class RunStore:
     def _refresh_lease(self, run_id: str, token: str) -> bool:
         """Refresh a held lease; ``False`` if it is no longer ours (taken over as stale)."""
         with self._connect(write=True) as db:
-            cur = db.execute("UPDATE leases SET refreshed_at=? WHERE run_id=? AND token=?", (time.time(), run_id, token))
+            cur = db.execute("UPDATE leases SET refreshed_at=? WHERE run_id=? AND token=?",
+                             (time.time(), run_id, token))
             return cur.rowcount == 1
 
     def _release_lease(self, run_id: str, token: str) -> None:

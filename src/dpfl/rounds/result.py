@@ -139,12 +139,12 @@ class PrivacySummary:
             hidden = any("hidden participation" in note for note in cert.notes)
             if observer == "server" and not secure:
                 fix = ("it sees each upload with only that client's share of the noise: secure aggregation "
-                       "(`privacy.secure_aggregation: true`, DP-FedAvg) gives it only the sum; or add noise per upload, "
-                       "run fewer rounds or sample clients less often")
+                       "(`privacy.secure_aggregation: true`, DP-FedAvg) gives it only the sum; or add noise per "
+                       "upload, run fewer rounds or sample clients less often")
             elif observer == "server" and not hidden:
                 fix = ("it sees the secure sum but knows who took part: hidden participation "
-                       "(`privacy.participation: hidden`) gives it the public's view; or add noise, run fewer rounds or "
-                       "sample clients less often")
+                       "(`privacy.participation: hidden`) gives it the public's view; or add noise, run fewer "
+                       "rounds or sample clients less often")
             else:
                 fix = "add noise, run fewer rounds or sample clients less often"
             out.append(f"{what}; {fix}.")

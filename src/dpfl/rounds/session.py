@@ -59,8 +59,8 @@ def check_secure_aggregation(config: RunConfig, algorithm: Any, *, remote: Any, 
     """Refuse ``privacy.secure_aggregation`` where nothing provides it: an algorithm without an
     integer pipeline, a deployment whose cohort does not run a secure sum (``remote`` without a
     true ``secure_sum`` attribute; hidden participation needs ``hidden_participation`` too: the
-    clients' own coins, ``hidden_participation``), a wrapped server step (audit canaries). Simulation of DP-FedAvg computes
-    the integer pipeline and the modular sum the server would obtain.
+    clients' own coins, ``hidden_participation``), a wrapped server step (audit canaries).
+    Simulation of DP-FedAvg computes the integer pipeline and the modular sum the server would obtain.
 
     Raises:
         ConfigError: naming what cannot provide it.

@@ -96,7 +96,9 @@ def _open(blob: bytes, key: ShufflerKey, round_idx: int, num_params: int) -> tor
     return values
 
 
-def open_and_mix(blobs: list[bytes], key: ShufflerKey, round_idx: int, num_params: int) -> tuple[IdMultisets | None, list[int]]:
+def open_and_mix(
+    blobs: list[bytes], key: ShufflerKey, round_idx: int, num_params: int
+) -> tuple[IdMultisets | None, list[int]]:
     """The shuffler's work: open every report, reject the bad ones (by position in ``blobs``),
     and return per id the multiset of the valid reports' values (None if none is valid)."""
     rows, rejected = [], []

@@ -202,7 +202,8 @@ class Shuffler:
             per id, the K values sorted ascending with count 1 each.
         """
         if values.dim() != 2 or not values.is_floating_point():
-            raise ConfigError(f"`values` must be a floating [K, P] cohort. Found {tuple(values.shape)}, {values.dtype}.")
+            raise ConfigError("`values` must be a floating [K, P] cohort. "
+                              f"Found {tuple(values.shape)}, {values.dtype}.")
         support = torch.sort(values.t(), dim=1).values.contiguous()
         return IdMultisets(support, torch.ones(support.shape, dtype=torch.int64, device=values.device))
 
@@ -223,7 +224,8 @@ class Shuffler:
             ConfigError: a report is neither value of its id, or shapes disagree.
         """
         if values.dim() != 2 or not values.is_floating_point():
-            raise ConfigError(f"`values` must be a floating [K, P] cohort. Found {tuple(values.shape)}, {values.dtype}.")
+            raise ConfigError("`values` must be a floating [K, P] cohort. "
+                              f"Found {tuple(values.shape)}, {values.dtype}.")
         p = values.shape[1]
         if low.shape != (p,) or high.shape != (p,):
             raise ConfigError(

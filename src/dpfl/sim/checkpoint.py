@@ -96,7 +96,8 @@ def _decode(value: Any, tensors: list[torch.Tensor]) -> Any:
             return tensors[int(value[_TENSOR])]
         if set(value) == {_LAYOUT}:
             lay = value[_LAYOUT]
-            return ParamLayout(tuple(str(n) for n in lay["names"]), tuple(tuple(int(d) for d in s) for s in lay["shapes"]),
+            return ParamLayout(tuple(str(n) for n in lay["names"]),
+                               tuple(tuple(int(d) for d in s) for s in lay["shapes"]),
                                tuple(int(o) for o in lay["offsets"]), int(lay["numel"]))
         return {k: _decode(v, tensors) for k, v in value.items()}
     if isinstance(value, list):

@@ -34,7 +34,9 @@ class SequentialEngine(Engine):
         out = functional_call(self.problem.module, p, (x.unsqueeze(0),))
         return per_sample_loss(self.problem.loss_kind, out, y.unsqueeze(0)).sum()
 
-    def _clipped_mean_grad(self, params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+    def _clipped_mean_grad(
+        self, params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
         """Mean over the batch of per-sample gradients each clipped to C (one sample at a time
         through ``vmap(grad)``: the plain definition, no norm identities)."""
         clip = float(self.problem.local.per_sample_clip)  # type: ignore[arg-type]
@@ -44,7 +46,9 @@ class SequentialEngine(Engine):
         factor = torch.clamp(clip / norms.clamp(min=1e-30), max=1.0)
         return {n: (factor.view(-1, *([1] * (t.dim() - 1))) * t).mean(0) for n, t in g.items()}
 
-    def _clipped_sum_grad(self, params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+    def _clipped_sum_grad(
+        self, params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
         """Sum over the batch of per-sample gradients each clipped to C (zero for an empty batch)."""
         if x.shape[0] == 0:
             return {n: torch.zeros_like(p) for n, p in params.items()}

@@ -122,7 +122,8 @@ class VectorizedEngine(Engine):
         the plan, not a non-empty batch."""
         local = self.problem.local
         plan_of = batch_plan if local.dp_sgd is None else poisson_batch_plan
-        return [plan_of(self.data.client_indices[int(c)].numel(), local, self.seeds.generator(round_idx, int(c), "batch"))
+        return [plan_of(self.data.client_indices[int(c)].numel(), local,
+                        self.seeds.generator(round_idx, int(c), "batch"))
                 for c in clients]
 
     def _stack_plans(self, clients: Sequence[int], plans: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -340,7 +341,8 @@ class VectorizedEngine(Engine):
         linear_stack, fuse = self._fusable(terms)
         token = torch.zeros((), requires_grad=True)
         names = [] if fuse else list(views)
-        opt_state = None if local.optimizer.plain else OptimizerState(local.optimizer, [views[n] for n in names], local.lr)
+        opt_state = (None if local.optimizer.plain
+                     else OptimizerState(local.optimizer, [views[n] for n in names], local.lr))
         loss_sum = torch.zeros(k, device=device)
         for s, (a, w) in enumerate(zip(live, widths, strict=True)):
             idx = gidx[:a, s, :w]
@@ -437,7 +439,8 @@ class VectorizedEngine(Engine):
         steps_of = [int(v) for v in n_steps.tolist()]
         # per (client, step): 1 + the column of its last real sample (0: no step); the width of a
         # chunk's batch at step s is the largest among its clients
-        last = (mask * torch.arange(1, width + 1)).amax(2) if steps and width else torch.zeros(k, steps, dtype=torch.long)
+        last = ((mask * torch.arange(1, width + 1)).amax(2) if steps and width
+                else torch.zeros(k, steps, dtype=torch.long))
         counts = mask.sum(2).to(device=x.device, dtype=x.dtype).clamp_(min=1.0)  # [K, S]
         gidx = gidx.to(x.device)
         maskf = mask.to(device=x.device, dtype=x.dtype)

@@ -9,7 +9,8 @@ Node config (``flower-supernode --node-config '...'``):
     vector), ``noise`` (declare a noise std off the plan), ``scale`` (send the upload ×10⁶),
     ``crash`` (raise during training), ``delay:S`` (straggle: sleep S seconds before training),
     ``block:R`` (in round R, 1-based, create the file ``signal-dir``/``client-<id>-round-R``
-    holding the ClientApp process's pid, and never reply: a test kills the node when the file appears, whatever the machine's load);
+    holding the ClientApp process's pid, and never reply: a test kills the node when the file
+    appears, whatever the machine's load);
     ``warm`` — ``true`` (default on a SuperNode): train in the node's warm worker process
     (:mod:`.warm`), which keeps torch, the data and the built run between rounds; ``false``:
     train in the ClientApp process itself (on Flower's Simulation Engine, whose ClientApps live in
@@ -187,7 +188,9 @@ def _upload(cid: int, vector: np.ndarray, meta: dict[str, Any], declared: dict[s
     })
 
 
-def _train_here(rc: dict[str, Any], params: np.ndarray, cid: int, context: Context) -> tuple[dict[str, Any], np.ndarray]:
+def _train_here(
+    rc: dict[str, Any], params: np.ndarray, cid: int, context: Context
+) -> tuple[dict[str, Any], np.ndarray]:
     """The node's faults (testing), then :func:`train_round` cold or in the node's warm worker."""
     fault = str(context.node_config.get("fault", ""))
     data_dir = context.node_config.get("data-dir")

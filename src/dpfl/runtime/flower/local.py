@@ -223,7 +223,8 @@ def _wait_port(port: int, timeout: float, proc: subprocess.Popen[bytes], log: Pa
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if proc.poll() is not None:
-            raise ConfigError(f"process exited with {proc.returncode} while starting; log {log}:\n{log.read_text()[-2000:]}")
+            raise ConfigError(f"process exited with {proc.returncode} while starting; "
+                              f"log {log}:\n{log.read_text()[-2000:]}")
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
                 return
@@ -298,7 +299,8 @@ class LocalFederation:
             self.env["PYTHONPATH"] = _absolute_pythonpath(os.environ["PYTHONPATH"])
         self._watchdog: subprocess.Popen[bytes] | None = None
         self._watch_fd: int | None = None
-        conf = f'[superlink]\ndefault = "dpfl-local"\n\n[superlink.dpfl-local]\naddress = "127.0.0.1:{self.port}"\ninsecure = true\n'
+        conf = ('[superlink]\ndefault = "dpfl-local"\n\n'
+                f'[superlink.dpfl-local]\naddress = "127.0.0.1:{self.port}"\ninsecure = true\n')
         if simulation:
             conf += f"options.num-supernodes = {num_nodes}\noptions.backend.client-resources.num-cpus = 1\n"
         (self.home / "config.toml").write_text(conf)
@@ -461,21 +463,23 @@ class LocalFederation:
             overrides.append(f"data.dir={json.dumps(self.data_dir)}")  # last: it wins
         bad = [o for o in overrides if ";" in o]
         if bad:
-            raise ConfigError(f"override {bad[0]!r}: a value with ';' cannot be passed to the ServerApp (its run config "
-                              "separates overrides with ';')")
+            raise ConfigError(f"override {bad[0]!r}: a value with ';' cannot be passed to the ServerApp "
+                              "(its run config separates overrides with ';')")
         # a TOML file, not `key=value` pairs: Flower's pair syntax takes no quote or escape inside a value
         # (a path with a quote, or a JSON-quoted override, was refused); json.dumps gives TOML strings
         values: dict[str, str | float | bool] = {
             "config": str(Path(config).resolve()), "store": str(Path(store).resolve()),
             "overrides": ";".join(overrides), "round-timeout": float(round_timeout),
             "connect-timeout": float(connect_timeout), "reproducible": bool(reproducible),
-            "csv": str(Path(csv).resolve()) if csv else "", "tensorboard": str(Path(tensorboard).resolve()) if tensorboard else ""}
+            "csv": str(Path(csv).resolve()) if csv else "",
+            "tensorboard": str(Path(tensorboard).resolve()) if tensorboard else ""}
         self._submitted += 1
         run_config = self.workdir / f"run-config-{self._submitted}.toml"
         run_config.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in values.items()), encoding="utf-8")
         return subprocess.Popen([_tool("flwr"), "run", str(APP_DIR), "dpfl-local", "--stream", "--run-config",
                                  str(run_config)],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env, cwd=self.workdir)
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env,
+                                cwd=self.workdir)
 
     def run(self, config: str | Path, *, store: str | Path, overrides: Sequence[str] = (), round_timeout: float = 120.0,
             connect_timeout: float = 120.0, timeout: float = 1800.0, echo: bool = False,
@@ -536,7 +540,8 @@ class LocalFederation:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description="dpfl's watchdog of a local Flower federation (started by LocalFederation)")
+    ap = argparse.ArgumentParser(
+        description="dpfl's watchdog of a local Flower federation (started by LocalFederation)")
     ap.add_argument("--watchdog", action="store_true", required=True)
     ap.add_argument("--fd", type=int, required=True, help="read end of the pipe whose only writer is the owner")
     ap.add_argument("--token", required=True, help="the federation's DPFL_FEDERATION token")

@@ -114,7 +114,8 @@ def main(grid: Grid, context: Context) -> None:
                             notice=notice, observers=_observers(str(rc.get("csv", "")), str(rc.get("tensorboard", ""))))
     timing.record("serverapp", **marks, done=time.time())
     print("dpfl-result " + json.dumps({"run_id": result.run_id, "status": result.status, "rounds": result.rounds_done,
-                                       "store": str(store.path), **{k: v for k, v in result.final.items()
-                                                                    if k in ("test_accuracy", "test_loss", "params_sha256",
-                                                                             "stop_reason", "empty_rounds")}}),
+                                       "store": str(store.path),
+                                       **{k: v for k, v in result.final.items()
+                                          if k in ("test_accuracy", "test_loss", "params_sha256",
+                                                   "stop_reason", "empty_rounds")}}),
           flush=True)

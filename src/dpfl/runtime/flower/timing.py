@@ -25,8 +25,8 @@ Events (every one has ``event``, ``pid`` and ``t``, a Unix time in seconds):
   it if there was none).
 * the ``worker`` breakdown (seconds): ``imports`` (torch and dpfl, once per worker), ``build``
   (load the data set, partition it, build model and algorithm: 0 when the run was cached),
-  ``train`` (local training) and ``train_cpu`` (the CPU seconds it took), ``step`` (the algorithm's ``client_step``: clip, noise,
-  randomize, encode), ``first`` (whether this was the worker's first request).
+  ``train`` (local training) and ``train_cpu`` (the CPU seconds it took), ``step`` (the
+  algorithm's ``client_step``: clip, noise, randomize, encode), ``first`` (whether this was the worker's first request).
 """
 
 from __future__ import annotations

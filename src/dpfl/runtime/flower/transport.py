@@ -197,7 +197,8 @@ def discover_nodes(grid: Grid, num_clients: int, timeout: float, log: Callable[[
                 if cid in mapping and mapping[cid] != node:
                     raise ConfigError(f"two SuperNodes ({mapping[cid]} and {node}) hold client {cid}")
                 if not 0 <= cid < num_clients:
-                    raise ConfigError(f"SuperNode {node} holds client {cid}, but the run has clients 0..{num_clients - 1}")
+                    raise ConfigError(f"SuperNode {node} holds client {cid}, but the run has clients "
+                                      f"0..{num_clients - 1}")
                 mapping[cid] = node
                 asked.add(node)
         if len(mapping) == num_clients:
@@ -254,7 +255,9 @@ class _CohortStrategy(SecureSumStrategy):
     """:class:`SecureSumStrategy` for one dpfl round: exactly the cohort's nodes, each with its own
     FitIns (the global model; the round record of :mod:`.codec` plus :data:`SECURE_SUM_KEY`)."""
 
-    def __init__(self, settings: SecAggSettings, fitins: dict[int, FitIns], on_sum: Callable[[SecureSum], None]) -> None:
+    def __init__(
+        self, settings: SecAggSettings, fitins: dict[int, FitIns], on_sum: Callable[[SecureSum], None]
+    ) -> None:
         super().__init__(settings, len(fitins), on_sum)
         self._fitins = fitins
 
@@ -280,7 +283,8 @@ class FlowerCohort:
 
     def __init__(self, grid: Grid, nodes: dict[int, int], config_json: str, client_sizes: torch.Tensor,
                  num_params: int, round_timeout: float, *, reproducible: bool = False,
-                 shuffler: Shuffler | None = None, secure_bits: int | None = None, hidden_participation: bool = False) -> None:
+                 shuffler: Shuffler | None = None, secure_bits: int | None = None,
+                 hidden_participation: bool = False) -> None:
         if hidden_participation and secure_bits is None:
             raise ConfigError("hidden participation (the clients' own coins) needs a secure sum: without one the "
                               "server would read every upload and so every coin.")
@@ -397,11 +401,13 @@ class FlowerCohort:
                     cid, vector, n, loss, declared = decode_upload(rep.content)
                     report = b""
             except Exception as err:  # malformed records
-                emit("rejected-upload", f"round {t + 1}: rejected the upload of client {c}: malformed message ({err})", t)
+                emit("rejected-upload",
+                     f"round {t + 1}: rejected the upload of client {c}: malformed message ({err})", t)
                 self._unused.append((t, c))
                 continue
             if cid != c or c in rows:
-                emit("rejected-upload", f"round {t + 1}: rejected the upload of client {c}: it claims to be client {cid}"
+                emit("rejected-upload",
+                     f"round {t + 1}: rejected the upload of client {c}: it claims to be client {cid}"
                      if cid != c else f"round {t + 1}: rejected a second upload of client {c}", t)
                 if c not in rows:
                     self._unused.append((t, c))
@@ -459,9 +465,9 @@ class FlowerCohort:
         t = info.round_idx
         cohort = [int(c) for c in info.clients.tolist()]
         if len(cohort) < 2:
-            emit("secure-sum-skipped", f"round {t + 1}: a cohort of {len(cohort)} client(s) cannot run SecAgg+ (it needs "
-                 "2, and a sum of one is that client's upload): no client trains, nothing is charged, the server "
-                 "draws the round's whole planned noise", t)
+            emit("secure-sum-skipped", f"round {t + 1}: a cohort of {len(cohort)} client(s) cannot run SecAgg+ "
+                 "(it needs 2, and a sum of one is that client's upload): no client trains, nothing is charged, "
+                 "the server draws the round's whole planned noise", t)
             return _empty(self.num_params)
         settings = secagg_settings(self.secure_bits, max_clients=max(2, info.num_clients))
         shares, threshold = secagg_shares(len(cohort))
@@ -471,7 +477,8 @@ class FlowerCohort:
             config: dict[str, Scalar] = {
                 "round": int(t), "client": member, "cohort-size": len(cohort), "num-clients": int(info.num_clients),
                 "config": self.config_json, "state": json.dumps(algo.client_state(member, info)),
-                "reproducible": self.reproducible, SECURE_SUM_KEY: int(self.secure_bits), "hidden-participation": self.hidden_participation}
+                "reproducible": self.reproducible, SECURE_SUM_KEY: int(self.secure_bits),
+                "hidden-participation": self.hidden_participation}
             fitins[self.nodes[member]] = FitIns(glob, config)
         sums: list[SecureSum] = []
         strategy = _CohortStrategy(settings, fitins, sums.append)

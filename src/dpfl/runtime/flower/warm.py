@@ -87,7 +87,9 @@ def node_threads() -> int | None:
     return env_positive_int(NODE_THREADS_ENV)
 
 
-def train_round(rc: dict[str, Any], params: np.ndarray, cid: int, data_dir: str | None) -> tuple[dict[str, Any], np.ndarray]:
+def train_round(
+    rc: dict[str, Any], params: np.ndarray, cid: int, data_dir: str | None
+) -> tuple[dict[str, Any], np.ndarray]:
     """One client's round: train from ``params``, run the algorithm's ``client_step`` (clip,
     noise, randomize), seal the report for a shuffler if the round says so.
 
