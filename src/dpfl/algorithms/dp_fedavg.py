@@ -48,13 +48,13 @@ import dataclasses
 import hashlib
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dpfl.algorithms.base import RoundOutput, Uploads
-from dpfl.algorithms.options import parse_options
+from dpfl.algorithms.options import AdaptiveClipOptions as AdaptiveClipOptions  # re-exported
+from dpfl.algorithms.options import DpFedAvgOptions, SecureSumOptions, parse_options
 from dpfl.algorithms.private import Calibration, CanaryHooks, PrivateAlgorithm, RoundPlan
 from dpfl.client.blur import BlurTerm
 from dpfl.client.context import LocalProblem, LocalResult, RoundInfo
@@ -85,56 +85,6 @@ from dpfl.privacy.mechanisms.integer import (
 from dpfl.privacy.releases import Release, SkellamRelease, federated_round_releases
 from dpfl.rng import SERVER
 from dpfl.server.adaptive_clip import COUNT_SENSITIVITY, QuantileClipRule
-
-
-class AdaptiveClipOptions(BaseModel):
-    """``adaptive_clip: {...}`` (Andrew et al. 2021; defaults as they, Flower and TFF use)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    target_unclipped_quantile: float = Field(0.5, ge=0, le=1, description="γ")
-    learning_rate: float = Field(0.2, ge=0, description="η_C of the geometric update")
-    count_noise_std: float | None = Field(
-        None, gt=0, description="σ_b on the centered count; default expected cohort / 20")
-
-
-class SecureSumOptions(BaseModel):
-    """``secure_sum: {...}``: the integer pipeline under ``privacy.secure_aggregation``
-    (:mod:`dpfl.privacy.mechanisms.integer`)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    bits: int = Field(31, ge=8, le=62, description="b: the secure sum is modulo 2^b (31: the largest that "
-                                                  "Flower 1.42's SecAgg+ carries unchanged)")
-    scale: float | None = Field(
-        None, gt=0, description="γ, integer units per unit of the update; default: the largest power of two "
-                                "with γS <= 2^16 whose wrap-around bound is below 1e-9")
-    rotation: bool = Field(False, description="randomized Hadamard rotation before rounding (pads to 2^k)")
-    beta: float = Field(math.exp(-0.5), gt=0, lt=1, description="β of conditional randomized rounding")
-
-
-class DpFedAvgOptions(BaseModel):
-    """Options of ``algorithm: {name: dp-fedavg, options: {...}}``."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    noise_multiplier: float | None = Field(None, ge=0, description="σ of 004 Alg. 1 (total, with adaptive clipping)")
-    target_epsilon: float | None = Field(
-        None, gt=0, description="calibrate σ so the paper's claimed ε after `rounds` rounds is this")
-    clip_norm: float = Field(
-        ..., gt=0, description="S, the L2 bound of each client update (initial S with adaptive_clip)")
-    server_lr: float = Field(1.0, gt=0, description="η_g")
-    variant: Literal["local", "central"] = "local"
-    blur_lambda: float = Field(0.0, ge=0, description="λ of BLUR (004 eq. 5); 0 = off")
-    lus_sparsity: float = Field(0.0, ge=0, lt=1, description="c of LUS (004 eq. 14); 0 = off")
-    adaptive_clip: AdaptiveClipOptions | None = None
-    secure_sum: SecureSumOptions = Field(default_factory=SecureSumOptions)
-
-    @model_validator(mode="after")
-    def _one_noise_setting(self) -> DpFedAvgOptions:
-        if (self.noise_multiplier is None) == (self.target_epsilon is None):
-            raise ValueError("give exactly one of `noise_multiplier` and `target_epsilon`")
-        return self
 
 
 def _expected_cohort(sampler: Any, num_clients: int) -> float:

@@ -58,10 +58,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dpfl.algorithms.base import RoundOutput, Uploads
-from dpfl.algorithms.options import parse_options
+from dpfl.algorithms.options import DpSgdOptions, parse_options
 from dpfl.algorithms.private import Calibration, PrivateAlgorithm, RoundPlan
 from dpfl.client.context import LocalProblem, LocalResult, RoundInfo
 from dpfl.client.local import (
@@ -77,25 +76,6 @@ from dpfl.privacy.releases import Release, SampledGaussianRelease
 from dpfl.server.aggregators import WeightedMean
 
 __all__ = ["ALGORITHMS", "DpSgdFedAvg", "DpSgdOptions"]
-
-
-class DpSgdOptions(BaseModel):
-    """Options of ``algorithm: {name: dp-sgd-fedavg, options: {...}}``."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    noise_multiplier: float = Field(..., ge=0, description="z: noise std of each step's gradient sum over C")
-    clip_norm: float = Field(..., gt=0, description="C, the per-sample gradient clip norm")
-    record_sample_rate: float | None = Field(
-        None, gt=0, le=1, description="q: each record's probability of being in a step's batch "
-                                      "(default: local.batch_size / |D_k|)")
-
-    @field_validator("noise_multiplier", "clip_norm")
-    @classmethod
-    def _finite(cls, v: float) -> float:
-        if not math.isfinite(v):
-            raise ValueError(f"must be finite. Found {v}")
-        return v
 
 
 @dataclass(frozen=True)

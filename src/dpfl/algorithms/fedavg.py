@@ -14,36 +14,17 @@ per-id mean is an unbiased estimate of exactly this mean of clipped models, 001 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dpfl.algorithms.base import Algorithm, RoundOutput, Uploads
+from dpfl.algorithms.options import FedAvgOptions as FedAvgOptions  # re-exported
 from dpfl.client.context import LocalResult, RoundInfo
 from dpfl.server.aggregators import WeightedMean
 
 ClientTransform = Callable[[torch.Tensor, RoundInfo], tuple[torch.Tensor, dict[str, Any]]]
-
-
-class FedAvgOptions(BaseModel):
-    """Options of ``algorithm: {name: fedavg, options: {...}}`` (all optional)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    clip_radius: float | None = Field(None, gt=0, description="clip local model weights into "
-                                      "[clip_center − r, clip_center + r] before upload (ablation of 001's range)")
-    clip_center: float = Field(0.0, description="center c of the clipping range")
-
-    @model_validator(mode="after")
-    def _finite(self) -> FedAvgOptions:
-        for name in ("clip_radius", "clip_center"):
-            value = getattr(self, name)
-            if value is not None and not math.isfinite(value):
-                raise ValueError(f"`{name}` must be finite. Found {value!r}.")
-        return self
 
 
 class FedAvg(Algorithm):

@@ -91,13 +91,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 
 from dpfl.algorithms.base import RoundOutput, Uploads
-from dpfl.algorithms.options import parse_options
+from dpfl.algorithms.options import LdpFlOptions, parse_options
 from dpfl.algorithms.private import Calibration, PrivateAlgorithm, RoundPlan
 from dpfl.client.context import LocalProblem, LocalResult, RoundInfo
 from dpfl.client.layout import ParamLayout
@@ -119,7 +118,6 @@ from dpfl.server.shuffle import IdMultisets, Shuffler, mean_by_id
 
 __all__ = ["LdpFl", "LdpFlOptions", "LdpFlPlan", "LdpFlPrivacy", "ldp_fl_plan", "ldp_fl_privacy"]
 
-RangeMode = Literal["fixed", "global-model", "client-minmax", "private-minmax"]
 #: range modes that need every cohort member's trained model at once (not splittable)
 CROSS_CLIENT_MODES = ("client-minmax", "private-minmax")
 #: default floor of an adaptive radius: ``private-minmax`` needs a sensible one (its sensitivity
@@ -127,25 +125,6 @@ CROSS_CLIENT_MODES = ("client-minmax", "private-minmax")
 DEFAULT_MIN_RADIUS = {"private-minmax": 1e-4}
 DEFAULT_MIN_RADIUS_OTHER = 1e-6
 DEFAULT_MAX_RADIUS = 10.0
-
-
-class LdpFlOptions(BaseModel):
-    """Options of ``algorithm: {name: ldp-fl, options: {...}}``."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    epsilon: float = Field(..., gt=0, description="per-weight ε of 001 eq. 2")
-    range: RangeMode = Field("fixed", description="how clients agree on [c − r, c + r]")
-    center: float = Field(0.0, description="c of the fixed range")
-    radius: float | None = Field(None, gt=0, description="r of the fixed range (required for `fixed`)")
-    range_scale: float = Field(1.0, gt=0, description="adaptive ranges: r = scale × (max − min) "
-                               "(private-minmax: r = scale × 2^(mean noisy log2 max|w|))")
-    min_radius: float | None = Field(None, gt=0, description="adaptive ranges: smallest r of a layer "
-                                     "(default 1e-6; private-minmax: 1e-4)")
-    max_radius: float | None = Field(None, gt=0, description="private-minmax: largest r of a layer (default 10)")
-    range_noise_multiplier: float | None = Field(
-        None, gt=0, description="private-minmax (required): noise std of each client's log2 range report "
-        "in units of its L2 sensitivity log2(max_radius / min_radius)·sqrt(L)")
 
 
 # --------------------------------------------------------------------------- privacy statements

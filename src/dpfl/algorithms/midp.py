@@ -60,10 +60,9 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dpfl.algorithms.base import RoundOutput, Uploads
-from dpfl.algorithms.options import parse_options
+from dpfl.algorithms.options import MidpOptions, PmidpOptions, _Budgets, parse_options
 from dpfl.algorithms.private import Calibration, PrivateAlgorithm, RoundPlan
 from dpfl.client.context import LocalResult, RoundInfo
 from dpfl.errors import ConfigError
@@ -103,48 +102,6 @@ __all__ = [
     "pmidp_plan",
     "round_releases",
 ]
-
-
-# --------------------------------------------------------------------------- options
-
-
-class _Budgets(BaseModel):
-    """Where the clients' budgets ε_k (nats) come from: exactly one of three sources."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    epsilon: float | None = Field(None, gt=0, description="one ε-MI-DP budget (nats) for all")
-    epsilons: list[float] | None = Field(None, description="ε_k per client (nats), length N")
-    epsilon_mean: float | None = Field(None, description="μ_ε of the paper's draw (002 §VI-B)")
-    epsilon_std: float | None = Field(None, ge=0, description="σ_ε of the paper's draw")
-    epsilon_floor: float = Field(1.0, gt=0, description="smallest drawn ε_k (the paper: 1)")
-    clip_norm: float = Field(..., gt=0, description="C of eq. 4.6 (PMIDP: C_{k,1})")
-    weighting: Literal["samples", "uniform"] = Field(
-        "samples", description="p_k: |D_k|/|D| (002 eq. 3.2) or 1/K")
-
-    @model_validator(mode="after")
-    def _one_source(self) -> _Budgets:
-        given = [name for name, v in (("epsilon", self.epsilon), ("epsilons", self.epsilons),
-                                      ("epsilon_mean", self.epsilon_mean)) if v is not None]
-        if len(given) != 1:
-            raise ValueError(
-                "give exactly one budget source: `epsilon`, `epsilons`, or `epsilon_mean` with "
-                f"`epsilon_std`. Found {given or 'none'}")
-        if (self.epsilon_mean is None) != (self.epsilon_std is None):
-            raise ValueError("`epsilon_mean` and `epsilon_std` go together")
-        if self.epsilons is not None and not all(math.isfinite(e) and e > 0 for e in self.epsilons):
-            raise ValueError(f"`epsilons` must all be finite and > 0. Found {self.epsilons[:5]}")
-        return self
-
-
-class MidpOptions(_Budgets):
-    """Options of ``midp-server`` / ``midp-client``."""
-
-
-class PmidpOptions(_Budgets):
-    """Options of ``pmidp-fl`` (Algorithm 2)."""
-
-    clip_lr: float = Field(0.0, ge=0, le=1, description="η_c of eq. 5.18 (0: fixed C)")
 
 
 def client_budgets(options: _Budgets, num_clients: int, seed: int) -> np.ndarray:

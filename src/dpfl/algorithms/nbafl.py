@@ -46,13 +46,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 
 from dpfl.algorithms.base import RoundOutput, Uploads
-from dpfl.algorithms.options import parse_options
+from dpfl.algorithms.options import NbAflOptions, parse_options
 from dpfl.algorithms.private import Calibration, CanaryHooks, PrivateAlgorithm, RoundPlan
 from dpfl.client.context import LocalProblem, LocalResult, RoundInfo
 from dpfl.client.local import LocalTraining
@@ -77,31 +76,6 @@ from dpfl.sampling import AllClients, FixedSizeSampler
 from dpfl.server.aggregators import WeightedMean
 
 __all__ = ["ALGORITHMS", "NbAfl", "NbAflCalibration", "NbAflOptions", "NbAflPlan", "nbafl_calibration"]
-
-
-class NbAflOptions(BaseModel):
-    """Options of ``algorithm: {name: nbafl, options: {...}}``.
-
-    Attributes:
-        epsilon: the paper's global ε (003 §III-A); ``null`` adds no noise at all (the paper's
-            non-private baseline with the same clipping and proximal term).
-        clip_norm: C, the L2 bound of each client's local parameters (Alg. 1 line 8).
-        prox_mu: μ of the proximal term (Alg. 1 line 6).
-        exposures: L <= T, the uplink exposures of each client (003 §II-B); default T.
-        weights: ``samples`` (p_i = |D_i| / Σ_cohort |D_j|, eq. 1) or ``uniform`` (p_i = 1/K, the
-            choice Theorem 1 and Lemma 4 analyse; identical for equal local data sets).
-        downlink_noise: ``paper`` (σ_D of Theorem 1 / Lemma 4) or ``none`` (uplink noise only;
-            the claimed ε is then what the paper's formulas give for that noise).
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    epsilon: float | None = Field(..., gt=0, description="the paper's global epsilon; null = no noise")
-    clip_norm: float = Field(..., gt=0, description="C, the parameter clip norm")
-    prox_mu: float = Field(0.0, ge=0, description="mu of the proximal term")
-    exposures: int | None = Field(None, ge=1, description="L <= T; default T")
-    weights: Literal["samples", "uniform"] = "samples"
-    downlink_noise: Literal["paper", "none"] = "paper"
 
 
 @dataclass(frozen=True)

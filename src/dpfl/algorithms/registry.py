@@ -49,7 +49,7 @@ class BuildContext:
 
 
 def _fedavg(options: dict[str, Any], sampler: Any, ctx: BuildContext) -> Algorithm:
-    from dpfl.algorithms.fedavg import FedAvgOptions
+    from dpfl.algorithms.options import FedAvgOptions
 
     opts = parse_options(FedAvgOptions, options, "fedavg")
     return FedAvg(sampler, clip_range=None if opts.clip_radius is None else (opts.clip_center, opts.clip_radius))

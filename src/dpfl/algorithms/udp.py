@@ -75,15 +75,14 @@ import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 from torch.func import functional_call
 
 from dpfl.algorithms.base import RoundOutput, Uploads
-from dpfl.algorithms.options import parse_options
+from dpfl.algorithms.options import UdpCrdOptions, UdpLeiOptions, UdpOptions, parse_options
 from dpfl.algorithms.private import Calibration, CanaryHooks, PrivateAlgorithm, RoundPlan
 from dpfl.client.context import LocalProblem, LocalResult, RoundInfo
 from dpfl.errors import ConfigError
@@ -97,59 +96,6 @@ from dpfl.server.aggregators import WeightedMean
 
 __all__ = ["ALGORITHMS", "Udp", "UdpCalibration", "UdpCrd", "UdpCrdOptions", "UdpLei", "UdpLeiOptions",
            "UdpOptions", "UdpPlan", "local_sensitivity", "udp_calibration"]
-
-
-# --------------------------------------------------------------------------- options
-
-
-class UdpOptions(BaseModel):
-    """Options of ``algorithm: {name: udp, options: {...}}`` (000 Alg. 1)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    epsilon: float | list[float] = Field(..., description="ε_i: one value for all clients or one per client")
-    delta: float | list[float] | None = Field(None, description="δ_i (default: privacy.delta)")
-    clip_norm: float = Field(..., gt=0, description="C, the per-sample gradient clip norm")
-    clip_norm_source: Literal["fixed", "median_unclipped_norms"] = Field(
-        "fixed", description="how C was chosen; 'median_unclipped_norms' (000 §5.2) looks at data")
-    rounds: int | None = Field(None, ge=1, description="T of Thm 1 (default: the run's `rounds`)")
-
-    @field_validator("epsilon")
-    @classmethod
-    def _positive_eps(cls, v: float | list[float]) -> float | list[float]:
-        values = v if isinstance(v, list) else [v]
-        if not values or any(not (math.isfinite(x) and x > 0) for x in values):
-            raise ValueError(f"every epsilon must be a finite number > 0. Found {v}")
-        return v
-
-    @field_validator("delta")
-    @classmethod
-    def _delta_range(cls, v: float | list[float] | None) -> float | list[float] | None:
-        if v is None:
-            return v
-        values = v if isinstance(v, list) else [v]
-        if not values or any(not 0.0 < x < 1.0 for x in values):
-            raise ValueError(f"every delta must be in (0, 1). Found {v}")
-        return v
-
-
-class UdpCrdOptions(UdpOptions):
-    """Options of ``udp-crd`` (000 Alg. 2): ``rounds`` is the initial T."""
-
-    threshold: float = Field(1e-3, ge=0, description="ζ: discount when the test-loss decrease is below it")
-    discount: float = Field(0.9, gt=0, lt=1, description="β: T ← ⌊β(T − t)⌋ + t")
-    trigger: Literal["test-loss", "train-loss-rise"] = Field(
-        "test-loss",
-        description="'test-loss': 000 Alg. 2 as printed (V on the server's test data, decrease < ζ, "
-        "T ← ⌊β(T − t)⌋ + t); 'train-loss-rise': a variant, not the paper's — discount when the "
-        "participants' averaged training loss rose, T ← ⌈βT⌉ (the losses leave the clients unnoised: "
-        "certified ε = ∞)")
-
-
-class UdpLeiOptions(UdpOptions):
-    """Options of ``udp-lei`` (000 §5.4, ref. [29]): ``rounds`` is the T that sets σ^0."""
-
-    noise_decay: float | None = Field(None, gt=0, lt=1, description="k in σ^t = σ^0 (1 − k t); default 1/(2T)")
 
 
 # --------------------------------------------------------------------------- helpers

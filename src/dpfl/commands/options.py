@@ -14,21 +14,22 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
-# algorithm name -> (module, options model, defaults the algorithm's builder sets before validating).
+# algorithm name -> (module, options model, defaults the algorithm's builder sets before validating);
+# the models live in dpfl.algorithms.options, which imports neither torch nor the accountant.
 # A test checks that every registered algorithm is listed here.
 OPTION_MODELS: dict[str, tuple[str, str, dict[str, Any]]] = {
-    "fedavg": ("dpfl.algorithms.fedavg", "FedAvgOptions", {}),
-    "dp-fedavg": ("dpfl.algorithms.dp_fedavg", "DpFedAvgOptions", {}),
-    "dp-fedavg-blur-lus": ("dpfl.algorithms.dp_fedavg", "DpFedAvgOptions", {"blur_lambda": 0.4, "lus_sparsity": 0.7}),
-    "dp-sgd-fedavg": ("dpfl.algorithms.dp_sgd", "DpSgdOptions", {}),
-    "udp": ("dpfl.algorithms.udp", "UdpOptions", {}),
-    "udp-crd": ("dpfl.algorithms.udp", "UdpCrdOptions", {}),
-    "udp-lei": ("dpfl.algorithms.udp", "UdpLeiOptions", {}),
-    "nbafl": ("dpfl.algorithms.nbafl", "NbAflOptions", {}),
-    "ldp-fl": ("dpfl.algorithms.ldp_fl", "LdpFlOptions", {}),
-    "midp-server": ("dpfl.algorithms.midp", "MidpOptions", {}),
-    "midp-client": ("dpfl.algorithms.midp", "MidpOptions", {}),
-    "pmidp-fl": ("dpfl.algorithms.midp", "PmidpOptions", {}),
+    "fedavg": ("dpfl.algorithms.options", "FedAvgOptions", {}),
+    "dp-fedavg": ("dpfl.algorithms.options", "DpFedAvgOptions", {}),
+    "dp-fedavg-blur-lus": ("dpfl.algorithms.options", "DpFedAvgOptions", {"blur_lambda": 0.4, "lus_sparsity": 0.7}),
+    "dp-sgd-fedavg": ("dpfl.algorithms.options", "DpSgdOptions", {}),
+    "udp": ("dpfl.algorithms.options", "UdpOptions", {}),
+    "udp-crd": ("dpfl.algorithms.options", "UdpCrdOptions", {}),
+    "udp-lei": ("dpfl.algorithms.options", "UdpLeiOptions", {}),
+    "nbafl": ("dpfl.algorithms.options", "NbAflOptions", {}),
+    "ldp-fl": ("dpfl.algorithms.options", "LdpFlOptions", {}),
+    "midp-server": ("dpfl.algorithms.options", "MidpOptions", {}),
+    "midp-client": ("dpfl.algorithms.options", "MidpOptions", {}),
+    "pmidp-fl": ("dpfl.algorithms.options", "PmidpOptions", {}),
 }
 
 _BOUNDS = (("gt", ">"), ("ge", "≥"), ("lt", "<"), ("le", "≤"), ("min_length", "length ≥"),
