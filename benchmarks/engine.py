@@ -133,7 +133,8 @@ def model_flops(module: torch.nn.Module, input_shape: tuple[int, ...]) -> tuple[
             kh, kw = m.kernel_size
             flops.append(2 * out.numel() * (m.in_channels // m.groups) * kh * kw)
 
-    handles = [m.register_forward_hook(hook) for m in module.modules() if isinstance(m, torch.nn.Linear | torch.nn.Conv2d)]
+    handles = [m.register_forward_hook(hook) for m in module.modules()
+               if isinstance(m, torch.nn.Linear | torch.nn.Conv2d)]
     try:
         with torch.no_grad():
             module(torch.zeros(1, *input_shape))

@@ -105,16 +105,19 @@ def _workload_w(args: argparse.Namespace) -> None:
         if not args.skip_simulation:
             w = _config(tmp, data_dir, args.clients, args.rounds)
             base, base_all = _in_process(w, tmp / "in.sqlite")
-            print(f"in-process  W ({args.clients} clients): {base:.3f} s/round  (rounds {[round(x, 2) for x in base_all]})", flush=True)
+            print(f"in-process  W ({args.clients} clients): {base:.3f} s/round  "
+                  f"(rounds {[round(x, 2) for x in base_all]})", flush=True)
             sim, sim_all = _flower(w, tmp / "sim.sqlite", args.clients, True, tmp / "sim")
-            print(f"flower-sim  W ({args.clients} clients): {sim:.3f} s/round  (rounds {[round(x, 2) for x in sim_all]})", flush=True)
+            print(f"flower-sim  W ({args.clients} clients): {sim:.3f} s/round  "
+                  f"(rounds {[round(x, 2) for x in sim_all]})", flush=True)
             rows.append(("W", args.clients, "Flower Simulation Engine (Ray)", base, sim))
         if args.deployment_clients:
             small = _config(tmp, data_dir, args.deployment_clients, args.rounds)
             b2, b2_all = _in_process(small, tmp / "in2.sqlite")
             d2, d2_all = _flower(small, tmp / "dep.sqlite", args.deployment_clients, False, tmp / "dep", cold=args.cold)
             how = "cold ClientApp" if args.cold else "warm worker"
-            print(f"in-process  W-small ({args.deployment_clients} clients): {b2:.3f} s/round  ({[round(x, 2) for x in b2_all]})")
+            print(f"in-process  W-small ({args.deployment_clients} clients): {b2:.3f} s/round  "
+                  f"({[round(x, 2) for x in b2_all]})")
             print(f"flower-dep  W-small ({args.deployment_clients} clients, {how}): {d2:.3f} s/round  "
                   f"({[round(x, 2) for x in d2_all]})")
             rows.append(("W-small", args.deployment_clients, f"Flower deployment engine (processes, {how})", b2, d2))
@@ -158,7 +161,8 @@ def _breakdown(events: list[dict], store: Path, clients: int) -> None:
     print("  Flower start-up (seconds after the command started the federation):")
     print(f"    SuperLink listening          {fed['superlink'] - t0:6.2f}")
     print(f"    {clients} SuperNodes spawned        {fed['nodes'] - t0:6.2f}")
-    print(f"    ServerApp process started    {srv['proc'] - t0:6.2f}   (flwr run submitted at {run['submitted'] - t0:.2f})")
+    print(f"    ServerApp process started    {srv['proc'] - t0:6.2f}   "
+          f"(flwr run submitted at {run['submitted'] - t0:.2f})")
     print(f"    ServerApp imports done       {srv['loaded'] - t0:6.2f}")
     print(f"    ServerApp built the run      {srv['built'] - t0:6.2f}   (data, partition, model)")
     print(f"    every SuperNode answered     {srv['connected'] - t0:6.2f}   (one query message each)")
@@ -187,7 +191,8 @@ def _breakdown(events: list[dict], store: Path, clients: int) -> None:
     print("  per SuperNode per round, summed over its messages (seconds): delivery = Flower's polling and the")
     print("  ClientApp process spawn; app start = interpreter, imports, message pull; worker = the warm worker's")
     print("  start + imports (first round), data load + build, training, client step (clip, noise, encode)")
-    print("    node round msgs  delivery  app start  worker start  data load  train (cpu)    client step  handler rest  upload")
+    print("    node round msgs  delivery  app start  worker start  data load  train (cpu)    client step  "
+          "handler rest  upload")
     per: dict[tuple[int, int], list[dict]] = {}
     for m in msgs:
         if m["round"] is not None and m["node"] != "shuffler":
@@ -196,7 +201,8 @@ def _breakdown(events: list[dict], store: Path, clients: int) -> None:
         work = [m for m in ms if m.get("worker")]
         w = {k: sum(float(m["worker"].get(k, 0.0)) for m in work) for k in ("build", "train", "train_cpu", "step")}
         start = sum(float(m.get("connect") or 0.0) for m in work if m["worker"].get("first"))
-        inner = sum(float(m.get("connect") or 0.0) + sum(float(m["worker"].get(k, 0.0)) for k in ("build", "train", "step"))
+        inner = sum(float(m.get("connect") or 0.0)
+                    + sum(float(m["worker"].get(k, 0.0)) for k in ("build", "train", "step"))
                     for m in work)
         rest = sum(m["end"] - m["start"] for m in ms) - inner
         up = sum(pulled[m["id"]] - m["end"] for m in ms if m["id"] in pulled)

@@ -92,7 +92,8 @@ def worker(rounds: int, data_dir: str | None) -> None:
                           actor_compute=[max(a["train_seconds"][t] for a in stats) for t in range(rounds)])
             engine.close()
     ray.shutdown()
-    print(json.dumps({"ray_start_s": t_ray, "driver_maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    print(json.dumps({"ray_start_s": t_ray,
+                      "driver_maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                       "results": out}))
 
 

@@ -197,7 +197,8 @@ class FakeAccelerator(TorchDispatchMode):
         seeds are 64-bit hashes of (seed, round, client, purpose), distinct for distinct streams."""
         seed = gen.initial_seed()
         if seed in self._seeds["acc"] and seed in self._seeds["cpu"]:
-            raise AssertionError(f"stream seed {seed} was asked for on both devices: the harness cannot tell them apart")
+            raise AssertionError(f"stream seed {seed} was asked for on both devices: "
+                                 "the harness cannot tell them apart")
         return seed in self._seeds["acc"]
 
     def register_generator(self, gen: torch.Generator, device: str) -> torch.Generator:

@@ -25,7 +25,8 @@ class OwnCoinsTransport:
     def __call__(self, params: Any, info: Any, algo: Any, emit: Any) -> Any:
         import torch
 
-        assert info.hidden_participation and info.clients.tolist() == list(range(info.num_clients))  # the server did not sample
+        # the server did not sample
+        assert info.hidden_participation and info.clients.tolist() == list(range(info.num_clients))
         local = self.exp.engine.train(params, info.clients.tolist(), info.round_idx)
         ups = algo.client_step(params, local, info)
         keep = torch.tensor([c not in self.drop(info.round_idx) for c in info.clients.tolist()])

@@ -43,7 +43,8 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "pmidp-fl-adaptive": ("pmidp-fl", {"epsilons": EPS6, "clip_norm": 1.0, "clip_lr": 0.3}, {}),
     # q_k = batch_size / |D_k| (per client) and ⌈|D_k|/B⌉ steps; then a fixed q with local.steps
     "dp-sgd-fedavg": ("dp-sgd-fedavg", {"noise_multiplier": 1.1, "clip_norm": 1.0}, {}),
-    "dp-sgd-fedavg-fixed-rate": ("dp-sgd-fedavg", {"noise_multiplier": 0.9, "clip_norm": 1.0, "record_sample_rate": 0.2},
+    "dp-sgd-fedavg-fixed-rate": ("dp-sgd-fedavg",
+                                 {"noise_multiplier": 0.9, "clip_norm": 1.0, "record_sample_rate": 0.2},
                                  {"local": {"lr": 0.1, "batch_size": None, "steps": 4}, **POISSON}),
 }
 
@@ -92,7 +93,8 @@ def test_account_dry_run_equals_the_run_ledger(case: str, mnist_fixture: Path, t
         assert _same(float(claimed_run), float(claimed_dry))
 
 
-def test_account_config_on_the_command_line(mnist_fixture: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_account_config_on_the_command_line(
+        mnist_fixture: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`dpfl account CONFIG --json` prints the dry run (the short form of `dpfl account config`)."""
     import json
 
@@ -123,7 +125,8 @@ def test_a_plan_from_shapes_equals_the_config_dry_run(case: str, mnist_fixture: 
         with pytest.raises(ConfigError, match="parameter layout"):
             dry_run(cfg, experiment=build_plan(cfg, SIZES, 785 * 10))
         return
-    shapes = dry_run(cfg, experiment=build_plan(cfg, SIZES, 785 * 10)).privacy.to_dict()  # logistic on 28×28, 10 classes
+    # logistic on 28×28, 10 classes
+    shapes = dry_run(cfg, experiment=build_plan(cfg, SIZES, 785 * 10)).privacy.to_dict()
     for obs in ("server", "public"):
         a, b = full["certified"]["observers"][obs], shapes["certified"]["observers"][obs]
         assert _same(float(a["epsilon"]), float(b["epsilon"])), (obs, a["epsilon"], b["epsilon"])

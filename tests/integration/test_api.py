@@ -156,8 +156,10 @@ def test_a_users_model_and_data_by_reference_in_yaml(tmp_path: Path, monkeypatch
         "    return FederatedDataset(name='user', x_train=x[:240], y_train=y[:240], x_test=x[240:], y_test=y[240:],\n"
         "                            num_classes=3, input_shape=(1, 8, 8))\n", encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
-    cfg = {"name": "by-reference", "rounds": 2, "data": {"name": "userpkg_ref:load", "dir": str(tmp_path), "verify": False},
-           "partition": {"kind": "iid", "num_clients": 6}, "model": {"name": "userpkg_ref:make_net", "options": {"width": 5}},
+    cfg = {"name": "by-reference", "rounds": 2,
+           "data": {"name": "userpkg_ref:load", "dir": str(tmp_path), "verify": False},
+           "partition": {"kind": "iid", "num_clients": 6},
+           "model": {"name": "userpkg_ref:make_net", "options": {"width": 5}},
            "algorithm": {"name": "dp-fedavg", "options": DP}, "sampling": POISSON, "local": LOCAL}
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(cfg), encoding="utf-8")

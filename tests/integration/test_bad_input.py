@@ -40,19 +40,29 @@ FIXTURE = ROOT / "tests" / "fixtures" / "data"
 # -------------------------------------------------------------------------------------------------
 
 ADULT_ROWS = [
-    "39, State-gov, 77516, Bachelors, 13, Never-married, Adm-clerical, Not-in-family, White, Male, 2174, 0, 40, United-States, <=50K",
-    "50, Self-emp-not-inc, 83311, Bachelors, 13, Married-civ-spouse, Exec-managerial, Husband, White, Male, 0, 0, 13, United-States, >50K",
-    "38, Private, 215646, HS-grad, 9, Divorced, Handlers-cleaners, Not-in-family, White, Male, 0, 0, 40, United-States, <=50K",
-    "53, Private, 234721, 11th, 7, Married-civ-spouse, Handlers-cleaners, Husband, Black, Male, 0, 0, 40, United-States, <=50K",
-    "28, Private, 338409, Bachelors, 13, Married-civ-spouse, Prof-specialty, Wife, Black, Female, 0, 0, 40, Cuba, <=50K",
-    "37, Private, 284582, Masters, 14, Married-civ-spouse, Exec-managerial, Wife, White, Female, 0, 0, 40, United-States, >50K",
-    "49, Private, 160187, 9th, 5, Married-spouse-absent, Other-service, Not-in-family, Black, Female, 0, 0, 16, Jamaica, <=50K",
-    "52, Self-emp-not-inc, 209642, HS-grad, 9, Married-civ-spouse, Exec-managerial, Husband, White, Male, 0, 0, 45, United-States, >50K",
+    "39, State-gov, 77516, Bachelors, 13, Never-married, Adm-clerical, Not-in-family, White, Male, 2174, 0, "
+    "40, United-States, <=50K",
+    "50, Self-emp-not-inc, 83311, Bachelors, 13, Married-civ-spouse, Exec-managerial, Husband, White, Male, "
+    "0, 0, 13, United-States, >50K",
+    "38, Private, 215646, HS-grad, 9, Divorced, Handlers-cleaners, Not-in-family, White, Male, 0, 0, 40, "
+    "United-States, <=50K",
+    "53, Private, 234721, 11th, 7, Married-civ-spouse, Handlers-cleaners, Husband, Black, Male, 0, 0, 40, "
+    "United-States, <=50K",
+    "28, Private, 338409, Bachelors, 13, Married-civ-spouse, Prof-specialty, Wife, Black, Female, 0, 0, 40, "
+    "Cuba, <=50K",
+    "37, Private, 284582, Masters, 14, Married-civ-spouse, Exec-managerial, Wife, White, Female, 0, 0, 40, "
+    "United-States, >50K",
+    "49, Private, 160187, 9th, 5, Married-spouse-absent, Other-service, Not-in-family, Black, Female, 0, 0, "
+    "16, Jamaica, <=50K",
+    "52, Self-emp-not-inc, 209642, HS-grad, 9, Married-civ-spouse, Exec-managerial, Husband, White, Male, 0, "
+    "0, 45, United-States, >50K",
 ]
 ADULT_TEST = [
     "|1x3 Cross validator",
-    "25, Private, 226802, 11th, 7, Never-married, Machine-op-inspct, Own-child, Black, Male, 0, 0, 40, United-States, <=50K.",
-    "44, Private, 160323, Some-college, 10, Married-civ-spouse, Machine-op-inspct, Husband, Black, Male, 7688, 0, 40, United-States, >50K.",
+    "25, Private, 226802, 11th, 7, Never-married, Machine-op-inspct, Own-child, Black, Male, 0, 0, 40, "
+    "United-States, <=50K.",
+    "44, Private, 160323, Some-college, 10, Married-civ-spouse, Machine-op-inspct, Husband, Black, Male, "
+    "7688, 0, 40, United-States, >50K.",
 ]
 
 
@@ -111,7 +121,8 @@ class Workspace:
         """A copy of the fixture with its decompressed files edited; returns the data dir."""
         out = self.root / "mnist-edited"
         (out / "mnist").mkdir(parents=True, exist_ok=True)
-        files = {p.name.removesuffix(".gz"): gzip.decompress(p.read_bytes()) for p in (self.data / "mnist").glob("*.gz")}
+        files = {p.name.removesuffix(".gz"): gzip.decompress(p.read_bytes())
+                 for p in (self.data / "mnist").glob("*.gz")}
         edit(files)
         for name, content in files.items():
             (out / "mnist" / f"{name}.gz").write_bytes(gzip.compress(content, mtime=0))
@@ -317,20 +328,26 @@ CASES: list[Case] = [
     Case("set-into-a-value", lambda w: w.run(w.config(), "--set", "rounds.x=1"), "`rounds` is not a section"),
     Case("set-bool-rounds", lambda w: w.run(w.config(), "--set", "rounds=true"), "`rounds`"),
     # --- data files ---
-    Case("data-folder-missing", lambda w: w.run(w.config(data={"dir": str(w.root / "nowhere")})), "dpfl data fetch mnist"),
+    Case("data-folder-missing", lambda w: w.run(w.config(data={"dir": str(w.root / "nowhere")})),
+         "dpfl data fetch mnist"),
     Case("fixture-fails-checksum", lambda w: w.run(w.config(data={"verify": True})), "train-images-idx3-ubyte"),
-    Case("idx-truncated", lambda w: w.run(w.config(data={"dir": w.mnist_copy(_idx_truncate)})), "train-images-idx3-ubyte"),
+    Case("idx-truncated", lambda w: w.run(w.config(data={"dir": w.mnist_copy(_idx_truncate)})),
+         "train-images-idx3-ubyte"),
     Case("idx-bad-magic", lambda w: w.run(w.config(data={"dir": w.mnist_copy(_idx_magic)})), "t10k-labels-idx1-ubyte"),
-    Case("idx-count-mismatch", lambda w: w.run(w.config(data={"dir": w.mnist_copy(_idx_count)})), "train-labels-idx1-ubyte"),
+    Case("idx-count-mismatch", lambda w: w.run(w.config(data={"dir": w.mnist_copy(_idx_count)})),
+         "train-labels-idx1-ubyte"),
     Case("idx-label-out-of-range", lambda w: w.run(w.config(data={"dir": w.mnist_copy(_idx_label)})), "77"),
-    Case("adult-age-nan", lambda w: w.run(w.adult_config(2, "50,", "nan,")), "adult.data, line 2: numeric column 'age' holds 'nan'"),
-    Case("adult-age-inf", lambda w: w.run(w.adult_config(3, "38,", "inf,")), "adult.data, line 3: numeric column 'age' holds 'inf'"),
+    Case("adult-age-nan", lambda w: w.run(w.adult_config(2, "50,", "nan,")),
+         "adult.data, line 2: numeric column 'age' holds 'nan'"),
+    Case("adult-age-inf", lambda w: w.run(w.adult_config(3, "38,", "inf,")),
+         "adult.data, line 3: numeric column 'age' holds 'inf'"),
     Case("adult-gain-overflow", lambda w: w.run(w.adult_config(1, " 2174,", " 1e308,")),
          "adult.data, line 1: numeric column 'capital-gain' holds '1e308'"),
     Case("adult-test-age-inf", lambda w: w.run(w.adult_config(2, "25,", "-inf,", test_file=True)),
          "adult.test, line 2: numeric column 'age' holds '-inf'"),
     Case("adult-age-word", lambda w: w.run(w.adult_config(4, "53,", "old,")), "'old'"),
-    Case("adult-short-row", lambda w: w.run(w.adult_config(5, ", Cuba, <=50K", ", <=50K")), "line 5: 14 comma-separated fields"),
+    Case("adult-short-row", lambda w: w.run(w.adult_config(5, ", Cuba, <=50K", ", <=50K")),
+         "line 5: 14 comma-separated fields"),
     Case("adult-unknown-label", lambda w: w.run(w.adult_config(6, ">50K", "rich")), "unknown label 'rich'"),
     # --- command-line arguments ---
     Case("unknown-command", lambda w: ["fly"], "'fly'"),
@@ -360,7 +377,8 @@ CASES: list[Case] = [
     Case("bound-unknown-algorithm", lambda w: ["bound", "nosuch"], "'nosuch'"),
     Case("bound-plot-missing-folder", lambda w: ["bound", "udp", "--epsilon", "4", "--delta", "1e-3", "--clients", "50",
                                                  "--lr", "0.05", "--smoothness", "1", "--pl", "0.1", "--sensitivity",
-                                                 "0.01", "--gap", "1", "--plot", str(w.root / "no" / "such" / "b.png")], "no/such"),
+                                                 "0.01", "--gap", "1", "--plot", str(w.root / "no" / "such" / "b.png")],
+         "no/such"),
     Case("bound-from-unknown-run", lambda w: ["bound", "udp", "--epsilon", "4", "--from-run", "zzz",
                                               "--store", str(w.store)], "'zzz'"),
     # --- stores ---
@@ -379,7 +397,8 @@ CASES: list[Case] = [
     Case("run-read-only-store", lambda w: w.run(w.config(seed=7)), "read-only", patch=_read_only_store),
     Case("rerun-finished-plots-not-writable", lambda w: w.run(w.config(rounds=1)), "plots", code=0,
          patch=_no_plots_folder),
-    Case("report-result-not-json", lambda w: (_corrupt_result(w), ["report", w.extra_run_id, "--store", str(w.store)])[1],
+    Case("report-result-not-json",
+         lambda w: (_corrupt_result(w), ["report", w.extra_run_id, "--store", str(w.store)])[1],
          "not valid JSON"),
     Case("runs-result-not-json", lambda w: (_corrupt_result(w), ["runs", "--store", str(w.store)])[1],
          "not valid JSON", code=0),

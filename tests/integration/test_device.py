@@ -97,7 +97,8 @@ def test_an_absent_device_is_one_line_naming_it_before_any_data_is_read(
         build_experiment(cfg)
     assert repr(name) in str(err.value) and needle in str(err.value)
     store = tmp_path / "s.sqlite"
-    assert main(["run", "default", "--set", f"device={name}", "--set", f"data.dir={missing}", "--store", str(store)]) == 2
+    assert main(["run", "default", "--set", f"device={name}", "--set", f"data.dir={missing}",
+                 "--store", str(store)]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and repr(name) in lines[0] and needle in lines[0], lines
 
@@ -127,14 +128,16 @@ def _api_data() -> dpfl.FederatedData:
     g = torch.Generator().manual_seed(0)
     x = torch.randn(240, 1, 8, 8, generator=g)
     y = (x.reshape(240, -1) @ torch.randn(64, 4, generator=g)).argmax(1)
-    return dpfl.FederatedData.from_tensors(x[:200], y[:200], x[200:], y[200:], partition={"kind": "iid", "num_clients": 6})
+    return dpfl.FederatedData.from_tensors(x[:200], y[:200], x[200:], y[200:],
+                                           partition={"kind": "iid", "num_clients": 6})
 
 
 API = {"options": {"noise_multiplier": 1.0, "clip_norm": 1.0}, "rounds": 2,
        "sampling": {"kind": "poisson", "sample_rate": 0.5}, "local": {"lr": 0.1, "batch_size": 16}, "notice": None}
 
 
-def test_train_refuses_an_absent_device_before_anything_is_built(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_train_refuses_an_absent_device_before_anything_is_built(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     _no_accelerators(monkeypatch)
     torch.manual_seed(0)
     store = tmp_path / "s.sqlite"
@@ -272,7 +275,8 @@ ALL_CASES = {**CASES, **EXTRA_CASES}
 SEQUENTIAL = ("dp-fedavg", "dp-fedavg-blur-lus", "dp-sgd-fedavg", "udp", "nbafl-prox", "fedavg-cnn-adam")
 
 
-@pytest.mark.parametrize(("case", "engine"), [(c, "vectorized") for c in ALL_CASES] + [(c, "sequential") for c in SEQUENTIAL])
+@pytest.mark.parametrize(("case", "engine"),
+                         [(c, "vectorized") for c in ALL_CASES] + [(c, "sequential") for c in SEQUENTIAL])
 def test_every_algorithm_trains_on_the_accelerator_to_the_cpu_result(
         case: str, engine: str, fake_cuda: FakeAccelerator, engine_outputs: list[torch.device],
         mnist_fixture: Path, tmp_path: Path) -> None:
