@@ -97,7 +97,9 @@ class ResidueClient(NumPyClient):
     def __init__(self, partition: int) -> None:
         self.partition = partition
 
-    def fit(self, parameters: list[np.ndarray], config: dict[str, Scalar]) -> tuple[list[np.ndarray], int, dict[str, Scalar]]:
+    def fit(
+        self, parameters: list[np.ndarray], config: dict[str, Scalar]
+    ) -> tuple[list[np.ndarray], int, dict[str, Scalar]]:
         bits, server_round = int(config["bits"]), int(config["server_round"])
         return encode(residues(bits, self.partition, server_round), bits), WEIGHT, {"partition": self.partition}
 
@@ -112,7 +114,9 @@ class ConstantClient(NumPyClient):
     def __init__(self, partition: int) -> None:
         self.partition = partition
 
-    def fit(self, parameters: list[np.ndarray], config: dict[str, Scalar]) -> tuple[list[np.ndarray], int, dict[str, Scalar]]:
+    def fit(
+        self, parameters: list[np.ndarray], config: dict[str, Scalar]
+    ) -> tuple[list[np.ndarray], int, dict[str, Scalar]]:
         return [np.full(10, float(self.partition + 1))], 1, {}
 
 

@@ -469,14 +469,16 @@ def test_hidden_participation_on_flower_hides_who_was_sampled(tmp_path: Path, mn
     for t, (sent, received) in enumerate(zip(RecordingWorkflow.sent, RecordingWorkflow.received, strict=True)):
         assert len(sent) == 3 and sorted(received) == sorted(sent)  # every node, every round
         configs = [{k: v for k, v in ins.config.items() if k not in ("client", "state")} for ins in sent.values()]
-        assert all(c == configs[0] for c in configs) and configs[0]["hidden-participation"] is True  # no coin from the server
+        # no coin from the server
+        assert all(c == configs[0] for c in configs) and configs[0]["hidden-participation"] is True
         shapes = {vec.shape for _, vec in received.values()}
         assert len(shapes) == 1
         for nid, (_, vec) in received.items():
             client = int(sent[nid].config["client"])
             coin = float(torch.rand((), generator=seeds.generator(t, client, "coin"), dtype=torch.float64)) < 0.7
             chi = _chi_square(vec >> 27, 64)
-            print(f"round {t + 1}, client {client}, coin {int(coin)}: chi-square of the masked vector {chi:.1f} (df 63)")
+            print(f"round {t + 1}, client {client}, coin {int(coin)}: "
+                  f"chi-square of the masked vector {chi:.1f} (df 63)")
             kinds[coin].append(chi)
     assert kinds[True] and kinds[False]  # both kinds of client were seen (seed 5)
     assert max(kinds[True] + kinds[False]) < 140

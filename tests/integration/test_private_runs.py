@@ -95,7 +95,8 @@ def test_strict_refuses_a_round_whose_certified_epsilon_exceeds_the_claim(mnist_
     res = run_experiment(_cfg(mnist_fixture, privacy={"delta": 1e-3, "strict": True}), RunStore(tmp_path / "t.sqlite"))
     assert res.status == "finished"
     cert = res.final["privacy"]["certified"]
-    assert cert["headline"]["observer"] == "server" and cert["headline"]["epsilon"] > res.final["privacy"]["claimed_epsilon"]
+    assert (cert["headline"]["observer"] == "server"
+            and cert["headline"]["epsilon"] > res.final["privacy"]["claimed_epsilon"])
 
 
 def test_resume_restores_the_ledger(mnist_fixture: Path, tmp_path: Path) -> None:

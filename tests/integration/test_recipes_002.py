@@ -44,7 +44,8 @@ def test_fig3_4_smoke_report_has_both_epsilons_and_theorem2_noise(shared_data: P
     assert a == pytest.approx(b, rel=1e-9)
     pub = [r.result["privacy"]["certified"]["observers"]["public"]["epsilon"] for r in (cli, srv)]
     assert pub[0] == pytest.approx(pub[1], rel=1e-6)
-    assert float(srv.result["privacy"]["certified"]["observers"]["server"]["epsilon"]) == float("inf")  # stored as "inf"
+    # stored as "inf"
+    assert float(srv.result["privacy"]["certified"]["observers"]["server"]["epsilon"]) == float("inf")
 
 
 def test_fig7_10_smoke_per_client_ledger(shared_data: Path, tmp_path: Path) -> None:

@@ -82,7 +82,8 @@ def _runner(store: RunStore, ran: list[str]):  # type: ignore[no-untyped-def]
 
 
 def test_a_report_regenerates_from_its_records_after_the_store_is_deleted(
-        mnist_fixture: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+        mnist_fixture: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
     recipe, out = _tiny_recipe(mnist_fixture), tmp_path / "reports"
     store_dir = tmp_path / "machine"
     store, ran = RunStore(store_dir / "s.sqlite"), []

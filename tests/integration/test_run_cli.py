@@ -149,8 +149,10 @@ def test_kill_9_then_same_command_resumes_to_the_same_model(mnist_fixture: Path,
     json.dumps(rounds)  # the stored metrics are plain JSON
 
 
-@pytest.mark.slow  # two fresh processes (~14 s); threaded training equals sequential in tests/unit/sim/test_sgd_kernel.py
-def test_fresh_processes_of_one_config_on_two_threads_end_in_the_same_model(mnist_fixture: Path, tmp_path: Path) -> None:
+# two fresh processes (~14 s); threaded training equals sequential in tests/unit/sim/test_sgd_kernel.py
+@pytest.mark.slow
+def test_fresh_processes_of_one_config_on_two_threads_end_in_the_same_model(
+        mnist_fixture: Path, tmp_path: Path) -> None:
     """A run is bit-reproducible from one process to the next on the engine's chunk threads: the
     first kernel call of a process made from two threads at once once ended some runs of this
     config in other last bits (docs/architecture.md, "Chunks")."""

@@ -102,7 +102,8 @@ def _plant(store: Path, run_id: str, host: str, refreshed_ago: float) -> None:
     now = time.time()
     with sqlite3.connect(store) as db:
         db.execute("INSERT INTO leases (run_id, token, pid, host, process_start, taken_at, refreshed_at) "
-                   "VALUES (?, 'other', 4242, ?, NULL, ?, ?)", (run_id, host, now - refreshed_ago - 60, now - refreshed_ago))
+                   "VALUES (?, 'other', 4242, ?, NULL, ?, ?)",
+                   (run_id, host, now - refreshed_ago - 60, now - refreshed_ago))
 
 
 def test_a_lease_of_another_host_holds_until_it_is_not_refreshed(tmp_path: Path) -> None:

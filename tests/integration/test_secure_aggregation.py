@@ -272,7 +272,8 @@ def test_the_clients_own_coins_sample_them_and_hide_it(mnist_fixture: Path, tmp_
     for t, clients, residues in transport.rows:
         plan = algo.plan_for_cohort(t, N)
         pipe = algo.pipeline(plan)
-        assert residues.shape == (N, pipe.padded_dim) and int(residues.min()) >= 0 and int(residues.max()) < pipe.modulus
+        assert (residues.shape == (N, pipe.padded_dim) and int(residues.min()) >= 0
+                and int(residues.max()) < pipe.modulus)
         for row, c in zip(residues, clients.tolist(), strict=True):
             coin = float(torch.rand((), generator=seeds.generator(t, c, "coin"), dtype=torch.float64)) < Q
             from dpfl.privacy.mechanisms.integer import skellam_noise
