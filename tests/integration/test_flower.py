@@ -198,8 +198,8 @@ def test_client_killed_mid_round_is_dropped_and_the_ledger_stays_true(tmp_path: 
     assert per_client["0"] == pytest.approx(sim["privacy"]["client_epsilons_rdp"]["server"]["0"], rel=1e-9)
 
 
-# fork is the default (the shared federation's); subprocess, Flower's own, starts its own federation too
-@pytest.mark.parametrize("isolation", ["fork", pytest.param("subprocess", marks=pytest.mark.slow)])
+@pytest.mark.slow  # a federation of its own per isolation (~17 s each); the shared `federation` runs fork
+@pytest.mark.parametrize("isolation", ["fork", "subprocess"])
 def test_both_isolations_fork_or_spawn_every_clientapp_and_equal_the_simulator(
         tmp_path: Path, mnist_fixture: Path, monkeypatch: pytest.MonkeyPatch, isolation: str) -> None:
     """``fork`` (the default: ``--isolation process`` with dpfl's executor) forks every ClientApp
