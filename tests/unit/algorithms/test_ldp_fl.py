@@ -156,9 +156,11 @@ def test_non_finite_local_weights_are_reported_as_the_center() -> None:
     up = algo.client_step(torch.zeros(p), LocalResult(w.clone(), torch.zeros(1), torch.ones(1, dtype=torch.long)), info)
     low, high = two_point_values(torch.tensor(c, dtype=torch.float64), torch.tensor(r, dtype=torch.float64), eps)
     assert bool(torch.isfinite(up.params).all())
-    assert set(up.params.unique().tolist()) <= {float(torch.tensor(float(low)).float()), float(torch.tensor(float(high)).float())}
+    assert set(up.params.unique().tolist()) <= {float(torch.tensor(float(low)).float()),
+                                                float(torch.tensor(float(high)).float())}
     assert float(up.diagnostics["non_finite"][0]) == 3 and not up.declared  # diagnostics never leave a client
     # at the center both values are equally likely: the three weights are a fair coin each,
     # exactly as for a real weight 0 (same generator stream as a finite input would use)
-    ref = algo.client_step(torch.zeros(p), LocalResult(torch.zeros(1, p), torch.zeros(1), torch.ones(1, dtype=torch.long)), info)
+    ref = algo.client_step(torch.zeros(p),
+                           LocalResult(torch.zeros(1, p), torch.zeros(1), torch.ones(1, dtype=torch.long)), info)
     assert torch.equal(up.params, ref.params)

@@ -187,7 +187,8 @@ def test_splits_rounds(case: str, mnist_fixture: Path) -> None:
 
 @pytest.mark.parametrize("options", [{"range": "client-minmax"},
                                      {"range": "private-minmax", "range_noise_multiplier": 1.0}])
-def test_ldp_fl_cross_client_ranges_are_not_splittable_and_say_why(options: dict[str, Any], mnist_fixture: Path) -> None:
+def test_ldp_fl_cross_client_ranges_are_not_splittable_and_say_why(
+        options: dict[str, Any], mnist_fixture: Path) -> None:
     exp = build_experiment(_config("ldp-fl", {"epsilon": 1.0, **options}, {}, mnist_fixture))
     algo = exp.algorithm
     assert algo.splits_rounds is False and type(algo).splits_rounds is True
@@ -374,7 +375,8 @@ def test_dropouts_aggregate_the_arrivals_and_the_ledger_records_their_noise(case
         return
     if case == "pmidp-fl":  # adaptive thresholds (clip_lr > 0): each arrival's norm released exactly
         exact = [r for r in got if isinstance(r, ExactRelease)]
-        assert {(r.observer, c) for r in exact for c in r.client_ids} == {(o, c) for o in ("server", "public") for c in ids}
+        assert ({(r.observer, c) for r in exact for c in r.client_ids}
+                == {(o, c) for o in ("server", "public") for c in ids})
         got = [r for r in got if r not in exact]
     server = _std_of(got, "server")
     public = _std_of(got, "public")
@@ -388,7 +390,8 @@ def test_dropouts_aggregate_the_arrivals_and_the_ledger_records_their_noise(case
             # the update's noise multiplier σ_c/S as declared (with adaptive clipping the count is
             # a second release; and releases_for_arrivals, called after aggregate moved S_t on to
             # S_{t+1}, states std and sensitivity at S_{t+1}: same ratio, same ε)
-            mult = {c: float(arrived.declared["noise_std"][i]) / algo_clip for i, c in enumerate(arrived.clients.tolist())}
+            mult = {c: float(arrived.declared["noise_std"][i]) / algo_clip
+                    for i, c in enumerate(arrived.clients.tolist())}
             ratios = {c: [r.noise_std / r.sensitivity for r in got if r.observer == "server" and r.client_ids
                           and c in r.client_ids] for c in ids}
             assert all(any(v == pytest.approx(mult[c], rel=1e-9) for v in ratios[c]) for c in ids)

@@ -45,8 +45,9 @@ def test_a_loss_right_only_by_shape_on_a_stack_is_flattened() -> None:
 
 
 @pytest.mark.parametrize(("loss", "needle"), [
-    (lambda out, y: F.cross_entropy(out, y), r"must return one loss per sample, shape \(4,\) for outputs \(4, 4\) "
-                                             r"and targets \(4,\); it returned a scalar \(shape \(\)\).*reduction='none'"),
+    (lambda out, y: F.cross_entropy(out, y),
+     r"must return one loss per sample, shape \(4,\) for outputs \(4, 4\) "
+     r"and targets \(4,\); it returned a scalar \(shape \(\)\).*reduction='none'"),
     (lambda out, y: F.cross_entropy(out, y, reduction="sum"), r"it returned a scalar"),
     (lambda out, y: torch.log_softmax(out, -1), r"shape \(4,\) .*; it returned shape \(4, 4\)\."),
     (lambda out, y: [1.0] * out.shape[0], r"it returned a list, not a tensor"),

