@@ -70,7 +70,8 @@ def test_records_round_trip_and_a_bad_line_is_named(tmp_path: Path) -> None:
 def test_the_epsilon_summary_keeps_both_epsilons_per_observer() -> None:
     cert = {"epsilon": 3.5, "delta": 1e-5, "method": "pld", "basis": "ex-ante", "notes": ["n"]}
     result = {"privacy": {"claimed_epsilon": 2.0, "claim_comparable": True, "delta": 1e-5,
-                          "certified": {"headline": cert, "observers": {"server": cert, "public": {**cert, "epsilon": 1.0}}}}}
+                          "certified": {"headline": cert,
+                                        "observers": {"server": cert, "public": {**cert, "epsilon": 1.0}}}}}
     assert epsilon_summary(result) == {
         "claimed": 2.0, "claim_comparable": True, "delta": 1e-5,
         "certified": {"public": {"epsilon": 1.0, "method": "pld", "basis": "ex-ante"},

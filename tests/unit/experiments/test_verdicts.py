@@ -134,7 +134,8 @@ def test_a_tie_is_inconclusive_and_a_real_reversal_beyond_the_margin_is_not_repr
     t = trend(drift, increasing=True, tolerance=1.5)
     assert t.verdict == NOT_REPRODUCED and (2.0, 4.0) in t.reversals and (2.0, 3.0) not in t.reversals
     # several points at one x (distances |T0 − T*|): equal x are never compared, every pair of ends is
-    assert trend([(0, 1.0), (50, 1.4), (50, 1.05), (100, 1.2)], increasing=True, tolerance=0.1).verdict == NOT_REPRODUCED
+    assert (trend([(0, 1.0), (50, 1.4), (50, 1.05), (100, 1.2)], increasing=True, tolerance=0.1).verdict
+            == NOT_REPRODUCED)
     assert trend([(0, 1.0), (50, 1.2), (50, 1.15), (100, 1.5)], increasing=True, tolerance=0.1).verdict == REPRODUCED
     assert trend([(1, 1.0), (1, 2.0)], increasing=True, tolerance=0.1).verdict == INCONCLUSIVE
 

@@ -1,6 +1,7 @@
 """The Skellam mechanism's RDP (AKL21 Thm 3.5) and its Poisson amplification (the binomial
 expansion without the factor 3 of Zhu & Wang 2019's general bound, which is also kept and checked
-here: docs/proofs/skellam-subsampling.md), checked against values computed independently: the exact Rényi divergence of the
+here: docs/proofs/skellam-subsampling.md), checked against values computed independently: the
+exact Rényi divergence of the
 Skellam distribution and its shifts (scipy's Bessel functions), the exact privacy-loss
 distribution of a concrete neighbouring pair (dp-accounting's PLD from two probability mass
 functions), and dp-accounting's Gaussian accountant in the limit where Skellam is Gaussian."""

@@ -23,7 +23,8 @@ def test_the_installed_flower_keeps_the_waits_where_the_wrapper_shortens_them() 
 
     source = inspect.getsource(sci)
     # the module's only uses of `time` are its waits: capping them changes nothing else
-    assert sorted(re.findall(r"\btime\.\w+\([^)]*\)", source)) == ["time.sleep(0.5)", "time.sleep(0.5)", "time.sleep(3)"]
+    assert sorted(re.findall(r"\btime\.\w+\([^)]*\)", source)) == ["time.sleep(0.5)", "time.sleep(0.5)",
+                                                                  "time.sleep(3)"]
     assert re.search(r"^import time$", source, re.M)
     saved = sci.time
     try:
@@ -65,7 +66,8 @@ def test_a_module_without_the_time_name_keeps_flowers_waits_and_says_so(capsys: 
 
 
 def test_the_pull_interval_is_taken_out_and_the_rest_goes_to_flower() -> None:
-    args = ["--insecure", "--pull-interval", "0.5", "--superlink", "127.0.0.1:9092", "--pull-interval=0.3", "--isolation", "process"]
+    args = ["--insecure", "--pull-interval", "0.5", "--superlink", "127.0.0.1:9092", "--pull-interval=0.3",
+            "--isolation", "process"]
     interval, rest = supernode._split_args(args)
     assert interval == 0.3
     assert rest == ["--insecure", "--superlink", "127.0.0.1:9092", "--isolation", "process"]

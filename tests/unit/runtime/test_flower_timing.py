@@ -83,7 +83,8 @@ def _task_identity() -> Any:
 
 
 @pytest.mark.usefixtures("_task_identity")
-def test_the_serverapp_grid_polls_promptly_and_records_arrivals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_serverapp_grid_polls_promptly_and_records_arrivals(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     slept: list[float] = []
     monkeypatch.setattr(transport.time, "sleep", slept.append)
     monkeypatch.setenv(timing.TIMINGS_ENV, str(tmp_path / "t.jsonl"))
@@ -91,7 +92,8 @@ def test_the_serverapp_grid_polls_promptly_and_records_arrivals(tmp_path: Path, 
     grid = transport.PromptGrid(inner)  # type: ignore[arg-type]
     msgs = [Message(RecordDict({"q": ConfigRecord({"n": i})}), 10 + i, "query") for i in range(3)]
     replies = list(grid.send_and_receive(msgs, timeout=3600))
-    assert sorted(r.metadata.reply_to_message_id for r in replies) == sorted(m.metadata.message_id for m in inner.pushed)
+    assert (sorted(r.metadata.reply_to_message_id for r in replies)
+            == sorted(m.metadata.message_id for m in inner.pushed))
     assert inner.pulls == 3 and slept == [transport.POLL_SECONDS] * 2 and transport.POLL_SECONDS < 3
     pulled = [e for e in timing.load(tmp_path / "t.jsonl") if e["event"] == "pulled"]
     assert sorted(e["reply_to"] for e in pulled) == sorted(m.metadata.message_id for m in inner.pushed)

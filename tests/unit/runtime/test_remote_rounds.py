@@ -162,8 +162,10 @@ def test_a_round_redone_after_a_server_kill_is_charged_twice(shared_data: Path, 
     ref6 = run_experiment(six, RunStore(tmp_path / "r6.sqlite"), remote=FakeCohort(six)).final
     ref5 = run_experiment(five, RunStore(tmp_path / "r5.sqlite"), remote=FakeCohort(five)).final
     obs = res.final["privacy"]["certified"]["observers"]
-    assert obs["server"]["epsilon_rdp"] == pytest.approx(ref6["privacy"]["certified"]["observers"]["server"]["epsilon_rdp"], rel=1e-12)
-    assert obs["public"]["epsilon_rdp"] == pytest.approx(ref5["privacy"]["certified"]["observers"]["public"]["epsilon_rdp"], rel=1e-12)
+    assert obs["server"]["epsilon_rdp"] == pytest.approx(
+        ref6["privacy"]["certified"]["observers"]["server"]["epsilon_rdp"], rel=1e-12)
+    assert obs["public"]["epsilon_rdp"] == pytest.approx(
+        ref5["privacy"]["certified"]["observers"]["public"]["epsilon_rdp"], rel=1e-12)
 
 
 def test_rejected_and_late_uploads_are_charged_to_the_server(shared_data: Path, tmp_path: Path) -> None:

@@ -145,7 +145,8 @@ def test_instance_norm_running_stats_and_buffers_are_refused_constants_allowed()
         def forward(self, x):
             return self.lin(x) * self.scale
 
-    with pytest.raises(ConfigError, match=r"`0` \(InstanceNorm2d\): track_running_stats=True.*Fix: track_running_stats=False"):
+    with pytest.raises(ConfigError,
+                       match=r"`0` \(InstanceNorm2d\): track_running_stats=True.*Fix: track_running_stats=False"):
         LocalProblem(nn.Sequential(nn.InstanceNorm2d(3, track_running_stats=True)), LocalTraining(lr=0.1))
     LocalProblem(nn.Sequential(nn.InstanceNorm2d(3)), LocalTraining(lr=0.1))  # per-sample, no buffers
     with pytest.raises(ConfigError, match=r"holds buffer\(s\) \['scale'\]"):

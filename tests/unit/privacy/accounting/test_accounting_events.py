@@ -83,7 +83,8 @@ def test_sampled_event_follows_the_description() -> None:
     g = dpa.GaussianDpEvent(1.0)
     assert ev.sampled_event(g, {"kind": "all"}, 10) == g
     assert ev.sampled_event(g, {"kind": "poisson", "sample_rate": 0.1}, 10) == dpa.PoissonSampledDpEvent(0.1, g)
-    assert ev.sampled_event(g, {"kind": "fixed_size", "num_sampled": 3}, 10) == dpa.SampledWithoutReplacementDpEvent(10, 3, g)
+    assert (ev.sampled_event(g, {"kind": "fixed_size", "num_sampled": 3}, 10)
+            == dpa.SampledWithoutReplacementDpEvent(10, 3, g))
     # full participation is not sampling
     assert ev.sampled_event(g, {"kind": "fixed_size", "num_sampled": 10}, 10) == g
     assert ev.sampled_event(g, {"kind": "poisson", "sample_rate": 1.0}, 10) == g

@@ -346,7 +346,8 @@ def test_rdp_orders_start_near_one_so_huge_epsilons_are_tight() -> None:
     ledger = _ledger(AllClients(), n=1)
     for t in range(100):
         ledger.record_round(t, [Release.gaussian("server", 0.05, 1.0, [0])], sampling=AllClients(), participants=[0])
-    exact = pld.PLDAccountant(value_discretization_interval=1e-3).compose(dpa.GaussianDpEvent(0.05), 100).get_epsilon(1e-5)
+    exact = (pld.PLDAccountant(value_discretization_interval=1e-3)
+             .compose(dpa.GaussianDpEvent(0.05), 100).get_epsilon(1e-5))
     got = ledger.certify("server", method="rdp").epsilon
     assert exact <= got <= exact * 1.01
 

@@ -209,7 +209,8 @@ def test_the_check_before_a_round_when_no_client_dominates_at_every_order() -> N
 
     ledger = PrivacyLedger(num_clients=3, sampler={"kind": "all"}, delta=1e-5, relation="add_remove",
                            privacy_unit="record", pld_every=0)
-    rel: list[Release] = [SampledGaussianRelease("server", 1.0, 0.01, 20, (0,)), Release.gaussian("server", 4.0, 1.0, [1])]
+    rel: list[Release] = [SampledGaussianRelease("server", 1.0, 0.01, 20, (0,)),
+                          Release.gaussian("server", 4.0, 1.0, [1])]
     ledger.record_round(0, rel, sampling={"kind": "all"}, participants=[0, 1, 2])
     nxt = [Release.gaussian("server", 40.0, 1.0, [1, 2])]
     copy = PrivacyLedger.from_dict(ledger.to_dict())

@@ -26,7 +26,8 @@ def test_the_worst_rdp_certificate_is_the_largest_per_client_certificate() -> No
     for _ in range(60):
         mid = (lo * hi) ** 0.5
         probe = _ledger()
-        probe.record_round(0, [Release.gaussian("server", mid, 1.0, [1])], sampling={"kind": "all"}, participants=[0, 1])
+        probe.record_round(0, [Release.gaussian("server", mid, 1.0, [1])], sampling={"kind": "all"},
+                           participants=[0, 1])
         lo, hi = (mid, hi) if probe.certify("server", 1, "rdp").epsilon > target else (lo, mid)
     ledger.record_round(1, [Release.gaussian("server", hi, 1.0, [1])], sampling={"kind": "all"}, participants=[0, 1])
     c0, c1 = ledger.certify("server", 0, "rdp"), ledger.certify("server", 1, "rdp")
