@@ -47,6 +47,11 @@ def _lazy(name: str) -> Callable[[argparse.Namespace], int]:
     (``dpfl --help`` then loads neither dp-accounting nor torch)."""
 
     def run(args: argparse.Namespace) -> int:
+        from dpfl.commands import preload
+
+        # what every dry run loads (torch, dp-accounting, pydantic), loaded before it runs
+        preload("dpfl.commands.dry_run", "dpfl.config", "dpfl.rounds.build", "dpfl.rounds.session",
+                "rich.console", "rich.table")
         from dpfl.commands import dry_run
 
         return int(getattr(dry_run, name)(args))
