@@ -788,6 +788,12 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
             return float("inf")
         return dpfedavg_claimed_epsilon(self.noise_multiplier, self._sample_rate(), rounds_done, self.delta)
 
+    def claim_at_integer_orders(self, rounds_done: int) -> float | None:
+        if rounds_done == 0 or self.noise_multiplier == 0:
+            return self.claimed_epsilon(rounds_done)
+        return dpfedavg_claimed_epsilon(self.noise_multiplier, self._sample_rate(), rounds_done, self.delta,
+                                        integer_orders=True)
+
     def canaries(self) -> CanaryHooks:
         """Audit canaries: each a row of norm C around the global model; the real clients' noise
         stays calibrated to the real cohort, the rows are real + canaries."""

@@ -179,6 +179,18 @@ class PrivateAlgorithm(Algorithm, Generic[PlanT]):
     def claimed_epsilon(self, rounds_done: int) -> float | dict[int, float] | None:
         """The paper's own ε after ``rounds_done`` rounds, in the paper's notion."""
 
+    def claim_at_integer_orders(self, rounds_done: int) -> float | None:
+        """The claim's own formula restricted to integer RDP orders; None (the default): the claim
+        is not an RDP bound over orders.
+
+        A mechanism whose RDP is proven at integer orders only (the Poisson-sampled Skellam sum of
+        secure aggregation, docs/proofs/skellam-subsampling.md) cannot reach a claim computed at
+        fractional orders even when it adds as much noise; the gate compares its certificate with
+        this figure to tell that gap (the order grid) from a real excess.
+        """
+        del rounds_done
+        return None
+
     def claim_notion(self) -> str:
         """One line: the notion, unit and δ of :meth:`claimed_epsilon`."""
         return f"{self.name}: (ε, δ)-DP per {self.privacy_unit}"

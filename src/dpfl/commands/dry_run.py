@@ -195,6 +195,8 @@ def _print_privacy(console: Any, priv: Any, per_round: Any, label: str | None = 
         console.print(table)
         for basis, text in sorted({(c.basis, c.basis_text) for c in priv.certified.values() if c.basis}):
             console.print(f"  basis {basis}: {text}")
+        for note in dict.fromkeys(n for c in priv.certified.values() for n in c.notes if n.startswith("relation: ")):
+            console.print(f"  {note}")
         for line in priv.readings():
             console.print(f"  {line}")
         if priv.spent:

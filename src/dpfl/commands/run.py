@@ -97,6 +97,12 @@ def _secure_aggregation_lines(config: Any) -> str:
     return "\n".join(lines)
 
 
+def _relation_notes(certificates: Any) -> list[str]:
+    """The certificates' notes naming a neighbouring relation narrower than the ledger's (a
+    registered mechanism's, e.g. the secure sum's zero-out), once each."""
+    return list(dict.fromkeys(n for c in certificates for n in c.notes if n.startswith("relation: ")))
+
+
 def _privacy_summary(summary: PrivacySummary) -> str:
     """A privacy summary for humans: the claim, the headline and each observer."""
     claimed = summary.claimed_epsilon
@@ -113,6 +119,7 @@ def _privacy_summary(summary: PrivacySummary) -> str:
         )
         for obs, c in summary.certified.items():
             lines.append(f"  observer {obs:<7} epsilon {_eps(c.epsilon)} ({c.method}; {c.basis_text})")
+        lines += [f"  {note}" for note in _relation_notes(summary.certified.values())]
         if summary.certified_basis:
             lines.append(f"  the certified epsilon is the {summary.certified_basis}")
     if summary.spent:

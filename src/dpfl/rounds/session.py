@@ -329,7 +329,9 @@ def _registered(exp: Experiment, cohort: Cohort, gate: PrivacyGate | None, store
     for observer in observers:
         _replay(observer, rid, store.rounds(rid))
     if gate is not None and state.rounds_done > 0:  # "noted once" notices stay once across resumes
-        gate.exceeded_noted = any(n["kind"] == "claim-exceeded" for n in store.notices(rid))
+        kinds = {n["kind"] for n in store.notices(rid)}
+        gate.exceeded_noted = "claim-exceeded" in kinds
+        gate.order_grid_noted = "claim-order-grid" in kinds
     try:
         outcome = run_rounds(algo, cohort, gate, recorder, state, rounds=config.rounds,
                              num_clients=exp.data.num_clients, seeds=exp.seeds, eval_every=config.eval_every,

@@ -481,7 +481,7 @@ def _dpfedavg_event(
 
 
 def dpfedavg_claimed_epsilon(
-    noise_multiplier: float, sample_rate: float, rounds: int, delta: float
+    noise_multiplier: float, sample_rate: float, rounds: int, delta: float, *, integer_orders: bool = False
 ) -> float:
     """004's own ε: the moments accountant on T Poisson-sampled Gaussian rounds.
 
@@ -495,6 +495,11 @@ def dpfedavg_claimed_epsilon(
         sample_rate: p, the client sampling probability.
         rounds: T.
         delta: δ (the paper uses 1/N).
+        integer_orders: the same accountant restricted to the integer orders among its defaults
+            (2, 3, …, 63, 128, …, 1024) — Abadi et al.'s moments accountant composes integer moments
+            λ = α − 1. Not the claim: what the claim's formula gives on the order grid of a
+            certificate proven at integer orders only (the Poisson-sampled Skellam sum), so the gap
+            between the two can be told apart from a real excess.
 
     Returns:
         ε at δ.
@@ -506,7 +511,7 @@ def dpfedavg_claimed_epsilon(
     q = _sample_rate("sample_rate", sample_rate)
     t = _positive_int("rounds", rounds)
     dlt = _delta("delta", delta)
-    orders, rdp_one = _dpfedavg_round_rdp(z, q)
+    orders, rdp_one = _dpfedavg_round_rdp(z, q, integer_orders)
     # composing T identical rounds multiplies the RDP curve by T (the accountant does the same);
     # dp_accounting's conversion (compute_epsilon), bit for bit, in half its time (a run asks
     # for this every round)
@@ -516,7 +521,8 @@ def dpfedavg_claimed_epsilon(
 
 
 @functools.lru_cache(maxsize=256)
-def _dpfedavg_round_rdp(noise_multiplier: float, sample_rate: float) -> tuple[tuple[float, ...], np.ndarray]:
+def _dpfedavg_round_rdp(noise_multiplier: float, sample_rate: float,
+                        integer_orders: bool = False) -> tuple[tuple[float, ...], np.ndarray]:
     """RDP curve of one Poisson-sampled Gaussian round at dp-accounting's default orders (what its
     ``RdpAccountant()`` composes; cached: a run asks for it every round). Computed by the
     certificate's :func:`~dpfl.privacy.accounting.certify.rdp_vector`, which shares it with the
@@ -524,7 +530,8 @@ def _dpfedavg_round_rdp(noise_multiplier: float, sample_rate: float) -> tuple[tu
     1e-10 relative, tested)."""
     from dpfl.privacy.accounting.certify import rdp_vector
 
-    orders = tuple(float(a) for a in rdp_privacy_accountant.DEFAULT_RDP_ORDERS)
+    orders = tuple(float(a) for a in rdp_privacy_accountant.DEFAULT_RDP_ORDERS
+                   if not integer_orders or float(a).is_integer())
     event = dp_accounting.PoissonSampledDpEvent(sample_rate, dp_accounting.GaussianDpEvent(noise_multiplier))
     return orders, rdp_vector(event, "add_remove", orders)
 

@@ -410,7 +410,7 @@ class PrivacyLedger:
     def _relation_notes(counts: Counter[dpe.DpEvent]) -> list[str]:
         """The narrower neighbouring relations the registered mechanisms among ``counts`` hold for."""
         found = (accounting_of(leaf) for event in counts for leaf, _ in leaves(event))
-        return list(dict.fromkeys(r.relation_note for r in found if r is not None and r.relation_note))
+        return list(dict.fromkeys(f"relation: {r.relation_note}" for r in found if r is not None and r.relation_note))
 
     def _certificate(self, observer: str, cid: int | None, method: str) -> Certificate:
         st = self._state[observer]

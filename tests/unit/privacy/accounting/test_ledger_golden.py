@@ -136,7 +136,7 @@ SHORTCUTS: dict[str, list[str]] = {
 
 #: The notices the privacy gate emits (the others come from the algorithms and the build, which
 #: the ledger does not decide).
-GATE_NOTICES = ("claim-exceeded", "target-epsilon", "privacy-filter", "stopped", "early-end")
+GATE_NOTICES = ("claim-exceeded", "claim-order-grid", "target-epsilon", "privacy-filter", "stopped", "early-end")
 
 
 def _gate_notices(notices: list[str]) -> list[str]:
