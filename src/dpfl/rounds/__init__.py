@@ -12,34 +12,57 @@
 
 This layer imports ``algorithms``, ``sim``, ``data``, ``models``, ``privacy``, ``config`` and
 ``store``; never ``experiments``, ``runtime``, ``audit`` or ``commands`` (they import it).
+
+The names load on first use: importing this package (or :mod:`~dpfl.rounds.result` alone, as
+``dpfl runs`` and ``dpfl report`` do) imports neither torch nor an accountant.
 """
 
-from dpfl.rounds.build import (
-    ENGINES,
-    Experiment,
-    Plan,
-    build_experiment,
-    build_plan,
-    check_device,
-    check_names,
-    dpfl_commit,
-    environment,
-    evaluate,
-    params_digest,
-    partition_clients,
-)
-from dpfl.rounds.cohort import Cohort, Collected, DryCohort, InProcessCohort, UploadCohort
-from dpfl.rounds.gate import PrivacyGate
-from dpfl.rounds.loop import MAX_CONSECUTIVE_EMPTY_ROUNDS, run_rounds
-from dpfl.rounds.result import DryRunResult, PrivacySummary, RunResult
-from dpfl.rounds.session import (
-    NoticeFn,
-    ProgressFn,
-    checkpoint_path,
-    dry_run,
-    run_experiment,
-    run_on,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dpfl.rounds.build import (
+        ENGINES,
+        Experiment,
+        Plan,
+        build_experiment,
+        build_plan,
+        check_device,
+        check_names,
+        dpfl_commit,
+        environment,
+        evaluate,
+        params_digest,
+        partition_clients,
+    )
+    from dpfl.rounds.cohort import Cohort, Collected, DryCohort, InProcessCohort, UploadCohort
+    from dpfl.rounds.gate import PrivacyGate
+    from dpfl.rounds.loop import MAX_CONSECUTIVE_EMPTY_ROUNDS, run_rounds
+    from dpfl.rounds.result import DryRunResult, PrivacySummary, RunResult
+    from dpfl.rounds.session import (
+        NoticeFn,
+        ProgressFn,
+        checkpoint_path,
+        dry_run,
+        run_experiment,
+        run_on,
+    )
+
+_WHERE = {
+    **{name: "dpfl.rounds.build" for name in (
+        "ENGINES", "Experiment", "Plan", "build_experiment", "build_plan", "check_device", "check_names",
+        "dpfl_commit", "environment", "evaluate", "params_digest", "partition_clients")},
+    **{name: "dpfl.rounds.cohort" for name in (
+        "Cohort", "Collected", "DryCohort", "InProcessCohort", "UploadCohort")},
+    "PrivacyGate": "dpfl.rounds.gate",
+    "MAX_CONSECUTIVE_EMPTY_ROUNDS": "dpfl.rounds.loop",
+    "run_rounds": "dpfl.rounds.loop",
+    **{name: "dpfl.rounds.result" for name in ("DryRunResult", "PrivacySummary", "RunResult")},
+    **{name: "dpfl.rounds.session" for name in (
+        "NoticeFn", "ProgressFn", "checkpoint_path", "dry_run", "run_experiment", "run_on")},
+}
 
 __all__ = [
     "ENGINES", "Experiment", "Plan", "build_plan", "build_experiment", "check_device", "check_names", "dpfl_commit",
@@ -48,3 +71,12 @@ __all__ = [
     "UploadCohort", "PrivacyGate", "MAX_CONSECUTIVE_EMPTY_ROUNDS", "run_rounds", "DryRunResult", "PrivacySummary",
     "RunResult", "NoticeFn", "ProgressFn", "checkpoint_path", "dry_run", "run_experiment", "run_on",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dpfl.rounds' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

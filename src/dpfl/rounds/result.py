@@ -1,12 +1,12 @@
 """Typed results of a run and of a dry run: :class:`RunResult` and :class:`PrivacySummary`.
 
 A run's privacy statement is one frozen :class:`PrivacySummary`: per observer the certified
-:class:`~dpfl.privacy.accounting.certify.Certificate` (ε, method, δ, unit, relation), the paper's
+:class:`~dpfl.privacy.accounting.certificate.Certificate` (ε, method, δ, unit, relation), the paper's
 claimed ε in the paper's notion, what the certificate does not cover, and — for algorithms under
 a Rényi filter — what was spent next to the guarantee. The store keeps it as JSON through
 :meth:`PrivacySummary.to_dict` / :meth:`PrivacySummary.from_dict` (an infinite ε is the string
 ``"inf"``, written and read by the one pair :func:`json_epsilon` / :func:`epsilon_from_json` of
-``privacy/accounting/certify.py``, which the certificates, the ledger and this module all use),
+``privacy/accounting/certificate.py``, which the certificates, the ledger and this module all use),
 so readers of stored runs never walk nested dictionaries: :meth:`PrivacySummary.of` reads a final
 record.
 """
@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dpfl.privacy.accounting.certify import Certificate, epsilon_from_json, json_epsilon
+from dpfl.privacy.accounting.certificate import Certificate, epsilon_from_json, json_epsilon
 
 OBSERVERS = ("server", "public")
 

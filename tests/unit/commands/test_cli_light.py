@@ -10,8 +10,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 SRC = str(Path(__file__).resolve().parents[3] / "src")
 HEAVY = ("torch", "dp_accounting", "absl", "rich", "flwr", "ray", "matplotlib")
 
@@ -80,8 +78,6 @@ def test_options_imports_no_torch() -> None:
     assert _cli_modules("options", "dp-fedavg", "--markdown") == []
 
 
-@pytest.mark.xfail(strict=True, reason="dpfl.rounds imports its whole layer (torch) on first import, and a "
-                                       "stored certificate is read through the accountant's module")
 def test_runs_and_report_import_no_torch(tmp_path: Path) -> None:
     """Listing and reporting stored runs reads a SQLite file: no torch, no accountant."""
     run_id = _stored_run(tmp_path / "s.sqlite")
