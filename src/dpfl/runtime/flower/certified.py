@@ -209,6 +209,7 @@ class RoundCertifier:
     rounds: list[dict[str, Any]] = field(default_factory=list)
     unclipped: list[str] = field(default_factory=list)
     unclipped_this_round: bool = False
+    taken_part: dict[int, int] = field(default_factory=dict)
     _flower_shadow: Any = None
 
     def __post_init__(self) -> None:
@@ -320,6 +321,8 @@ class RoundCertifier:
         ids = [self.client_of(n) for n in nodes]
         self.ledger.record_round(self.ledger.rounds_recorded, releases, sampling=self.ledger.sampling,
                                  participants=ids, certify_round=False)
+        for cid in ids:
+            self.taken_part[cid] = self.taken_part.get(cid, 0) + 1
         self._flower_compose(len(nodes))
         self.rounds.append({"round": server_round, "cohort": len(nodes), **self.epsilons("rdp")})
         return releases
@@ -373,8 +376,10 @@ class RoundCertifier:
         """The run's privacy in lines for Flower's log: per observer, basis, Flower's figure, notes."""
         if self.ledger is None or self.ledger.rounds_recorded == 0:
             return ["dpfl: no aggregate was released; nothing to certify"]
+        most = max(self.taken_part.values(), default=0)
         lines = [f"dpfl certificates after {self.ledger.rounds_recorded} released rounds ({self.dp.wrapper}; "
-                 f"cohort {self.cohort}; secure aggregation {'on' if self.secure_aggregation else 'off'}):"]
+                 f"cohort {self.cohort}; secure aggregation {'on' if self.secure_aggregation else 'off'}; "
+                 f"the most rounds one client took part in: {most}):"]
         for obs, cert in self.certificates().items():
             lines.append(f"  {obs:<6} ε = {_fmt(cert.epsilon)} at δ = {cert.delta:g} ({cert.method}; RDP "
                          f"{_fmt(cert.epsilon_rdp)}, PLD {_fmt(cert.epsilon_pld)}; {cert.basis_text})")
@@ -534,15 +539,18 @@ class CertifiedLegacyStrategy(_legacy_strategy_base()):  # type: ignore[misc]
     """A legacy Flower strategy (``DefaultWorkflow`` / ``SecAggPlusWorkflow``) with dpfl's certificates.
 
     Args: as :class:`CertifiedStrategy`, plus ``secure_aggregation``: the app runs
-    ``SecAggPlusWorkflow`` (the server sees only the weighted sum of the uploads). Each round's
-    certificate is logged after aggregation; :meth:`report` gives the final one.
+    ``SecAggPlusWorkflow`` (the server sees only the weighted sum of the uploads), and
+    ``num_rounds``: the final certificates (with the PLD) are logged after that round (the legacy
+    workflow has no end hook; :meth:`report` gives them at any time). Each round's certificate
+    (RDP) is logged after its aggregation.
     """
 
     def __init__(self, strategy: Any, *, delta: float, client_mods: Sequence[Any] = (), cohort: Cohort = "known",
                  secure_aggregation: bool = False, max_epsilon: float | Mapping[str, float] | None = None,
-                 population_size: int | None = None) -> None:
+                 population_size: int | None = None, num_rounds: int | None = None) -> None:
         super().__init__()
         self.strategy = strategy
+        self.num_rounds = num_rounds
         self.certifier = RoundCertifier(read_flower_dp(strategy, client_mods), delta, cohort,
                                         secure_aggregation=secure_aggregation, max_epsilon=max_epsilon,
                                         population_size=population_size)
@@ -587,6 +595,9 @@ class CertifiedLegacyStrategy(_legacy_strategy_base()):  # type: ignore[misc]
         if params is not None and results:
             self.certifier.record(server_round, nodes, weights)
             _log(INFO, self.certifier.round_line(server_round))
+        if server_round == self.num_rounds:
+            for line in self.certifier.report():
+                _log(INFO, line)
         return params, metrics
 
     def configure_evaluate(self, server_round: int, parameters: Any, client_manager: Any) -> list[Any]:

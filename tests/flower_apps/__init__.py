@@ -1,0 +1,1 @@
+"""Flower apps written the way Flower's examples are (see README.md); imported as ``flower_apps``."""

@@ -1,0 +1,1 @@
+"""fl_dp_sa: central DP with client-side clipping and SecAgg+, in Flower's example layout."""

@@ -1,0 +1,133 @@
+"""Flower apps as Flower users write them (``tests/flower_apps``), run in Flower's simulation engine
+with dpfl's certificates attached, their figures checked against dp-accounting called directly.
+
+* ``fl_dp_sa`` — the pattern of Flower's ``examples/fl-dp-sa`` (legacy ServerApp,
+  ``DifferentialPrivacyClientSideFixedClipping`` + ``SecAggPlusWorkflow``, ClientApp with
+  ``secaggplus_mod`` + ``fixedclipping_mod``; z = 0.2, C = 10, 20 of 100 nodes, 3 rounds), on
+  local MNIST. dpfl changes 3 lines of its server app (the import and a two-line wrapper).
+* ``message_dp`` — a Message-API app: ``FedAvg`` in ``DifferentialPrivacyServerSideFixedClipping``
+  with Flower's own ``RdpAccountant`` (z = 1, C = 1, 5 of 10 nodes, 5 rounds). dpfl changes 2
+  lines of its server app (the import and the wrapper).
+
+Both print, each round, the certified ε per observer beside Flower's accountant figure, and at
+the end the PLD: ∞ against the server (it has the updates, or their SecAgg+ sum, before it adds
+the noise), and for the public dp-accounting's figure for the Gaussian events of the rounds the
+most frequent client took part in (the cohort is known to the server: no amplification).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import dp_accounting
+import pytest
+from dp_accounting.pld import pld_privacy_accountant
+from dp_accounting.rdp import rdp_privacy_accountant
+
+pytest.importorskip("flwr")
+
+TESTS = Path(__file__).resolve().parents[1]
+APPS = TESTS / "flower_apps"
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+@pytest.fixture
+def flower_log(shared_data: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[_Lines]:
+    """Flower's log as the user reads it; the apps importable here and in the simulation's workers."""
+    monkeypatch.syspath_prepend(str(TESTS))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("FLOWER_APPS_DATA", str(shared_data))
+    handler = _Lines()
+    logger = logging.getLogger("flwr")
+    logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        for name in [m for m in sys.modules if m.startswith("flower_apps")]:
+            del sys.modules[name]
+
+
+def _dpfl_lines(app: str) -> int:
+    return sum(line.rstrip().endswith("# dpfl") for path in (APPS / app).glob("*.py")
+               for line in path.read_text(encoding="utf-8").splitlines())
+
+
+def _gaussian(z: float, count: int) -> tuple[float, float]:
+    """(PLD, RDP) ε at δ = 1e-5 of ``count`` Gaussian releases of noise multiplier z."""
+    pld = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-4)
+    pld.compose(dp_accounting.GaussianDpEvent(z), count)
+    rdp = rdp_privacy_accountant.RdpAccountant()
+    rdp.compose(dp_accounting.GaussianDpEvent(z), count)
+    return float(pld.get_epsilon(1e-5)), float(rdp.get_epsilon(1e-5))
+
+
+def _final(lines: list[str]) -> dict[str, str]:
+    """The final report's figures: rounds, most rounds of one client, server and public lines."""
+    text = "\n".join(lines)
+    head = re.search(r"dpfl certificates after (\d+) released rounds .*one client took part in: (\d+)\)", text)
+    assert head is not None, text[-3000:]
+    server = re.search(r"^\s*server ε = (\S+) .*$", text, flags=re.M)
+    public = re.search(r"^\s*public ε = (\S+) at δ = 1e-05 \((\w+); RDP (\S+), PLD (\S+);", text, flags=re.M)
+    assert server is not None and public is not None, text[-3000:]
+    return {"rounds": head.group(1), "most": head.group(2), "server": server.group(1), "public": public.group(1),
+            "rdp": public.group(3), "pld": public.group(4)}
+
+
+def test_fl_dp_sa_pattern_certified_per_observer_beside_flowers_figure(flower_log: _Lines) -> None:
+    from flwr.simulation import run_simulation
+
+    from flower_apps.fl_dp_sa.client_app import app as client_app
+    from flower_apps.fl_dp_sa.server_app import app as server_app
+
+    assert _dpfl_lines("fl_dp_sa") == 3  # the import and the two-line wrapper
+    run_simulation(server_app=server_app, client_app=client_app, num_supernodes=100)
+    rounds = [line for line in flower_log.lines if line.startswith("dpfl round")]
+    assert len(rounds) == 3 and all("server ∞" in line for line in rounds), rounds
+    got = _final(flower_log.lines)
+    assert got["rounds"] == "3" and got["server"] == "∞"
+    pld, rdp = _gaussian(0.2, int(got["most"]))
+    assert float(got["pld"].replace(",", "")) == pytest.approx(pld, rel=2e-3)
+    assert float(got["rdp"].replace(",", "")) == pytest.approx(rdp, rel=1e-3)
+    # Flower's RdpAccountant on the same events charges every round to everyone: 3 Gaussian(0.2)
+    flower = re.search(r"Flower's RdpAccountant: ε = (\S+)$", rounds[-1])
+    assert flower is not None and float(flower.group(1)) == pytest.approx(_gaussian(0.2, 3)[1], rel=1e-3)
+    text = "\n".join(flower_log.lines)
+    assert "SecAgg+ shows it only the sum, but the sum carries no noise" in text
+    assert "secure aggregation on" in text
+
+
+def test_message_api_app_with_flowers_accountant_certified_per_observer(flower_log: _Lines) -> None:
+    from flwr.simulation import run_simulation
+
+    from flower_apps.message_dp.client_app import app as client_app
+    from flower_apps.message_dp.server_app import app as server_app
+
+    assert _dpfl_lines("message_dp") == 2  # the import and the wrapper
+    run_simulation(server_app=server_app, client_app=client_app, num_supernodes=10)
+    rounds = [line for line in flower_log.lines if line.startswith("dpfl round")]
+    assert len(rounds) == 5, rounds
+    # Flower's own accountant logs its figure; dpfl's line shows the same figure beside its own
+    spent = [float(m.group(1)) for line in flower_log.lines
+             if (m := re.match(r"Privacy spent: epsilon=(\S+) at delta=1e-05", line))]
+    assert spent and spent[-1] == pytest.approx(_gaussian(1.0, 5)[1], rel=1e-6)
+    assert rounds[-1].endswith(f"Flower's RdpAccountant: ε = {spent[-1]:,.4g}")
+    got = _final(flower_log.lines)
+    assert got["server"] == "∞" and got["rounds"] == "5"
+    pld, rdp = _gaussian(1.0, int(got["most"]))
+    assert float(got["pld"]) == pytest.approx(pld, rel=2e-3)
+    assert float(got["rdp"]) == pytest.approx(rdp, rel=1e-3)
+    assert "Flower (its accountant)" in "\n".join(flower_log.lines)
