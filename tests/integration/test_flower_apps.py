@@ -88,10 +88,9 @@ def _final(lines: list[str]) -> dict[str, str]:
 
 
 def test_fl_dp_sa_pattern_certified_per_observer_beside_flowers_figure(flower_log: _Lines) -> None:
-    from flwr.simulation import run_simulation
-
     from flower_apps.fl_dp_sa.client_app import app as client_app
     from flower_apps.fl_dp_sa.server_app import app as server_app
+    from flwr.simulation import run_simulation
 
     assert _dpfl_lines("fl_dp_sa") == 3  # the import and the two-line wrapper
     run_simulation(server_app=server_app, client_app=client_app, num_supernodes=100)
@@ -111,10 +110,9 @@ def test_fl_dp_sa_pattern_certified_per_observer_beside_flowers_figure(flower_lo
 
 
 def test_message_api_app_with_flowers_accountant_certified_per_observer(flower_log: _Lines) -> None:
-    from flwr.simulation import run_simulation
-
     from flower_apps.message_dp.client_app import app as client_app
     from flower_apps.message_dp.server_app import app as server_app
+    from flwr.simulation import run_simulation
 
     assert _dpfl_lines("message_dp") == 2  # the import and the wrapper
     run_simulation(server_app=server_app, client_app=client_app, num_supernodes=10)
