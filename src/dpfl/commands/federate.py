@@ -13,7 +13,7 @@
   caller's: they reach Flower's processes absolute. The processes end with the command, also when
   it is killed (:mod:`dpfl.runtime.flower.local`).
 * ``dpfl federate app`` prints the Flower App directory for ``flwr run`` on real machines
-  (README, "Running a federation on real machines").
+  (``docs/how-to/flower.md``, "On real machines").
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def _local(args: argparse.Namespace) -> int:
         raise ConfigError(f"partition.num_clients = {clients}: `dpfl federate local` runs one SuperNode per client "
                           f"on this machine (3 processes each) and starts at most {LOCAL_NODE_LIMIT} unless asked; "
                           f"run fewer clients (--set partition.num_clients=4), pass --nodes {clients} to start them "
-                          "all, or start SuperNodes on other machines (README, \"Running a federation on real "
+                          "all, or start SuperNodes on other machines (docs/how-to/flower.md, \"On real "
                           "machines\")")
     from dpfl.commands.run import _observers, _secure_aggregation_lines
 

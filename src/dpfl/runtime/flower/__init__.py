@@ -13,7 +13,8 @@
   (visible participation), or among every node, each client deciding with its own secret coin
   whether its update is in the sum (``privacy.participation: hidden``); see :mod:`.transport`.
 * :mod:`.local` — start a SuperLink and N SuperNodes on 127.0.0.1 as separate processes and run
-  a config on them (``dpfl federate``); on real machines use Flower's own commands (README).
+  a config on them (``dpfl federate``); on real machines use Flower's own commands
+  (``docs/how-to/flower.md``, "On real machines").
 
 Flower is an optional dependency: ``pip install 'dpfl[flower]'``.
 """

@@ -1,7 +1,7 @@
 """A Flower federation on this machine: one SuperLink and N SuperNodes as separate processes.
 
 Used by ``dpfl federate`` and the integration tests; on real machines start the same Flower
-commands yourself (README, "Running a federation on real machines"). Nothing here does any
+commands yourself (``docs/how-to/flower.md``, "On real machines"). Nothing here does any
 networking of its own: the processes are Flower's ``flower-superlink`` and
 ``flower-supernode``, and the run is submitted with ``flwr run``.
 
