@@ -107,6 +107,7 @@ def test_fl_dp_sa_pattern_certified_per_observer_beside_flowers_figure(flower_lo
     text = "\n".join(flower_log.lines)
     assert "SecAgg+ shows it only the sum, but the sum carries no noise" in text
     assert "secure aggregation on" in text
+    assert "not seen" not in text  # secaggplus_mod and fixedclipping_mod are both read
 
 
 def test_message_api_app_with_flowers_accountant_certified_per_observer(flower_log: _Lines) -> None:

@@ -121,6 +121,7 @@ def _local_dp(mods: Iterable[Any], notes: list[str]) -> tuple[float | None, floa
     """(clip, noise std, fixed clipping declared) of the declared client mods."""
     from flwr.client.mod import LocalDpMod as LegacyLocalDp
     from flwr.client.mod import fixedclipping_mod as legacy_fixed
+    from flwr.client.mod import secagg_mod, secaggplus_mod
     from flwr.clientapp.mod import LocalDpMod as MessageLocalDp
     from flwr.clientapp.mod import fixedclipping_mod as message_fixed
 
@@ -142,6 +143,8 @@ def _local_dp(mods: Iterable[Any], notes: list[str]) -> tuple[float | None, floa
                              "it calibrates with is proven for ε ≤ 1 only; dpfl certifies the std it adds")
         elif mod in (message_fixed, legacy_fixed):
             fixed = True
+        elif mod in (secaggplus_mod, secagg_mod):
+            pass  # masks the upload for the secure sum, adds no noise (``secure_aggregation`` says what it hides)
         else:
             name = getattr(mod, "__name__", type(mod).__name__)
             notes.append(f"client mod {name!r}: dpfl cannot see what it does; any noise it adds is not counted")
