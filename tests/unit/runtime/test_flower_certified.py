@@ -188,3 +188,19 @@ def test_an_update_above_the_clipping_norm_makes_the_round_infinite_and_is_named
     cert.record(1, [1, 2], [1.0, 1.0])
     assert math.isinf(cert.epsilons("rdp")["public"])
     assert "above the clipping norm 0.5 (node 2: 0.7)" in "\n".join(cert.report())
+
+
+def test_add_remove_with_fedavgs_realized_denominator_doubles_the_sensitivity() -> None:
+    # removing client k changes the weight FedAvg divides by: the average moves by
+    # w_k·(x_k − avg') with ‖x_k − avg'‖ <= 2C, twice the zero-out bound Flower's accountant uses
+    dp = read_flower_dp(message.DifferentialPrivacyServerSideFixedClipping(message.FedAvg(), 1.0, 1.0, 4))
+    zero, gone = RoundCertifier(dp, DELTA), RoundCertifier(dp, DELTA, relation="add_remove")
+    for cert in (zero, gone):
+        cert.start(range(4))
+        cert.record(1, [0, 1, 2, 3], [1.0] * 4)
+    assert zero.epsilons("rdp")["public"] == pytest.approx(_rdp(dp_accounting.GaussianDpEvent(1.0), 1), rel=1e-6)
+    assert gone.epsilons("rdp")["public"] == pytest.approx(_rdp(dp_accounting.GaussianDpEvent(0.5), 1), rel=1e-6)
+    assert "relation: zero-out" in "\n".join(zero.report())
+    assert "relation: add/remove of one client, FedAvg's denominator included" in "\n".join(gone.report())
+    with pytest.raises(ConfigError, match="`relation`"):
+        RoundCertifier(dp, DELTA, relation="replace")  # type: ignore[arg-type]

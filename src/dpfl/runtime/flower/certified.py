@@ -19,7 +19,10 @@ round's releases in a :class:`dpfl.privacy.PrivacyLedger`:
 * **public** — whoever sees the models the server broadcasts: the weighted average plus Gaussian
   noise of std ``z·C/m`` (Flower's ``compute_stdv``) and the clients' local noise, against client
   k's sensitivity ``w_k·C`` (its normalized weight times the clipping norm: FedAvg weighted by
-  examples protects a heavy client less than Flower's accountant assumes).
+  examples protects a heavy client less than Flower's accountant assumes). That is for zero-out
+  neighbours (the client's update replaced by zero, its weight kept), what Flower's accountant
+  assumes; ``relation="add_remove"`` prices the client gone from the average, whose realized
+  denominator shrinks with it (FedAvg divides by the weight that arrived): ``2·w_k·C``.
 
 ``cohort="known"`` (the default): the observer knows who was sampled, no amplification (Flower's
 own accountant assumes the same, ``SamplingMethod.NO_AMPLIFICATION``). ``cohort="secret"``: the
@@ -57,6 +60,16 @@ from dpfl.privacy.releases.federated import federated_round_releases
 __all__ = ["CertifiedLegacyStrategy", "CertifiedStrategy", "FlowerDp", "RoundCertifier", "read_flower_dp"]
 
 Cohort = Literal["known", "secret"]
+Neighbours = Literal["zero_out", "add_remove"]
+RELATION_TEXT = {
+    "zero_out": ("zero-out: neighbours differ in one client's update, replaced by zero with its weight and place in "
+                 "the average kept (what Flower's accountant assumes); the weights (num-examples) are public"),
+    "add_remove": ("add/remove of one client, FedAvg's denominator included: removing a client also changes the "
+                   "weight the average divides by, so its update moves the average by up to 2·w_k·C; the weights "
+                   "(num-examples) are public"),
+    "replace_one": ("replace-one: neighbours differ in one client's update (secret cohort of fixed size, "
+                    "sensitivity 2·w_k·C); the weights (num-examples) are public"),
+}
 OBSERVERS = ("server", "public")
 NORM_SLACK = 1e-5
 """Relative slack on the clipping norm when checking a client-clipped update (float32 rounding)."""
@@ -194,7 +207,11 @@ class RoundCertifier:
     Args:
         dp: what the app does (:func:`read_flower_dp`).
         delta: δ of every certificate.
-        cohort: "known" (no amplification) or "secret" (amplified by Flower's uniform sample).
+        cohort: "known" (no amplification) or "secret" (amplified by Flower's uniform sample; the
+            relation is then replace-one).
+        relation: with a known cohort, "zero_out" (default: Flower's accountant's neighbours, the
+            client's update replaced by zero, sensitivity w_k·C) or "add_remove" (the client gone
+            from the average, whose denominator shrinks with it: sensitivity 2·w_k·C).
         secure_aggregation: the server sees only the sum of the uploads (SecAgg+).
         max_epsilon: a limit on the public's certified ε, or limits per observer.
         population_size: the number of nodes (default: those connected at the first round).
@@ -203,6 +220,7 @@ class RoundCertifier:
     dp: FlowerDp
     delta: float
     cohort: Cohort = "known"
+    relation: Neighbours = "zero_out"
     secure_aggregation: bool = False
     max_epsilon: float | Mapping[str, float] | None = None
     population_size: int | None = None
@@ -219,6 +237,8 @@ class RoundCertifier:
         self.delta = validate_delta(self.delta)
         if self.cohort not in ("known", "secret"):
             raise ConfigError(f"`cohort` must be 'known' or 'secret'. Found {self.cohort!r}.")
+        if self.relation not in ("zero_out", "add_remove"):
+            raise ConfigError(f"`relation` must be 'zero_out' or 'add_remove'. Found {self.relation!r}.")
         limits = self.max_epsilon
         if limits is not None:
             items = limits.items() if isinstance(limits, Mapping) else [("public", limits)]
@@ -269,7 +289,9 @@ class RoundCertifier:
         if bound is None or self.unclipped_this_round:
             # nothing bounds an update: what the aggregate says about a client is unbounded
             return [Release.gaussian("server", 0.0, 1.0, ids), Release.gaussian("public", 0.0, 1.0, ids)]
-        sens = 2 * bound if secret else bound
+        # the average moves by w_k·(x_k − x') for a neighbour x' within C of 0 (zero-out) or of any
+        # clipped update (replace-one, add/remove with the realized denominator: 2·w_k·C)
+        sens = bound if not secret and self.relation == "zero_out" else 2 * bound
         return federated_round_releases(ids, self.dp.local_noise_std, sens, w,
                                         server_noise_std=self.dp.server_noise_std,
                                         ideal_secure_sum=self.secure_aggregation, per_client_public=not secret,
@@ -386,6 +408,7 @@ class RoundCertifier:
         for obs, cert in self.certificates().items():
             lines.append(f"  {obs:<6} ε = {_fmt(cert.epsilon)} at δ = {cert.delta:g} ({cert.method}; RDP "
                          f"{_fmt(cert.epsilon_rdp)}, PLD {_fmt(cert.epsilon_pld)}; {cert.basis_text})")
+        lines.append(f"  relation: {RELATION_TEXT['replace_one' if self.cohort == 'secret' else self.relation]}")
         lines.append(f"  why the server's figure: {self._server_reason()}")
         flower = self.flower_epsilon()
         if flower is not None:
@@ -446,16 +469,18 @@ class CertifiedStrategy(_message_strategy_base()):  # type: ignore[misc]
         client_mods: the ClientApp's mods (``fixedclipping_mod``, ``LocalDpMod``), which the server
             cannot see otherwise.
         cohort: "known" (default) or "secret" (see the module docstring).
+        relation: "zero_out" (default) or "add_remove" (see :class:`RoundCertifier`).
         max_epsilon: stop before a round that would take the public's (or, as a mapping, an
             observer's) certified ε above it.
         population_size: the number of nodes (default: those connected at the first round).
     """
 
     def __init__(self, strategy: Any, *, delta: float, client_mods: Sequence[Any] = (), cohort: Cohort = "known",
-                 max_epsilon: float | Mapping[str, float] | None = None, population_size: int | None = None) -> None:
+                 relation: Neighbours = "zero_out", max_epsilon: float | Mapping[str, float] | None = None,
+                 population_size: int | None = None) -> None:
         super().__init__()
         self.strategy = strategy
-        self.certifier = RoundCertifier(read_flower_dp(strategy, client_mods), delta, cohort,
+        self.certifier = RoundCertifier(read_flower_dp(strategy, client_mods), delta, cohort, relation,
                                         max_epsilon=max_epsilon, population_size=population_size)
         self._current: Any = None
         self._planned: dict[int, list[int]] = {}
@@ -549,12 +574,13 @@ class CertifiedLegacyStrategy(_legacy_strategy_base()):  # type: ignore[misc]
     """
 
     def __init__(self, strategy: Any, *, delta: float, client_mods: Sequence[Any] = (), cohort: Cohort = "known",
-                 secure_aggregation: bool = False, max_epsilon: float | Mapping[str, float] | None = None,
-                 population_size: int | None = None, num_rounds: int | None = None) -> None:
+                 relation: Neighbours = "zero_out", secure_aggregation: bool = False,
+                 max_epsilon: float | Mapping[str, float] | None = None, population_size: int | None = None,
+                 num_rounds: int | None = None) -> None:
         super().__init__()
         self.strategy = strategy
         self.num_rounds = num_rounds
-        self.certifier = RoundCertifier(read_flower_dp(strategy, client_mods), delta, cohort,
+        self.certifier = RoundCertifier(read_flower_dp(strategy, client_mods), delta, cohort, relation,
                                         secure_aggregation=secure_aggregation, max_epsilon=max_epsilon,
                                         population_size=population_size)
         self._current: Any = None
