@@ -100,7 +100,7 @@ def test_fl_dp_sa_known_cohort_server_infinite_public_equals_dp_accounting_witho
 
 
 def test_fl_dp_sa_secret_cohort_is_amplified_as_dp_accounting_prices_sampling_without_replacement() -> None:
-    cert = _fl_dp_sa("secret")
+    cert = _fl_dp_sa("secret", population_size=100)
     for t in range(1, 4):
         cert.record(t, list(range(1000 + t, 1020 + t)), [1.0] * 20)
     # replace-one: the average moves by 2C/m for a replaced client, the noise std is zC/m
@@ -115,7 +115,7 @@ def test_fl_dp_sa_secret_cohort_is_amplified_as_dp_accounting_prices_sampling_wi
                                                   dp_accounting.NeighboringRelation.REPLACE_ONE)
     dp = read_flower_dp(legacy.DifferentialPrivacyClientSideFixedClipping(legacy.FedAvg(), 4.0, 0.1, 20),
                         [fixedclipping_mod])
-    big = RoundCertifier(dp, DELTA, "secret", secure_aggregation=True)
+    big = RoundCertifier(dp, DELTA, "secret", secure_aggregation=True, population_size=100)
     big.start(range(100))
     for t in range(50):
         big.record(t, list(range(20)), [1.0] * 20)
@@ -204,3 +204,14 @@ def test_add_remove_with_fedavgs_realized_denominator_doubles_the_sensitivity() 
     assert "relation: add/remove of one client, FedAvg's denominator included" in "\n".join(gone.report())
     with pytest.raises(ConfigError, match="`relation`"):
         RoundCertifier(dp, DELTA, relation="replace")  # type: ignore[arg-type]
+
+
+def test_nodes_that_connect_after_the_first_round_are_counted_and_a_secret_cohort_needs_its_population() -> None:
+    dp = read_flower_dp(message.DifferentialPrivacyServerSideFixedClipping(message.FedAvg(), 1.0, 1.0, 2))
+    cert = RoundCertifier(dp, DELTA)
+    cert.start([5, 6, 7])  # 97 of 100 nodes had connected when Flower's sample drew the first cohort
+    cert.record(1, [5, 6], [1.0, 1.0])
+    cert.record(2, [6, 99], [1.0, 1.0])  # node 99 connected later
+    assert cert.client_of(99) == 3 and cert.taken_part == {0: 1, 1: 2, 3: 1}
+    with pytest.raises(ConfigError, match="population_size"):
+        RoundCertifier(dp, DELTA, "secret")

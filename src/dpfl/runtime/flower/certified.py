@@ -71,6 +71,9 @@ RELATION_TEXT = {
                     "sensitivity 2·w_k·C); the weights (num-examples) are public"),
 }
 OBSERVERS = ("server", "public")
+SPARE_NODES = 1 << 16
+"""Ids the ledger of a known cohort keeps for nodes that connect after the first round (without
+``population_size``); a per-client index costs 8 bytes each."""
 NORM_SLACK = 1e-5
 """Relative slack on the clipping norm when checking a client-clipped update (float32 rounding)."""
 
@@ -214,7 +217,9 @@ class RoundCertifier:
             from the average, whose denominator shrinks with it: sensitivity 2·w_k·C).
         secure_aggregation: the server sees only the sum of the uploads (SecAgg+).
         max_epsilon: a limit on the public's certified ε, or limits per observer.
-        population_size: the number of nodes (default: those connected at the first round).
+        population_size: the number of nodes (required for a secret cohort; for a known one it
+            only bounds how many distinct nodes may join: by default those connected at the first
+            round plus :data:`SPARE_NODES`).
     """
 
     dp: FlowerDp
@@ -249,6 +254,9 @@ class RoundCertifier:
                     raise ConfigError(f"`max_epsilon` for the {obs} must be > 0. Found {eps!r}.")
         if self.cohort == "secret" and self.dp.num_sampled_clients is None:
             raise ConfigError("cohort='secret' needs the cohort size of a Flower DP wrapper (num_sampled_clients).")
+        if self.cohort == "secret" and self.population_size is None:
+            raise ConfigError("cohort='secret' needs `population_size`: the amplification by the secret sample "
+                              "depends on how many nodes it is drawn from (Flower's accountant asks for it too).")
 
     # ------------------------------------------------------------------ clients and releases
 
@@ -257,7 +265,9 @@ class RoundCertifier:
         if self.ledger is not None:
             return
         nodes = sorted(int(n) for n in all_nodes)
-        n = self.population_size or len(nodes)
+        # a known cohort: the population only bounds the ids (nodes still connecting when the first
+        # round starts join later); a secret one is drawn from exactly population_size nodes
+        n = self.population_size or len(nodes) + SPARE_NODES
         if n < len(nodes):
             raise ConfigError(f"`population_size` ({n}) is below the {len(nodes)} nodes connected.")
         self.clients = {node: i for i, node in enumerate(nodes)}
@@ -472,7 +482,7 @@ class CertifiedStrategy(_message_strategy_base()):  # type: ignore[misc]
         relation: "zero_out" (default) or "add_remove" (see :class:`RoundCertifier`).
         max_epsilon: stop before a round that would take the public's (or, as a mapping, an
             observer's) certified ε above it.
-        population_size: the number of nodes (default: those connected at the first round).
+        population_size: the number of nodes (required for a secret cohort; see :class:`RoundCertifier`).
     """
 
     def __init__(self, strategy: Any, *, delta: float, client_mods: Sequence[Any] = (), cohort: Cohort = "known",
