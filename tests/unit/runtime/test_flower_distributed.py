@@ -1,0 +1,375 @@
+"""dpfl's distributed DP for Flower apps (:mod:`dpfl.runtime.flower.distributed`), without a simulation:
+residues through Flower's own quantizer, masks and unmasking arithmetic; the decoded noise; the
+certificate against dp-accounting's Gaussian RDP; the mod and the strategy on hand-built messages."""
+
+from __future__ import annotations
+
+import math
+import os
+from types import SimpleNamespace
+from typing import Any
+
+import dp_accounting
+import numpy as np
+import pytest
+import torch
+from dp_accounting.rdp import rdp_privacy_accountant
+from scipy import stats
+
+pytest.importorskip("flwr")
+
+from flwr.common.secure_aggregation.ndarrays_arithmetic import (  # noqa: E402
+    factor_combine,
+    factor_extract,
+    parameters_addition,
+    parameters_mod,
+    parameters_multiply,
+    parameters_subtraction,
+)
+from flwr.common.secure_aggregation.quantization import dequantize, quantize  # noqa: E402
+from flwr.common.secure_aggregation.secaggplus_utils import pseudo_rand_gen  # noqa: E402
+
+from dpfl.errors import ConfigError  # noqa: E402
+from dpfl.privacy.accounting.certify import DEFAULT_RDP_ORDERS  # noqa: E402
+from dpfl.privacy.accounting.ledger import PrivacyLedger  # noqa: E402
+from dpfl.runtime.flower.distributed import (  # noqa: E402
+    DistributedDpLegacyStrategy,
+    DistributedDpMod,
+    SecAggPlusSettings,
+    client_residues,
+    distributed_dp_plan,
+    floats_to_residue_sum,
+    residues_to_floats,
+)
+
+SETTINGS = [SecAggPlusSettings(),  # Flower's defaults: c = 8, Q = 2^22, M = 2^32, max_weight = 1000
+            SecAggPlusSettings(0.5, 2**8, 2**16, 1.0),
+            SecAggPlusSettings(2.0**30, 2**31, 2**40, 7.0)]
+
+
+def _flower_client(residues: np.ndarray, s: SecAggPlusSettings, seed: bytes) -> list[np.ndarray]:
+    """What ``secaggplus_mod`` does to a FitRes of our floats (num_examples = max_weight): the weight
+    factor, Flower's quantizer, the weight column, a private mask (mod M)."""
+    floats = [residues_to_floats(residues, s.clipping_range, s.quantization_range)]
+    q_ratio = round(int(s.max_weight) / s.max_weight * s.quantization_range)
+    params = parameters_multiply(floats, q_ratio / s.quantization_range)
+    quantized = factor_combine(q_ratio, quantize(params, s.clipping_range, s.quantization_range))
+    mask = pseudo_rand_gen(seed, s.modulus_range, [a.shape for a in quantized])
+    return parameters_mod(parameters_addition(quantized, mask), s.modulus_range)
+
+
+def _flower_server(masked: list[list[np.ndarray]], seeds: list[bytes], s: SecAggPlusSettings) -> np.ndarray:
+    """``SecAggPlusWorkflow``'s unmask stage: sum mod M, masks removed, weight column extracted,
+    dequantized, offset −(n − 1)c, times Q/W."""
+    total = masked[0]
+    for vec in masked[1:]:
+        total = parameters_addition(total, vec)
+    total = parameters_mod(total, s.modulus_range)
+    for seed in seeds:
+        total = parameters_subtraction(total, pseudo_rand_gen(seed, s.modulus_range, [a.shape for a in total]))
+    weight, recon = factor_extract(parameters_mod(total, s.modulus_range))
+    vectors = dequantize(recon, s.clipping_range, s.quantization_range)
+    for vec in vectors:
+        vec += -(len(masked) - 1) * s.clipping_range
+        vec *= s.quantization_range / weight
+    return vectors[0]
+
+
+@pytest.mark.parametrize("s", SETTINGS, ids=["flower-defaults", "b8", "b31"])
+def test_residues_pass_flowers_quantizer_exactly(s: SecAggPlusSettings) -> None:
+    rng = np.random.default_rng(1)
+    q = s.quantization_range
+    r = rng.integers(0, q, size=20_000)
+    r[:4] = [0, q - 1, 1, q // 2]
+    floats = [residues_to_floats(r, s.clipping_range, q)]
+    for _ in range(3):  # the stochastic rounding draws from numpy's global RNG: it must never move an integer
+        out = quantize(parameters_multiply(floats, round(q) / q), s.clipping_range, q)[0]
+        assert out.dtype == np.int32 and np.array_equal(out.astype(np.int64), r)
+
+
+@pytest.mark.parametrize("n", [1, 7, 20])
+@pytest.mark.parametrize("s", SETTINGS, ids=["flower-defaults", "b8", "b31"])
+def test_server_recovers_the_modular_sum_from_flowers_average(n: int, s: SecAggPlusSettings) -> None:
+    if n * s.quantization_range >= s.modulus_range:
+        pytest.skip("the weight column would wrap (refused by check_cohort)")
+    rng = np.random.default_rng(n)
+    q = s.quantization_range
+    rows = [rng.integers(0, q, size=3_000) for _ in range(n)]
+    rows[0][:2] = [0, q - 1]
+    seeds = [os.urandom(32) for _ in rows]
+    agg = _flower_server([_flower_client(r, s, seed) for r, seed in zip(rows, seeds, strict=True)], seeds, s)
+    got = floats_to_residue_sum(agg, n, s.clipping_range, q)
+    assert np.array_equal(got, np.mod(np.sum(rows, axis=0), q))
+
+
+def test_recovery_refuses_a_sum_that_is_not_of_residues() -> None:
+    s = SecAggPlusSettings()
+    agg = residues_to_floats(np.arange(10), s.clipping_range, s.quantization_range) + 1e-3
+    with pytest.raises(ConfigError, match="not a sum of residues"):
+        floats_to_residue_sum(agg, 3, s.clipping_range, s.quantization_range)
+
+
+@pytest.mark.parametrize(("kwargs", "name"), [
+    ({"clipping_range": 3.0}, "clipping_range"),
+    ({"quantization_range": 1000}, "quantization_range"),
+    ({"quantization_range": 2**32, "modulus_range": 2**40}, "quantization_range"),
+    ({"modulus_range": 2**22 + 2**21}, "modulus_range"),
+    ({"max_weight": 2.5}, "max_weight"),
+])
+def test_settings_refused(kwargs: dict[str, Any], name: str) -> None:
+    with pytest.raises(ConfigError, match=name):
+        SecAggPlusSettings(**kwargs)
+
+
+def test_cohort_whose_weight_column_would_wrap_is_refused() -> None:
+    with pytest.raises(ConfigError, match="modulus_range"):
+        SecAggPlusSettings(8.0, 2**22, 2**26).check_cohort(16)
+    SecAggPlusSettings(8.0, 2**22, 2**26).check_cohort(15)
+
+
+def test_decoded_noise_has_the_declared_variance() -> None:
+    """n clients' uploads summed mod Q and decoded: the error on the sum of the clipped updates, in
+    integer units, has variance n·μ/m plus the rounding's (<= n/4), within 2% over 10^5 coordinates
+    (fixed seed; the relative standard error of a variance estimate is sqrt(2/10^5) = 0.45%)."""
+    dim, n, m = 100_000, 7, 10
+    plan = distributed_dp_plan(dim, clip_norm=1.0, noise_multiplier=0.2, expected_clients=m, bits=22)
+    pipe = plan.pipeline
+    assert plan.sum_variance == pytest.approx((0.2 * pipe.l2_sensitivity) ** 2)
+    assert plan.share_variance == pytest.approx(plan.sum_variance / m)
+    rng = np.random.default_rng(3)
+    updates = [rng.normal(size=dim) * (0.5 if k % 2 else 0.001) for k in range(n)]  # some clipped, some not
+    total = np.zeros(dim, dtype=np.int64)
+    for k, u in enumerate(updates):
+        rounding, noise = torch.Generator().manual_seed(2 * k), torch.Generator().manual_seed(2 * k + 1)
+        total += client_residues(u, plan, rounding, noise)
+    decoded = pipe.decode(pipe.to_residues(torch.from_numpy(total))).numpy()
+    clipped = sum(u * min(1.0, 1.0 / np.linalg.norm(u)) for u in updates)
+    error = (decoded - clipped) * pipe.scale
+    declared = n * plan.share_variance
+    assert abs(float(error.mean())) < 5 * math.sqrt(declared / dim)
+    ratio = float(error.var()) / declared
+    assert abs(ratio - 1) < 0.02, ratio
+
+
+def test_what_the_server_sees_of_one_client_is_uniform() -> None:
+    """A masked vector as Flower's client sends it (residues + Flower's private mask, mod M): χ² over
+    64 equal bins of [0, M), 2^16 coordinates, fixed seeds; the residues themselves are far from uniform
+    (a small update: residues near 0 and near Q)."""
+    s = SecAggPlusSettings()
+    plan = distributed_dp_plan(2**16, clip_norm=1.0, noise_multiplier=0.2, expected_clients=10, bits=s.bits)
+    update = np.full(2**16, 1e-4)
+    residues = client_residues(update, plan, torch.Generator().manual_seed(5), torch.Generator().manual_seed(6))
+    raw = np.histogram(residues, bins=64, range=(0, s.quantization_range))[0]
+    assert stats.chisquare(raw).pvalue < 1e-100
+    masked = _flower_client(residues, s, bytes(range(32)))[1]  # [0] is the weight column
+    counts = np.histogram(masked, bins=64, range=(0, s.modulus_range))[0]
+    result = stats.chisquare(counts)
+    assert result.pvalue > 1e-3, result
+
+
+INTEGER_ORDERS = sorted({max(2, math.ceil(o - 1e-12)) for o in DEFAULT_RDP_ORDERS})
+
+
+def _gaussian_rdp(z: float, count: int, integer_orders: bool = False) -> float:
+    """dp-accounting's Gaussian RDP ε at δ = 1e-5 (at its default orders, or at the integer orders
+    dpfl prices a Skellam release at: RDP is non-decreasing in α, so ε(α) <= ε(⌈α⌉))."""
+    acc = rdp_privacy_accountant.RdpAccountant(INTEGER_ORDERS if integer_orders else None)
+    acc.compose(dp_accounting.GaussianDpEvent(z), count)
+    return float(acc.get_epsilon(1e-5))
+
+
+def _strategy(**kwargs: Any) -> DistributedDpLegacyStrategy:
+    from flwr.server.strategy import FedAvg
+
+    return DistributedDpLegacyStrategy(FedAvg(), clip_norm=1.0, noise_multiplier=kwargs.pop("z", 0.7),
+                                       expected_clients=10, delta=1e-5, **kwargs)
+
+
+def _certify(strategy: DistributedDpLegacyStrategy, dim: int, arrived: int, rounds: int) -> dict[str, float]:
+    ledger = PrivacyLedger(num_clients=20, sampler={"kind": "all"}, delta=1e-5, pld_every=0)
+    plan = strategy.plan(dim)
+    for _ in range(rounds):
+        ids = list(range(arrived))
+        ledger.record_round(ledger.rounds_recorded, strategy.releases(plan, ids), sampling={"kind": "all"},
+                            participants=ids)
+    return {obs: float(ledger.certify(obs).epsilon) for obs in ("server", "public")}
+
+
+def test_certificate_server_equals_public_and_approaches_the_gaussian_from_above() -> None:
+    """dp-accounting's Gaussian RDP at the same z is a lower bound (AKL21 Thm 3.5: the Skellam RDP is the
+    Gaussian's α/(2z²) plus a non-negative term) that the Skellam figure approaches from above as γ
+    grows — the Gaussian's at the integer orders dpfl prices Skellam at (4.2% above dp-accounting's
+    figure at its fractional orders here: the price of pricing α at ⌈α⌉)."""
+    z, rounds, dim = 0.7, 5, 1000
+    gauss, gauss_int = _gaussian_rdp(z, rounds), _gaussian_rdp(z, rounds, integer_orders=True)
+    excess = []
+    for k in (2, 4, 6, 8, 12, 16):
+        eps = _certify(_strategy(z=z, scale=2.0**k), dim, 10, rounds)
+        assert eps["server"] == eps["public"]
+        assert eps["public"] >= gauss_int * (1 - 1e-9) >= gauss
+        excess.append(eps["public"] / gauss_int - 1)
+    assert all(a >= b for a, b in zip(excess, excess[1:], strict=False)), excess
+    assert excess[0] > 5e-3 and excess[-1] < 1e-4, excess
+    default = _certify(_strategy(z=z), dim, 10, rounds)  # dpfl's γ: γS = 2^16
+    assert default["public"] == pytest.approx(gauss_int, rel=1e-4)
+    assert gauss < default["public"] < gauss * 1.05
+
+
+def test_fewer_shares_than_expected_are_priced_for_the_server() -> None:
+    z, rounds = 0.7, 3
+    eps = _certify(_strategy(z=z), 1000, 6, rounds)  # 6 of 10 shares reached the sum
+    # the server tops the sum up for the broadcast
+    assert eps["public"] == pytest.approx(_gaussian_rdp(z, rounds, integer_orders=True), rel=1e-3)
+    # the server saw noise of variance 6/10·μ: multiplier z·sqrt(0.6)
+    assert eps["server"] == pytest.approx(_gaussian_rdp(z * math.sqrt(0.6), rounds, integer_orders=True), rel=1e-3)
+    assert eps["server"] > eps["public"]
+
+
+# --------------------------------------------------------------------------- the mod and the strategy
+
+
+class _Manager:
+    def __init__(self, nodes: list[int]) -> None:
+        self.proxies = {str(n): SimpleNamespace(node_id=n, cid=str(n)) for n in nodes}
+
+    def all(self) -> dict[str, Any]:
+        return self.proxies
+
+    def num_available(self) -> int:
+        return len(self.proxies)
+
+    def sample(self, num_clients: int, min_num_clients: int | None = None, criterion: Any = None) -> list[Any]:
+        return list(self.proxies.values())[:num_clients]
+
+
+def _train_message(params: list[np.ndarray], node: int) -> Any:
+    from flwr.app import ConfigRecord, Message
+    from flwr.app.message_type import MessageType
+    from flwr.common import FitIns, ndarrays_to_parameters
+    from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
+    from flwr.compat.common import recorddict_compat as compat
+
+    content = compat.fitins_to_recorddict(FitIns(ndarrays_to_parameters(params), {}), keep_input=True)
+    content.config_records[RECORD_KEY_CONFIGS] = ConfigRecord({"stage": "collect_masked_vectors"})
+    return Message(content, dst_node_id=node, message_type=MessageType.TRAIN, group_id="1")
+
+
+def _context(s: SecAggPlusSettings) -> Any:
+    from flwr.app import ConfigRecord, Context, RecordDict
+    from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_STATE
+
+    state = RecordDict()
+    state.config_records[RECORD_KEY_STATE] = ConfigRecord({
+        "clipping_range": s.clipping_range, "target_range": s.quantization_range, "mod_range": s.modulus_range,
+        "max_weight": s.max_weight})
+    return Context(run_id=1, node_id=0, node_config={}, state=state, run_config={})
+
+
+def _app(step: list[np.ndarray]) -> Any:
+    """A ClientApp's reply: the received model plus ``step``, 2400 examples, a train_loss metric."""
+    from flwr.app import Message
+    from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
+    from flwr.compat.common import recorddict_compat as compat
+
+    def call_next(msg: Any, ctxt: Any) -> Any:
+        got = parameters_to_ndarrays(compat.recorddict_to_fitins(msg.content, keep_input=True).parameters)
+        reply = [a + b for a, b in zip(got, step, strict=True)]
+        res = FitRes(Status(Code.OK, ""), ndarrays_to_parameters(reply), 2400, {"train_loss": 0.5})
+        return Message(compat.fitres_to_recorddict(res, keep_input=True), reply_to=msg)
+
+    return call_next
+
+
+@pytest.fixture
+def task_identity() -> Any:
+    """Flower needs a run id to build a Message outside a run."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    before = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)  # type: ignore[attr-defined]
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 1, 1
+    yield
+    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = before  # type: ignore[attr-defined]
+
+
+@pytest.mark.usefixtures("task_identity")
+def test_mod_and_strategy_end_to_end_on_flowers_arithmetic() -> None:
+    """Ten clients' replies through the mod, Flower's client and server SecAgg+ arithmetic, and the
+    strategy: the new model is the current one plus the mean of the clipped updates, up to the noise
+    (std z·Δ2/(γm) per coordinate)."""
+    from flwr.common import ndarrays_to_parameters, parameters_to_ndarrays
+    from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_STATE
+    from flwr.compat.common import recorddict_compat as compat
+    from flwr.server.strategy import FedAvg
+
+    s, m, z = SecAggPlusSettings(), 10, 0.2
+    mod = DistributedDpMod(1.0, z, m, seed=11)
+    rng = np.random.default_rng(4)
+    current = [rng.normal(size=(30, 40)).astype(np.float32), rng.normal(size=40).astype(np.float32)]
+    strategy = DistributedDpLegacyStrategy(FedAvg(fraction_fit=0.5, min_fit_clients=m, min_available_clients=m),
+                                           clip_norm=1.0, noise_multiplier=z, expected_clients=m, delta=1e-5,
+                                           num_rounds=1, seed=12)
+    manager = _Manager(list(range(100, 120)))
+    pairs = strategy.configure_fit(1, ndarrays_to_parameters(current), manager)
+    assert len(pairs) == m
+    steps, masked, seeds, results = [], [], [], []
+    for proxy, _ in pairs:
+        step = [rng.normal(size=a.shape).astype(np.float32) * 0.05 for a in current]
+        steps.append(step)
+        ctxt = _context(s)
+        out = mod(_train_message(current, proxy.node_id), ctxt, _app(step))
+        assert RECORD_KEY_STATE in ctxt.state.config_records
+        res = compat.recorddict_to_fitres(out.content, keep_input=True)
+        assert res.num_examples == 1000 and res.metrics["train_loss"] == 0.5
+        floats = parameters_to_ndarrays(res.parameters)
+        assert len(floats) == 1 and floats[0].shape == (1240,) and floats[0].dtype == np.float64
+        residues = quantize(floats, s.clipping_range, s.quantization_range)[0].astype(np.int64)
+        seeds.append(os.urandom(32))
+        masked.append(_flower_client(residues, s, seeds[-1]))
+        results.append((proxy, res))
+    agg = _flower_server(masked, seeds, s)
+    summed = ndarrays_to_parameters([agg])
+    for _, res in results:  # what SecAggPlusWorkflow hands the strategy: one Parameters object for all
+        res.parameters = summed
+    new, _ = strategy.aggregate_fit(1, results, [])
+    got = np.concatenate([a.ravel() for a in parameters_to_ndarrays(new)]).astype(np.float64)
+    flat = np.concatenate([a.ravel() for a in current]).astype(np.float64)
+    updates = [np.concatenate([a.ravel() for a in st]).astype(np.float64) for st in steps]
+    mean = sum(u * min(1.0, 1.0 / np.linalg.norm(u)) for u in updates) / m
+    plan = strategy.plan(flat.size)
+    std = z * plan.pipeline.l2_sensitivity / plan.pipeline.scale / m
+    err = got - flat - mean
+    assert abs(float(err.std()) / std - 1) < 0.1, (float(err.std()), std)
+    eps = strategy.epsilons()
+    assert eps["server"] == eps["public"] and math.isfinite(eps["public"])
+    assert any("train_loss" in line for line in strategy.report())
+
+
+@pytest.mark.usefixtures("task_identity")
+def test_mod_refuses_to_run_outside_secaggplus_mod() -> None:
+    from flwr.app import Context, RecordDict
+
+    mod = DistributedDpMod(1.0, 0.5, 10)
+    ctxt = Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config={})
+    with pytest.raises(ConfigError, match="inside secaggplus_mod"):
+        mod(_train_message([np.zeros(3, dtype=np.float32)], 1), ctxt, _app([np.zeros(3, dtype=np.float32)]))
+
+
+def test_strategy_refuses_a_client_with_other_settings() -> None:
+    from flwr.common import Code, FitRes, Status, ndarrays_to_parameters
+    from flwr.server.strategy import FedAvg
+
+    strategy = DistributedDpLegacyStrategy(FedAvg(fraction_fit=1.0, min_fit_clients=2, min_available_clients=2),
+                                           clip_norm=1.0, noise_multiplier=0.5, expected_clients=2, delta=1e-5)
+    current = [np.zeros(4, dtype=np.float32)]
+    strategy.configure_fit(1, ndarrays_to_parameters(current), _Manager([1, 2]))
+    plan = strategy.plan(4)
+    params = ndarrays_to_parameters([np.zeros(4)])
+    metrics = {"dpfl-dd-dim": 4, "dpfl-dd-bits": 22, "dpfl-dd-scale": plan.pipeline.scale / 2,
+               "dpfl-dd-share-variance": plan.share_variance, "dpfl-dd-clipping-range": 8.0,
+               "dpfl-dd-modulus-range": 2**32, "dpfl-dd-max-weight": 1000.0}
+    results = [(SimpleNamespace(node_id=n), FitRes(Status(Code.OK, ""), params, 1000, dict(metrics))) for n in (1, 2)]
+    with pytest.raises(ConfigError, match="scale"):
+        strategy.aggregate_fit(1, results, [])
+    results[0][1].num_examples = 999
+    with pytest.raises(ConfigError, match="num_examples = 999"):
+        strategy.aggregate_fit(1, results, [])
