@@ -373,3 +373,95 @@ def test_strategy_refuses_a_client_with_other_settings() -> None:
     results[0][1].num_examples = 999
     with pytest.raises(ConfigError, match="num_examples = 999"):
         strategy.aggregate_fit(1, results, [])
+
+
+def _one_round(strategy: DistributedDpLegacyStrategy, mod: DistributedDpMod, manager: _Manager,
+               arrive: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """One round through the strategy, the mod on every configured node, Flower's SecAgg+ arithmetic
+    (only the first ``arrive`` masked vectors reach the sum): (error of the new model against the
+    current one plus the mean of the included clipped updates, in units of the planned noise std; the
+    coins)."""
+    from flwr.common import ndarrays_to_parameters, parameters_to_ndarrays
+    from flwr.compat.common import recorddict_compat as compat
+
+    s = strategy.settings
+    rng = np.random.default_rng(9)
+    current = [rng.normal(size=(30, 40)).astype(np.float32), rng.normal(size=40).astype(np.float32)]
+    pairs = strategy.configure_fit(1, ndarrays_to_parameters(current), manager)[:arrive]
+    plan = strategy.plan(1240)
+    masked, seeds, results, included = [], [], [], []
+    total = np.zeros(1240)
+    for proxy, _ in pairs:
+        step = [rng.normal(size=a.shape).astype(np.float32) * 0.05 for a in current]
+        out = mod(_train_message(current, proxy.node_id), _context(s), _app(step))
+        res = compat.recorddict_to_fitres(out.content, keep_input=True)
+        residues = quantize(parameters_to_ndarrays(res.parameters), s.clipping_range, s.quantization_range)[0]
+        seeds.append(os.urandom(32))
+        masked.append(_flower_client(residues.astype(np.int64), s, seeds[-1]))
+        results.append((proxy, res))
+        coin = mod.included(proxy.node_id, "1", plan.sample_rate) if plan.hidden else True
+        included.append(coin)
+        u = np.concatenate([a.ravel() for a in step]).astype(np.float64)
+        total += coin * u * min(1.0, 1.0 / np.linalg.norm(u))
+    summed = ndarrays_to_parameters([_flower_server(masked, seeds, s)])
+    for _, res in results:
+        res.parameters = summed
+    new, _ = strategy.aggregate_fit(1, results, [])
+    got = np.concatenate([a.ravel() for a in parameters_to_ndarrays(new)]).astype(np.float64)
+    flat = np.concatenate([a.ravel() for a in current]).astype(np.float64)
+    m = plan.expected_clients
+    std = math.sqrt(plan.sum_variance) / plan.pipeline.scale / m
+    return (got - flat - total / m) / std, np.array(included)
+
+
+@pytest.mark.usefixtures("task_identity")
+def test_missing_vectors_priced_for_the_server_and_topped_up_for_the_broadcast() -> None:
+    from flwr.server.strategy import FedAvg
+
+    m, z = 10, 0.5
+    strategy = DistributedDpLegacyStrategy(FedAvg(fraction_fit=0.5, min_fit_clients=m, min_available_clients=m),
+                                           clip_norm=1.0, noise_multiplier=z, expected_clients=m, delta=1e-5,
+                                           num_rounds=1, seed=3)
+    err, _ = _one_round(strategy, DistributedDpMod(1.0, z, m, seed=4), _Manager(list(range(20))), arrive=6)
+    assert abs(float(err.std()) - 1) < 0.1  # the broadcast carries all the planned noise (6 shares + top-up)
+    eps = strategy.epsilons("rdp")
+    assert eps["server"] == pytest.approx(_gaussian_rdp(z * math.sqrt(0.6), 1, integer_orders=True), rel=1e-3)
+    assert eps["public"] == pytest.approx(_gaussian_rdp(z, 1, integer_orders=True), rel=1e-3)
+    assert any("6 of 10 vectors arrived" in line for line in strategy.report())
+
+
+@pytest.mark.usefixtures("task_identity")
+def test_hidden_participation_every_node_a_share_a_secret_coin_amplified() -> None:
+    """20 nodes, q = 0.5: every node sends, its secret coin decides whether its update is in the sum;
+    the new model is the current one plus the included updates over m = qN, up to the planned noise;
+    server = public, amplified: below the visible figure, at least the Poisson-sampled Gaussian's."""
+    from flwr.server.strategy import FedAvg
+
+    n, m, z = 20, 10, 0.7
+    strategy = DistributedDpLegacyStrategy(FedAvg(fraction_fit=1.0, min_fit_clients=n, min_available_clients=n),
+                                           clip_norm=1.0, noise_multiplier=z, expected_clients=m, delta=1e-5,
+                                           num_rounds=1, population_size=n, participation="hidden", seed=5)
+    mod = DistributedDpMod(1.0, z, m, seed=6, population=n)
+    plan = mod.plan(1240, 22)
+    assert plan.hidden and plan.sample_rate == 0.5 and plan.share_variance == pytest.approx(plan.sum_variance / n)
+    err, coins = _one_round(strategy, mod, _Manager(list(range(100, 100 + n))))
+    assert 0 < coins.sum() < n  # some in, some out
+    assert abs(float(err.std()) - 1) < 0.1 and abs(float(err.mean())) < 0.1
+    eps = strategy.epsilons("rdp")
+    assert eps["server"] == eps["public"]
+    acc = rdp_privacy_accountant.RdpAccountant(INTEGER_ORDERS)
+    acc.compose(dp_accounting.PoissonSampledDpEvent(0.5, dp_accounting.GaussianDpEvent(z)), 1)
+    sampled_gauss = float(acc.get_epsilon(1e-5))
+    assert sampled_gauss * (1 - 1e-6) <= eps["public"] <= sampled_gauss * 1.01, (eps, sampled_gauss)
+    assert eps["public"] < _gaussian_rdp(z, 1, integer_orders=True)
+    assert any("hidden participation" in line for line in strategy.report())
+
+
+def test_hidden_participation_needs_the_population() -> None:
+    from flwr.server.strategy import FedAvg
+
+    with pytest.raises(ConfigError, match="population_size"):
+        DistributedDpLegacyStrategy(FedAvg(), clip_norm=1.0, noise_multiplier=0.5, expected_clients=10, delta=1e-5,
+                                    participation="hidden")
+    with pytest.raises(ConfigError, match="population"):
+        DistributedDpMod(1.0, 0.5, 10, population=5)

@@ -46,6 +46,15 @@ both neighbours), unamplified: the server knows the cohort (visible participatio
 said in the report: no client colludes with the server (a colluding client's share could be
 subtracted); the app's fit metrics reach the server in the clear (outside the certificate).
 
+**Hidden participation** (``DistributedDpMod(..., population=N)`` and
+``DistributedDpLegacyStrategy(..., participation="hidden", population_size=N)``, the app's strategy
+sending every round to all N nodes, e.g. ``FedAvg(fraction_fit=1.0)``): every node adds a share
+μ/N to every sum, and a secret coin of probability q = m/N, drawn on the client, decides whether its
+update is in it (encoded all the same, then zeroed: the work and the upload do not depend on the
+coin). The sum is a secret Poisson sample, so both observers' releases are amplified by it
+(``SkellamRelease(..., client_ids=None, amplifiable=True)``, priced by the binomial expansion of
+:mod:`dpfl.privacy.releases.skellam`), as dpfl's DP-FedAvg records hidden participation.
+
 Refused (:class:`ConfigError`, naming the value): c or Q not a power of two, Q outside
 [2^8, 2^31] (Flower's quantizer casts to int32), M not a multiple of Q or M <= m·Q (the weight
 column W = n·Q would wrap), a fractional ``max_weight``, a client reporting other settings or
@@ -205,10 +214,12 @@ class DistributedDpPlan:
 
     Attributes:
         pipeline: the integer pipeline (γ, b = log2 Q, S, β; no rotation).
-        sum_variance: μ = (zΔ2)², the Skellam variance of a sum with all m shares.
-        share_variance: μ/m, each client's share.
-        expected_clients: m.
-        wrap_log_probability: log of the bound on a wrap around 2^b of a sum of m vectors plus Sk(μ).
+        sum_variance: μ = (zΔ2)², the Skellam variance of a sum with all its shares.
+        share_variance: μ/shares, each client's share.
+        expected_clients: m, the fixed denominator (visible: the cohort; hidden: qN).
+        shares: the clients adding a share each round: m (visible) or N (hidden participation).
+        hidden: hidden participation (every node every round, a secret coin of probability q = m/N).
+        wrap_log_probability: log of the bound on a wrap around 2^b of a sum of ``shares`` vectors plus Sk(μ).
     """
 
     pipeline: IntegerPipeline
@@ -216,13 +227,23 @@ class DistributedDpPlan:
     share_variance: float
     expected_clients: int
     wrap_log_probability: float
+    shares: int = 0
+    hidden: bool = False
+
+    @property
+    def sample_rate(self) -> float:
+        """q: the probability of each client's secret coin (1 with visible participation)."""
+        return self.expected_clients / self.shares if self.hidden else 1.0
 
 
 def distributed_dp_plan(dim: int, *, clip_norm: float, noise_multiplier: float, expected_clients: int, bits: int,
-                        scale: float | None = None, beta: float = DEFAULT_BETA) -> DistributedDpPlan:
-    """γ (given, or dpfl's default: the largest power of two with γS <= 2^16 whose wrap bound for m
-    contributors is below 1e-9, :func:`dpfl.algorithms.dp_fedavg.secure_sum_calibration`), Δ2, μ = (zΔ2)²
-    (AKL21 §3, :func:`skellam_sum_variance`) and the share μ/m (:func:`skellam_share_variance`).
+                        scale: float | None = None, beta: float = DEFAULT_BETA,
+                        population: int | None = None) -> DistributedDpPlan:
+    """γ (given, or dpfl's default: the largest power of two with γS <= 2^16 whose wrap bound for the
+    sum's contributors is below 1e-9, :func:`dpfl.algorithms.dp_fedavg.secure_sum_calibration`), Δ2,
+    μ = (zΔ2)² (AKL21 §3, :func:`skellam_sum_variance`) and the share μ/m — or, with ``population`` N
+    (hidden participation: every node adds a share, a secret coin of probability q = m/N decides
+    whether its update is in the sum), μ/N with up to N contributors (:func:`skellam_share_variance`).
 
     Raises:
         ConfigError: invalid numbers, or a wrap bound above 1e-6 per round.
@@ -234,15 +255,20 @@ def distributed_dp_plan(dim: int, *, clip_norm: float, noise_multiplier: float, 
         raise ConfigError(f"`expected_clients` must be a positive integer. Found {expected_clients!r}.")
     if not isinstance(noise_multiplier, (int, float)) or not noise_multiplier > 0 or math.isinf(noise_multiplier):
         raise ConfigError(f"`noise_multiplier` must be a finite number > 0. Found {noise_multiplier!r}.")
+    hidden = population is not None
+    if hidden and (isinstance(population, bool) or not isinstance(population, int) or population < expected_clients):
+        raise ConfigError(f"`population` (hidden participation) must be an integer >= expected_clients = "
+                          f"{expected_clients}. Found {population!r}.")
+    shares = int(population) if population is not None else expected_clients
     try:
         options = SecureSumOptions(bits=bits, scale=scale, rotation=False, beta=beta)
     except ValueError as err:
         raise ConfigError(f"distributed DP: invalid bits/scale/beta ({bits!r}, {scale!r}, {beta!r}): {err}") from err
     cal = secure_sum_calibration(options, dim=dim, clip_norm=float(clip_norm), noise_multiplier=float(noise_multiplier),
-                                 num_clients=expected_clients, max_cohort=expected_clients, hidden=False, colluding=0)
+                                 num_clients=shares, max_cohort=expected_clients, hidden=hidden, colluding=0)
     pipe = cal.pipeline(dim, float(clip_norm))
-    return DistributedDpPlan(pipe, cal.variance, skellam_share_variance(cal.variance, expected_clients),
-                             expected_clients, cal.wrap_log_probability)
+    return DistributedDpPlan(pipe, cal.variance, skellam_share_variance(cal.variance, shares), expected_clients,
+                             cal.wrap_log_probability, shares, hidden)
 
 
 def _generator(seed: int | None, *key: int) -> torch.Generator:
@@ -255,6 +281,10 @@ def _generator(seed: int | None, *key: int) -> torch.Generator:
         value = int.from_bytes(hashlib.blake2b(payload, digest_size=8).digest(), "little")
     gen.manual_seed(value)
     return gen
+
+
+def _key(group: str) -> int:
+    return int.from_bytes(hashlib.blake2b(group.encode(), digest_size=8).digest(), "little")
 
 
 def _flat(arrays: Sequence[np.ndarray]) -> np.ndarray:
@@ -270,11 +300,13 @@ def clip_l2(update: np.ndarray, clip_norm: float) -> np.ndarray:
 
 
 def client_residues(update: np.ndarray, plan: DistributedDpPlan, rounding: torch.Generator,
-                    noise: torch.Generator) -> np.ndarray:
-    """A client's upload: clip(update) encoded (γ, conditional rounding) plus Sk(μ/m), mod 2^b."""
+                    noise: torch.Generator, include: bool = True) -> np.ndarray:
+    """A client's upload: clip(update) encoded (γ, conditional rounding) plus its Skellam share, mod 2^b.
+    ``include=False`` (a secret coin of hidden participation): the update is encoded all the same (the
+    same work and draws) and then zeroed — a zero vector is within Δ2 too — the share is added."""
     pipe = plan.pipeline
     clipped = torch.from_numpy(clip_l2(np.asarray(update, dtype=np.float64), pipe.clip_norm)).unsqueeze(0)
-    ints = pipe.encode(clipped, [rounding])[0]
+    ints = pipe.encode(clipped, [rounding])[0] * int(bool(include))
     ints = ints + skellam_noise((pipe.padded_dim,), plan.share_variance, noise)
     return pipe.to_residues(ints).numpy()
 
@@ -283,6 +315,7 @@ def _plan_metrics(plan: DistributedDpPlan, settings: SecAggPlusSettings) -> dict
     pipe = plan.pipeline
     return {f"{METRIC_PREFIX}{k}": v for k, v in {
         "dim": pipe.dim, "bits": pipe.bits, "scale": float(pipe.scale), "share-variance": float(plan.share_variance),
+        "sample-rate": float(plan.sample_rate),
         "clipping-range": float(settings.clipping_range), "modulus-range": int(settings.modulus_range),
         "max-weight": float(settings.max_weight)}.items()}
 
@@ -295,7 +328,11 @@ class DistributedDpMod:
     Args:
         clip_norm: S, the L2 bound of the update (reply − received model).
         noise_multiplier: z, the noise of the SecAgg+ sum of ``expected_clients`` shares against Δ2.
-        expected_clients: m, the cohort size each round (the shares the noise is split over).
+        expected_clients: m, the cohort size each round (the shares the noise is split over), or with
+            ``population`` the expected cohort qN (the fixed denominator).
+        population: N, hidden participation: every node takes part in every round's SecAgg+ sum with its
+            share μ/N, and a secret coin of probability q = m/N (from the client's own stream) decides
+            whether its update is in it; the server must send every round to all N nodes.
         seed: derive the rounding and noise streams from it (tests); None (default): ``os.urandom``.
         beta: β of conditional randomized rounding.
         scale: γ (default: dpfl's, :func:`distributed_dp_plan`); the server must use the same.
@@ -303,7 +340,8 @@ class DistributedDpMod:
     """
 
     def __init__(self, clip_norm: float, noise_multiplier: float, expected_clients: int, *, seed: int | None = None,
-                 beta: float = DEFAULT_BETA, scale: float | None = None, send_metrics: bool = True) -> None:
+                 beta: float = DEFAULT_BETA, scale: float | None = None, send_metrics: bool = True,
+                 population: int | None = None) -> None:
         if not isinstance(clip_norm, (int, float)) or not clip_norm > 0 or math.isinf(clip_norm):
             raise ConfigError(f"`clip_norm` must be a finite number > 0. Found {clip_norm!r}.")
         self.clip_norm = float(clip_norm)
@@ -313,14 +351,26 @@ class DistributedDpMod:
         self.beta = beta
         self.scale = scale
         self.send_metrics = send_metrics
+        self.population = population
         distributed_dp_plan(1, clip_norm=self.clip_norm, noise_multiplier=self.noise_multiplier,
-                            expected_clients=expected_clients, bits=MAX_BITS, scale=scale, beta=beta)  # validates
+                            expected_clients=expected_clients, bits=MAX_BITS, scale=scale, beta=beta,
+                            population=population)  # validates
         self.__name__ = type(self).__name__
 
     def plan(self, dim: int, bits: int) -> DistributedDpPlan:
         return distributed_dp_plan(dim, clip_norm=self.clip_norm, noise_multiplier=self.noise_multiplier,
                                    expected_clients=self.expected_clients, bits=bits, scale=self.scale,
-                                   beta=self.beta)
+                                   beta=self.beta, population=self.population)
+
+    def included(self, node: int, group: str, sample_rate: float) -> bool:
+        """The secret coin of hidden participation for this node and round (message group): Bernoulli(q)
+        from the client's own stream (``os.urandom``; with a seed, reproducible for tests)."""
+        coin = torch.rand(1, generator=_generator(self.seed, node, _key(group), 2), dtype=torch.float64)
+        return bool(float(coin) < sample_rate)
+
+    @property
+    def shares(self) -> int:
+        return int(self.population if self.population is not None else self.expected_clients)
 
     def __call__(self, msg: Any, ctxt: Any, call_next: Any) -> Any:
         from flwr.app.message_type import MessageType
@@ -334,7 +384,7 @@ class DistributedDpMod:
             raise ConfigError("DistributedDpMod found no SecAgg+ state: place it inside secaggplus_mod, "
                               "ClientApp(mods=[secaggplus_mod, DistributedDpMod(...)]).")
         settings = SecAggPlusSettings.from_state(ctxt.state.config_records[RECORD_KEY_STATE])
-        settings.check_cohort(self.expected_clients)
+        settings.check_cohort(self.shares)
         received = parameters_to_ndarrays(compat.recorddict_to_fitins(msg.content, keep_input=True).parameters)
         out = call_next(msg, ctxt)
         if out.has_error():
@@ -345,10 +395,10 @@ class DistributedDpMod:
             raise ConfigError("DistributedDpMod: the app's reply does not have the shapes of the model it received.")
         update = _flat(reply) - _flat(received)
         plan = self.plan(update.size, settings.bits)
-        node, group = int(msg.metadata.dst_node_id), msg.metadata.group_id
-        group_key = int.from_bytes(hashlib.blake2b(str(group).encode(), digest_size=8).digest(), "little")
-        residues = client_residues(update, plan, _generator(self.seed, node, group_key, 0),
-                                   _generator(self.seed, node, group_key, 1))
+        node, group = int(msg.metadata.dst_node_id), str(msg.metadata.group_id)
+        include = self.included(node, group, plan.sample_rate) if plan.hidden else True
+        residues = client_residues(update, plan, _generator(self.seed, node, _key(group), 0),
+                                   _generator(self.seed, node, _key(group), 1), include)
         floats = residues_to_floats(residues, settings.clipping_range, settings.quantization_range)
         metrics = dict(fitres.metrics) if self.send_metrics else {}
         metrics.update(_plan_metrics(plan, settings))
@@ -400,18 +450,29 @@ class DistributedDpLegacyStrategy(_legacy_strategy_base()):  # type: ignore[misc
         beta, scale: as given to :class:`DistributedDpMod`.
         population_size: the number of nodes (default: those connected at the first round).
         seed: the server's top-up stream (tests); None: ``os.urandom``.
+        participation: "visible" (default: the server knows the cohort its strategy samples) or "hidden"
+            (the strategy sends every round to all ``population_size`` nodes, e.g. FedAvg with
+            ``fraction_fit=1.0``; the clients' ``DistributedDpMod(..., population=N)`` flip their secret
+            coins; every release is amplified by the Poisson sample of rate q = m/N, the server's too).
     """
 
     def __init__(self, strategy: Any, *, clip_norm: float, noise_multiplier: float, expected_clients: int,
                  delta: float, num_rounds: int | None = None, secagg: Any = None, beta: float = DEFAULT_BETA,
-                 scale: float | None = None, population_size: int | None = None, seed: int | None = None) -> None:
+                 scale: float | None = None, population_size: int | None = None, seed: int | None = None,
+                 participation: str = "visible") -> None:
         super().__init__()
         self.strategy = strategy
-        self.mod = DistributedDpMod(clip_norm, noise_multiplier, expected_clients, beta=beta, scale=scale)
+        if participation not in ("visible", "hidden"):
+            raise ConfigError(f"`participation` must be 'visible' or 'hidden'. Found {participation!r}.")
+        if participation == "hidden" and population_size is None:
+            raise ConfigError("participation='hidden' needs population_size (N: every node adds a share μ/N).")
+        self.hidden = participation == "hidden"
+        self.mod = DistributedDpMod(clip_norm, noise_multiplier, expected_clients, beta=beta, scale=scale,
+                                    population=population_size if self.hidden else None)
         if secagg is None:
             secagg = SecAggPlusSettings()
         self.settings = secagg if isinstance(secagg, SecAggPlusSettings) else SecAggPlusSettings.from_workflow(secagg)
-        self.settings.check_cohort(expected_clients)
+        self.settings.check_cohort(self.mod.shares)
         self.delta = validate_delta(delta)
         self.num_rounds = num_rounds
         self.population_size = population_size
@@ -435,7 +496,10 @@ class DistributedDpLegacyStrategy(_legacy_strategy_base()):  # type: ignore[misc
         self._current = parameters
         pairs = list(self.strategy.configure_fit(server_round, parameters, client_manager))
         self._start(p.node_id for p in client_manager.all().values())
-        if len(pairs) > self.expected_clients:
+        if self.hidden and len(pairs) != self.mod.shares:
+            _log(WARNING, f"dpfl: hidden participation sends every round to all {self.mod.shares} nodes; the "
+                          f"strategy configured {len(pairs)} (fraction_fit=1.0): the sum will carry fewer shares")
+        if len(pairs) > self.mod.shares:
             raise ConfigError(f"the strategy sampled {len(pairs)} clients for round {server_round}, more than "
                               f"expected_clients = {self.expected_clients} (the noise is split over m shares and the "
                               "average divided by m): set expected_clients to the cohort size.")
@@ -449,8 +513,9 @@ class DistributedDpLegacyStrategy(_legacy_strategy_base()):  # type: ignore[misc
         if n < len(ids):
             raise ConfigError(f"`population_size` ({n}) is below the {len(ids)} nodes connected.")
         self.rounds.clients = {node: i for i, node in enumerate(ids)}
-        self.rounds.ledger = PrivacyLedger(num_clients=n, sampler={"kind": "all"}, delta=self.delta,
-                                           relation="add_remove", pld_every=0)
+        sampler = {"kind": "poisson", "sample_rate": self.mod.expected_clients / n} if self.hidden else {"kind": "all"}
+        self.rounds.ledger = PrivacyLedger(num_clients=n, sampler=sampler, delta=self.delta, relation="add_remove",
+                                           pld_every=0)
 
     def _client_of(self, node: int) -> int:
         assert self.rounds.ledger is not None
@@ -466,13 +531,17 @@ class DistributedDpLegacyStrategy(_legacy_strategy_base()):  # type: ignore[misc
 
     def releases(self, plan: DistributedDpPlan, ids: Sequence[int]) -> list[Release]:
         """What the server and the public see of a round whose SecAgg+ sum holds ``ids``' vectors:
-        the server n·μ/m (the shares in the sum), the public μ (the sum topped up to m shares)."""
+        the server n·μ/shares (the shares in the sum), the public μ (the sum topped up to all shares).
+        Visible participation: charged to ``ids``, unamplified; hidden: every client's coin is secret,
+        both releases amplified by the Poisson sample (``client_ids=None``, as dpfl's DP-FedAvg records
+        hidden participation)."""
         pipe = plan.pipeline
         d2, d1 = pipe.l2_sensitivity, pipe.l1_sensitivity
         arrived = len(ids) * plan.share_variance
         public = max(plan.sum_variance, arrived)
-        return [SkellamRelease("server", arrived, d2, d1, tuple(ids)),
-                SkellamRelease("public", public, d2, d1, tuple(ids))]
+        who = None if plan.hidden else tuple(ids)
+        return [SkellamRelease("server", arrived, d2, d1, who, amplifiable=plan.hidden),
+                SkellamRelease("public", public, d2, d1, who, amplifiable=plan.hidden)]
 
     def _check_results(self, results: list[Any], plan: DistributedDpPlan) -> None:
         want = _plan_metrics(plan, self.settings)
@@ -499,23 +568,23 @@ class DistributedDpLegacyStrategy(_legacy_strategy_base()):  # type: ignore[misc
         plan = self.plan(flat.size)
         self._check_results(results, plan)
         n = len(results)
-        if n > self.expected_clients:
-            raise ConfigError(f"{n} vectors in the SecAgg+ sum of round {server_round}, more than expected_clients = "
-                              f"{self.expected_clients}.")
+        if n > plan.shares:
+            raise ConfigError(f"{n} vectors in the SecAgg+ sum of round {server_round}, more than the {plan.shares} "
+                              "shares planned.")
         agg = parameters_to_ndarrays(results[0][1].parameters)
         pipe = plan.pipeline
         if len(agg) != 1 or agg[0].shape != (pipe.padded_dim,):
             raise ConfigError(f"the SecAgg+ sum has shapes {[a.shape for a in agg]}, expected [({pipe.padded_dim},)].")
         s = self.settings
         total = torch.from_numpy(floats_to_residue_sum(agg[0], n, s.clipping_range, s.quantization_range))
-        missing = self.expected_clients - n
+        missing = plan.shares - n
         if missing > 0:
             # fewer shares than planned: the sum carries n·μ/m (recorded for the server); top it up to μ for
             # the broadcast from the server's own stream (module docstring)
             gen = _generator(self.seed, server_round, -1)
             total = total + skellam_noise((pipe.padded_dim,), missing * plan.share_variance, gen)
-            self.rounds.shortfalls.append(f"round {server_round}: {n} of {self.expected_clients} vectors arrived; the "
-                                          f"SecAgg+ sum carried {n}/{self.expected_clients} of the noise (priced for "
+            self.rounds.shortfalls.append(f"round {server_round}: {n} of {plan.shares} vectors arrived; the "
+                                          f"SecAgg+ sum carried {n}/{plan.shares} of the noise (priced for "
                                           "the server), the server topped it up for the broadcast")
             _log(WARNING, f"dpfl: {self.rounds.shortfalls[-1]}")
         mean = pipe.decode(pipe.to_residues(total)).numpy() / self.expected_clients
@@ -547,10 +616,11 @@ class DistributedDpLegacyStrategy(_legacy_strategy_base()):  # type: ignore[misc
         for cid in ids:
             self.rounds.taken_part[cid] = self.rounds.taken_part.get(cid, 0) + 1
         eps = self.epsilons("rdp")
+        mode = f" (hidden participation, q = {plan.sample_rate:.4g})" if plan.hidden else ""
         self.rounds.lines.append({"round": server_round, **eps})
         _log(INFO, f"dpfl round {server_round}: certified ε at δ = {self.delta:g} (RDP, worst client): "
                    f"server {_fmt(eps['server'])}, public {_fmt(eps['public'])} · distributed Skellam noise, "
-                   f"{len(nodes)} of {self.expected_clients} shares in the SecAgg+ sum")
+                   f"{len(nodes)} of {plan.shares} shares in the SecAgg+ sum{mode}")
 
     def epsilons(self, method: str = "best") -> dict[str, float]:
         ledger = self.rounds.ledger
@@ -584,6 +654,11 @@ class DistributedDpLegacyStrategy(_legacy_strategy_base()):  # type: ignore[misc
         lines.append("  relation: add/remove one client's update, its noise share in both neighbours; the server "
                      "sees only the SecAgg+ sum, which carries the noise, so its figure is the public's unless "
                      "vectors were missing; no client colludes with the server")
+        if self.hidden:
+            lines.append(f"  hidden participation: every node's share in every sum, a secret coin of probability q = "
+                         f"{self.expected_clients / ledger.num_clients:.4g} decides whether its update is in it; both "
+                         "figures are amplified by that Poisson sample (binomial expansion, docs/proofs/"
+                         "skellam-subsampling.md)")
         for note in self.rounds.shortfalls:
             lines.append(f"  shortfall: {note}")
         if self.rounds.metric_names:
