@@ -8,7 +8,8 @@ sum, which carries all the noise), equal to dp-accounting's Gaussian RDP at the 
 Skellam mechanism's excess, and the test accuracy is that of the same app with Flower's central
 noise (``DifferentialPrivacyClientSideFixedClipping``, same z, S and cohort) within 1 point
 (slow: three runs of each, about 80 s; the default suite runs the distributed app once, about 15 s,
-and checks that it learns).
+and checks that it learns). Slow too: hidden participation (all 20 nodes in every sum, each with a
+secret coin of probability 0.5), certified by the Poisson-sampled figure for both observers (20 s).
 """
 
 from __future__ import annotations
@@ -168,3 +169,53 @@ def test_distributed_accuracy_matches_flowers_central_noise(flower_log: _Lines) 
         central.append(_accuracy(flower_log.lines))
     print(f"test accuracy after 3 rounds: distributed {distributed}, Flower's central noise {central}")
     assert abs(sum(distributed) / RUNS - sum(central) / RUNS) <= 0.03, (distributed, central)
+
+
+@pytest.mark.slow
+def test_hidden_participation_in_flowers_simulation(flower_log: _Lines) -> None:
+    """The same app with hidden participation: all 20 nodes in every SecAgg+ sum with a share μ/20,
+    each client's secret coin (q = 0.5) deciding whether its update is in it; the certificate is the
+    Poisson-sampled one for both observers, below the visible app's."""
+    from flower_apps.fl_dp_sa.client_app import client_fn
+    from flower_apps.fl_dp_sa_distributed.client_app import CLIPPING_NORM, NOISE_MULTIPLIER, NUM_SAMPLED
+    from flower_apps.fl_dp_sa_distributed.server_app import evaluate
+    from flower_apps.task import Net, get_weights
+    from flwr.client.mod import secaggplus_mod
+    from flwr.clientapp import ClientApp
+    from flwr.common import Context, ndarrays_to_parameters
+    from flwr.server import Grid, LegacyContext, ServerApp, ServerConfig
+    from flwr.server.strategy import FedAvg
+    from flwr.server.workflow import DefaultWorkflow, SecAggPlusWorkflow
+    from flwr.simulation import run_simulation
+
+    from dpfl.runtime.flower.distributed import DistributedDpLegacyStrategy, DistributedDpMod
+
+    nodes = 20
+    client_app = ClientApp(client_fn=client_fn, mods=[
+        secaggplus_mod, DistributedDpMod(CLIPPING_NORM, NOISE_MULTIPLIER, NUM_SAMPLED, population=nodes)])
+    server_app = ServerApp()
+
+    @server_app.main()
+    def main(grid: Grid, context: Context) -> None:
+        strategy = FedAvg(fraction_fit=1.0, fraction_evaluate=0.0, min_fit_clients=nodes, min_available_clients=nodes,
+                          initial_parameters=ndarrays_to_parameters(get_weights(Net())), evaluate_fn=evaluate)
+        fit_workflow = SecAggPlusWorkflow(num_shares=7, reconstruction_threshold=4)
+        strategy = DistributedDpLegacyStrategy(strategy, clip_norm=CLIPPING_NORM, noise_multiplier=NOISE_MULTIPLIER,
+                                               expected_clients=NUM_SAMPLED, delta=1e-5, num_rounds=3,
+                                               secagg=fit_workflow, participation="hidden", population_size=nodes)
+        legacy = LegacyContext(context=context, config=ServerConfig(num_rounds=3), strategy=strategy)
+        DefaultWorkflow(fit_workflow=fit_workflow)(grid, legacy)
+
+    run_simulation(server_app=server_app, client_app=client_app, num_supernodes=nodes)
+    lines = flower_log.lines
+    rounds = [line for line in lines if line.startswith("dpfl round")]
+    assert len(rounds) == 3 and all("20 of 20 shares" in line and "q = 0.5" in line for line in rounds), rounds
+    got = _final(lines)
+    assert got["server"] == got["public"]
+    acc = rdp_privacy_accountant.RdpAccountant(INTEGER_ORDERS)
+    acc.compose(dp_accounting.PoissonSampledDpEvent(0.5, dp_accounting.GaussianDpEvent(NOISE_MULTIPLIER)), 3)
+    sampled = float(acc.get_epsilon(1e-5))
+    assert sampled * (1 - 1e-6) <= got["public"] <= sampled * 1.01, (sampled, got)
+    assert got["public"] < _gaussian_rdp(NOISE_MULTIPLIER, 3, INTEGER_ORDERS)
+    print(f"hidden participation: ε = {got['public']:.4g}, test accuracy {_accuracy(lines):.4f}")
+    assert _accuracy(lines) > 0.6
