@@ -465,3 +465,13 @@ def test_hidden_participation_needs_the_population() -> None:
                                     participation="hidden")
     with pytest.raises(ConfigError, match="population"):
         DistributedDpMod(1.0, 0.5, 10, population=5)
+
+
+def test_a_cohort_larger_than_the_planned_shares_is_refused() -> None:
+    from flwr.common import ndarrays_to_parameters
+    from flwr.server.strategy import FedAvg
+
+    strategy = DistributedDpLegacyStrategy(FedAvg(fraction_fit=0.5, min_fit_clients=5, min_available_clients=5),
+                                           clip_norm=1.0, noise_multiplier=0.5, expected_clients=5, delta=1e-5)
+    with pytest.raises(ConfigError, match="more than the 5 shares"):
+        strategy.configure_fit(1, ndarrays_to_parameters([np.zeros(3, dtype=np.float32)]), _Manager(list(range(20))))

@@ -40,8 +40,8 @@ certificate is the public's (the broadcast is a fixed decoding of the same sum).
 vectors arrive the sum carries *less* noise (n·μ/m): the server's release records exactly that
 variance, and the server tops the sum up with Sk((m − n)·μ/m) from its own ``os.urandom``-seeded
 stream before it broadcasts, so that the public still sees Sk(μ) (the top-up does not protect
-against the server, which knows it). Each round is recorded in a :class:`PrivacyLedger` as
-:class:`SkellamRelease`\\ s (AKL21 Thm 3.5, add/remove of one client with its noise share present in
+against the server, which knows it). Each round is recorded in a :class:`PrivacyLedger` as Skellam
+releases (:class:`SkellamRelease`; AKL21 Thm 3.5, add/remove of one client with its noise share present in
 both neighbours), unamplified: the server knows the cohort (visible participation). Assumed and
 said in the report: no client colludes with the server (a colluding client's share could be
 subtracted); the app's fit metrics reach the server in the clear (outside the certificate).
@@ -56,9 +56,10 @@ coin). The sum is a secret Poisson sample, so both observers' releases are ampli
 :mod:`dpfl.privacy.releases.skellam`), as dpfl's DP-FedAvg records hidden participation.
 
 Refused (:class:`ConfigError`, naming the value): c or Q not a power of two, Q outside
-[2^8, 2^31] (Flower's quantizer casts to int32), M not a multiple of Q or M <= m·Q (the weight
-column W = n·Q would wrap), a fractional ``max_weight``, a client reporting other settings or
-another γ than the server, a cohort larger than m.
+[2^8, 2^31] (Flower's quantizer casts to int32), M not a multiple of Q or M <= (shares)·Q (the
+weight column W = n·Q would wrap), a fractional ``max_weight``, a client reporting other settings
+or another γ than the server (a client without the mod reports its own ``num_examples``), a cohort
+or a sum of more vectors than the planned shares (m visible, N hidden).
 
 Deployment caveats of the installed Flower (1.42), not fixed here: SecAgg+ masks come from
 ``np.random.RandomState`` seeded with a 32-bit fold of the shared seed (dpfl's own runtime replaces
@@ -500,9 +501,9 @@ class DistributedDpLegacyStrategy(_legacy_strategy_base()):  # type: ignore[misc
             _log(WARNING, f"dpfl: hidden participation sends every round to all {self.mod.shares} nodes; the "
                           f"strategy configured {len(pairs)} (fraction_fit=1.0): the sum will carry fewer shares")
         if len(pairs) > self.mod.shares:
-            raise ConfigError(f"the strategy sampled {len(pairs)} clients for round {server_round}, more than "
-                              f"expected_clients = {self.expected_clients} (the noise is split over m shares and the "
-                              "average divided by m): set expected_clients to the cohort size.")
+            fix = "population_size to the number of nodes" if self.hidden else "expected_clients to the cohort size"
+            raise ConfigError(f"the strategy sampled {len(pairs)} clients for round {server_round}, more than the "
+                              f"{self.mod.shares} shares the noise is split over: set {fix}.")
         return pairs
 
     def _start(self, nodes: Any) -> None:
@@ -561,8 +562,11 @@ class DistributedDpLegacyStrategy(_legacy_strategy_base()):  # type: ignore[misc
     def aggregate_fit(self, server_round: int, results: list[Any], failures: list[Any]) -> tuple[Any, Any]:
         from flwr.common import ndarrays_to_parameters, parameters_to_ndarrays
 
-        if not results or self._current is None:
+        if not results:
             return self.strategy.aggregate_fit(server_round, results, failures)
+        if self._current is None:
+            raise ConfigError("aggregate_fit before configure_fit: the wrapper needs the model it sent to decode "
+                              "the update.")
         current = parameters_to_ndarrays(self._current)
         flat = _flat(current)
         plan = self.plan(flat.size)
