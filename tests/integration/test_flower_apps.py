@@ -105,15 +105,18 @@ def test_fl_dp_sa_pattern_certified_per_observer_beside_flowers_figure(flower_lo
     got = _final(flower_log.lines)
     assert got["rounds"] == "3" and got["server"] == "∞"
     pld, rdp = _gaussian(0.2, int(got["most"]))
+    # SecAgg+'s stochastic rounding adds 2·√d·(2c/Q)/dq_k to the sensitivity C = 10 (d = 50,890,
+    # c = 8, Q = 2^22, dq_k = 480/1000): 3.6e-3, a few 1e-4 of the ε above the Gaussian's
     assert float(got["pld"].replace(",", "")) == pytest.approx(pld, rel=2e-3)
-    assert float(got["rdp"].replace(",", "")) == pytest.approx(rdp, rel=1e-3)
+    assert rdp <= float(got["rdp"].replace(",", "")) <= rdp * (1 + 2e-3)
     # Flower's RdpAccountant on the same events charges every round to everyone: 3 Gaussian(0.2)
     flower = re.search(r"Flower's RdpAccountant: ε = (\S+)$", rounds[-1])
     assert flower is not None and float(flower.group(1)) == pytest.approx(_gaussian(0.2, 3)[1], rel=1e-3)
     text = "\n".join(flower_log.lines)
     assert "SecAgg+ shows it only the sum, but the sum carries no noise" in text
     assert "secure aggregation on" in text
-    assert "not seen" not in text  # secaggplus_mod and fixedclipping_mod are both read
+    assert "cannot see what it does" not in text  # secaggplus_mod and fixedclipping_mod are both read
+    assert "the clients are trusted to clip" in text  # under SecAgg+ the server cannot check it
 
 
 def test_message_api_app_with_flowers_accountant_certified_per_observer(flower_log: _Lines) -> None:

@@ -215,3 +215,109 @@ def test_nodes_that_connect_after_the_first_round_are_counted_and_a_secret_cohor
     assert cert.client_of(99) == 3 and cert.taken_part == {0: 1, 1: 2, 3: 1}
     with pytest.raises(ConfigError, match="population_size"):
         RoundCertifier(dp, DELTA, "secret")
+
+
+# --------------------------------------------------------------------------- what an independent review found
+
+
+def test_local_noise_then_the_servers_clip_is_priced_by_the_bounds_that_hold() -> None:
+    # LocalDpMod clips to C1 = 1 and adds σ_l; the server-side wrapper then clips the *noised*
+    # upload to C2 = 0.5 and adds z·C2/m: the server sees (σ_l, C1) — not min(C1, C2) — and the
+    # public the larger multiplier of (σ_l, C1) and (z·C2/m, w_k·min(C1, 2·C2))
+    mod = LocalDpMod(clipping_norm=1.0, sensitivity=0.5, epsilon=1.0, delta=1e-5)
+    dp = read_flower_dp(message.DifferentialPrivacyServerSideFixedClipping(message.FedAvg(), 1.0, 0.5, 4), [mod])
+    assert (dp.bound_before_noise, dp.bound_after_noise) == (1.0, 0.5)
+    sigma_l = 0.5 * math.sqrt(2 * math.log(1.25e5))
+    cert = RoundCertifier(dp, DELTA)
+    cert.start(range(4))
+    cert.record(1, [0, 1, 2, 3], [1.0] * 4)
+    assert cert.epsilons("rdp")["server"] == pytest.approx(_rdp(dp_accounting.GaussianDpEvent(sigma_l), 1), rel=1e-6)
+    public = max(sigma_l / 1.0, (1.0 * 0.5 / 4) / (0.25 * min(1.0, 1.0)))
+    assert cert.epsilons("rdp")["public"] == pytest.approx(_rdp(dp_accounting.GaussianDpEvent(public), 1), rel=1e-6)
+
+
+def test_the_order_of_the_client_mods_decides_whether_the_clip_comes_before_the_local_noise() -> None:
+    mod = LocalDpMod(clipping_norm=2.0, sensitivity=2.0, epsilon=1.0, delta=1e-5)
+    wrapper = message.DifferentialPrivacyClientSideFixedClipping(message.FedAvg(), 1.0, 1.0, 4)
+    inner = read_flower_dp(wrapper, [mod, fixedclipping_mod])  # fixedclipping_mod clips, then LocalDpMod noises
+    outer = read_flower_dp(wrapper, [fixedclipping_mod, mod])  # LocalDpMod noises, then the clip
+    assert (inner.bound_before_noise, inner.bound_after_noise) == (1.0, None)
+    assert (outer.bound_before_noise, outer.bound_after_noise) == (2.0, 1.0)
+    cert = RoundCertifier(inner, DELTA)
+    cert.start(range(2))
+    cert.check_update_norms(1, [0, 1], [5.0, 5.0])  # noised uploads are not within C: not an unclipped round
+    cert.record(1, [0, 1], [1.0, 1.0])
+    assert math.isfinite(cert.epsilons("rdp")["public"]) and not cert.unclipped
+
+
+def test_an_aggregator_other_than_fedavgs_mean_is_not_priced_as_a_mean() -> None:
+    dp = read_flower_dp(message.DifferentialPrivacyServerSideFixedClipping(message.FedMedian(), 1.0, 1.0, 3))
+    assert not dp.averages and any("FedMedian" in n for n in dp.notes)
+    cert = RoundCertifier(dp, DELTA)
+    cert.start(range(3))
+    cert.record(1, [0, 1, 2], [1.0] * 3)
+    assert math.isinf(cert.epsilons("rdp")["public"])
+
+
+def test_secagg_with_server_side_clipping_is_refused() -> None:
+    from dpfl.runtime.flower.certified import CertifiedLegacyStrategy
+
+    with pytest.raises(ConfigError, match="clips the \\*sum\\*"):
+        CertifiedLegacyStrategy(legacy.DifferentialPrivacyServerSideFixedClipping(legacy.FedAvg(), 1.0, 1.0, 10),
+                                delta=DELTA, secure_aggregation=True)
+
+
+def test_a_secret_cohort_round_that_is_not_a_uniform_draw_is_not_amplified() -> None:
+    dp = read_flower_dp(legacy.DifferentialPrivacyClientSideFixedClipping(legacy.FedAvg(), 4.0, 0.1, 10),
+                        [fixedclipping_mod])
+    amplified = RoundCertifier(dp, DELTA, "secret", secure_aggregation=True, population_size=100)
+    short = RoundCertifier(dp, DELTA, "secret", secure_aggregation=True, population_size=100)
+    unequal = RoundCertifier(dp, DELTA, "secret", secure_aggregation=True, population_size=100)
+    for cert in (amplified, short, unequal):
+        cert.start(range(100))
+    amplified.cohort_drawn(1, 100, 10)
+    amplified.record(1, list(range(10)), [1.0] * 10)
+    short.cohort_drawn(1, 60, 10)  # only 60 of the 100 nodes connected
+    short.record(1, list(range(10)), [1.0] * 10)
+    unequal.cohort_drawn(1, 100, 10)
+    unequal.record(1, list(range(10)), [1.0] * 9 + [100.0])
+    wor = dp_accounting.SampledWithoutReplacementDpEvent(100, 10, dp_accounting.GaussianDpEvent(2.0))
+    assert amplified.epsilons("rdp")["public"] == pytest.approx(
+        _rdp(wor, 1, dp_accounting.NeighboringRelation.REPLACE_ONE), rel=1e-6)
+    assert short.epsilons("rdp")["public"] == pytest.approx(
+        _rdp(dp_accounting.GaussianDpEvent(2.0), 1, dp_accounting.NeighboringRelation.REPLACE_ONE), rel=1e-6)
+    assert "6" in short.round_notes[0] and "recorded without amplification" in short.round_notes[0]
+    assert any("unequal weights" in n for n in unequal.round_notes)
+    heavy = (0.4 / 10) / (2 * 0.1 * 100 / 109)  # noise z·C/m against 2·w_k·C for the heaviest client
+    assert unequal.epsilons("rdp")["public"] == pytest.approx(
+        _rdp(dp_accounting.GaussianDpEvent(heavy), 1, dp_accounting.NeighboringRelation.REPLACE_ONE), rel=1e-6)
+
+
+def test_a_withheld_aggregate_is_recorded_for_the_server_that_saw_the_uploads() -> None:
+    mod = LocalDpMod(clipping_norm=1.0, sensitivity=1.0, epsilon=1.0, delta=1e-5)
+    dp = read_flower_dp(message.FedAvg(), [mod])
+    cert = RoundCertifier(dp, DELTA)
+    cert.start(range(3))
+    cert.record(1, [0, 1, 2], [1.0] * 3, released=False)
+    assert cert.epsilons("rdp")["public"] == 0.0 and cert.epsilons("rdp")["server"] > 0
+    assert any("no aggregate was broadcast" in line for line in cert.report())
+
+
+def test_a_round_dpfl_stopped_is_not_aggregated_even_with_flowers_accountant() -> None:
+    from flwr.supercore.privacy_accounting import NeighboringRelation, PrivacyConfig, SamplingMethod
+    from flwr.supercore.privacy_accounting.rdp_accountant import RdpAccountant
+
+    from dpfl.runtime.flower.certified import CertifiedStrategy
+
+    acc = RdpAccountant(PrivacyConfig(1e-5, 10, NeighboringRelation.ADD_OR_REMOVE_ONE,
+                                      SamplingMethod.NO_AMPLIFICATION))
+    strategy = CertifiedStrategy(message.DifferentialPrivacyServerSideFixedClipping(
+        message.FedAvg(), 1.0, 1.0, 5, accountant=acc), delta=1e-5, max_epsilon=1.0)
+    strategy.certifier.stopped = "dpfl stopped the run before round 3: ..."
+    assert list(strategy.configure_train(3, None, None, None)) == []
+    assert strategy.aggregate_train(3, []) == (None, None)  # Flower's start() still calls it
+
+
+def test_local_dp_mod_delta_outside_the_unit_interval_is_refused() -> None:
+    with pytest.raises(ConfigError, match="delta"):
+        read_flower_dp(message.FedAvg(), [LocalDpMod(1.0, 1.0, 1.0, 0.0)])

@@ -89,6 +89,14 @@ class FlowerDp:
         clipped_by: "server", "clients" (``fixedclipping_mod``) or None.
         local_clip: the clipping norm of a declared ``LocalDpMod`` (None: none).
         local_noise_std: its Gaussian noise std per coordinate (0: none).
+        bound_before_noise: the L2 bound on an update enforced before any local noise (the smallest
+            clip applied to the un-noised update; None: nothing bounds it).
+        bound_after_noise: a clip applied to the *noised* update (the server-side wrapper's, or a
+            ``fixedclipping_mod`` outside ``LocalDpMod``), None when there is none. It does not
+            bound the update linearly: the release is then priced by the two bounds that hold.
+        averages: the aggregate is FedAvg's weighted mean (the inner strategy's own
+            ``aggregate_train`` / ``aggregate_fit`` is FedAvg's); otherwise only what the uploads
+            themselves carry is certified.
         flower_accountant: the wrapped strategy's Flower accountant, if it has one.
         notes: what dpfl could not see or assumed.
     """
@@ -99,6 +107,9 @@ class FlowerDp:
     clipped_by: Literal["server", "clients"] | None = None
     local_clip: float | None = None
     local_noise_std: float = 0.0
+    bound_before_noise: float | None = None
+    bound_after_noise: float | None = None
+    averages: bool = True
     flower_accountant: Any = None
     wrapper: str = ""
     notes: tuple[str, ...] = ()
@@ -112,9 +123,8 @@ class FlowerDp:
 
     @property
     def update_bound(self) -> float | None:
-        """The L2 bound on one client's update the app enforces (the smallest of its clips)."""
-        clips = [c for c in (self.clipping_norm, self.local_clip) if c is not None]
-        return min(clips) if clips else None
+        """The L2 bound on one client's update before any noise (the smallest clip applied to it)."""
+        return self.bound_before_noise
 
 
 def _flower_dp_classes() -> dict[str, tuple[type, ...]]:
@@ -133,8 +143,10 @@ def _flower_dp_classes() -> dict[str, tuple[type, ...]]:
     }
 
 
-def _local_dp(mods: Iterable[Any], notes: list[str]) -> tuple[float | None, float, bool]:
-    """(clip, noise std, fixed clipping declared) of the declared client mods."""
+def _local_dp(mods: Iterable[Any], notes: list[str]) -> tuple[float | None, float, int | None, int | None]:
+    """(clip, noise std, position of LocalDpMod, position of fixedclipping_mod) of the declared
+    client mods, in ``ClientApp(mods=[...])`` order (the first is the outermost: it handles the
+    reply last)."""
     from flwr.client.mod import LocalDpMod as LegacyLocalDp
     from flwr.client.mod import fixedclipping_mod as legacy_fixed
     from flwr.client.mod import secagg_mod, secaggplus_mod
@@ -143,9 +155,12 @@ def _local_dp(mods: Iterable[Any], notes: list[str]) -> tuple[float | None, floa
 
     clip: float | None = None
     std = 0.0
-    fixed = False
-    for mod in mods:
+    local_at: int | None = None
+    fixed_at: int | None = None
+    for at, mod in enumerate(mods):
         if isinstance(mod, (MessageLocalDp, LegacyLocalDp)):
+            if not 0 < mod.delta < 1:
+                raise ConfigError(f"LocalDpMod delta must be in (0, 1) for a finite noise std. Found {mod.delta!r}.")
             # Flower's add_localdp_gaussian_noise_to_params: the classical Gaussian-mechanism std
             # Δ·sqrt(2 ln(1.25/δ))/ε with the mod's own Δ ("sensitivity"), which need not be its clip
             if mod.epsilon <= 0:
@@ -153,18 +168,31 @@ def _local_dp(mods: Iterable[Any], notes: list[str]) -> tuple[float | None, floa
             mod_std = mod.sensitivity * math.sqrt(2 * math.log(1.25 / mod.delta)) / mod.epsilon
             if clip is not None or std:
                 raise ConfigError("more than one LocalDpMod declared: dpfl reads one.")
-            clip, std = float(mod.clipping_norm), float(mod_std)
+            clip, std, local_at = float(mod.clipping_norm), float(mod_std), at
             if mod.epsilon > 1:
                 notes.append(f"LocalDpMod ε = {mod.epsilon:g} > 1: the classical Gaussian-mechanism constant "
                              "it calibrates with is proven for ε ≤ 1 only; dpfl certifies the std it adds")
         elif mod in (message_fixed, legacy_fixed):
-            fixed = True
+            fixed_at = at
         elif mod in (secaggplus_mod, secagg_mod):
             pass  # masks the upload for the secure sum, adds no noise (``secure_aggregation`` says what it hides)
         else:
             name = getattr(mod, "__name__", type(mod).__name__)
             notes.append(f"client mod {name!r}: dpfl cannot see what it does; any noise it adds is not counted")
-    return clip, std, fixed
+    return clip, std, local_at, fixed_at
+
+
+def _averages(inner: Any) -> bool:
+    """Whether ``inner`` aggregates with FedAvg's own weighted mean (Flower's accountant asks the
+    same: a median, Krum or a server optimizer moves the model by more than w_k·C)."""
+    from flwr.server import strategy as legacy
+    from flwr.serverapp import strategy as message
+
+    if isinstance(inner, message.FedAvg):
+        return type(inner).aggregate_train is message.FedAvg.aggregate_train
+    if isinstance(inner, legacy.FedAvg):
+        return type(inner).aggregate_fit is legacy.FedAvg.aggregate_fit
+    return False
 
 
 def read_flower_dp(strategy: Any, client_mods: Sequence[Any] = ()) -> FlowerDp:
@@ -178,7 +206,8 @@ def read_flower_dp(strategy: Any, client_mods: Sequence[Any] = ()) -> FlowerDp:
     """
     classes = _flower_dp_classes()
     notes: list[str] = []
-    local_clip, local_std, fixed_mod = _local_dp(client_mods, notes)
+    mods = list(client_mods)
+    local_clip, local_std, local_at, fixed_at = _local_dp(mods, notes)
     if isinstance(strategy, classes["adaptive"]):
         raise ConfigError(f"{type(strategy).__name__}: dpfl does not read Flower's adaptive-clipping wrappers yet "
                           "(the clip norm and the count query's share of the noise change inside the wrapper each "
@@ -186,21 +215,32 @@ def read_flower_dp(strategy: Any, client_mods: Sequence[Any] = ()) -> FlowerDp:
     who: Literal["server", "clients"]
     for who in ("server", "clients"):
         if isinstance(strategy, classes[who]):
-            if who == "clients" and not fixed_mod:
+            if who == "clients" and fixed_at is None:
                 raise ConfigError(f"{type(strategy).__name__} expects the clients to clip: declare the ClientApp's "
                                   "mods (client_mods=[fixedclipping_mod, ...]) so dpfl knows they do.")
             wrapper: Any = strategy
-            return FlowerDp(noise_multiplier=float(wrapper.noise_multiplier),
-                            clipping_norm=float(wrapper.clipping_norm),
+            clip = float(wrapper.clipping_norm)
+            # the wrapper's clip acts on the un-noised update unless local noise came first: the
+            # server clips what it received; fixedclipping_mod outside LocalDpMod clips the noised one
+            after = local_at is not None and (who == "server" or (fixed_at is not None and fixed_at < local_at))
+            before = [c for c in (local_clip, None if after else clip) if c is not None]
+            averages = _averages(getattr(wrapper, "strategy", None))
+            if not averages:
+                notes.append(f"{type(getattr(wrapper, 'strategy', None)).__name__} inside {type(strategy).__name__} "
+                             "does not aggregate with FedAvg's weighted mean: the broadcast is certified only by what "
+                             "the uploads carry (∞ without local noise)")
+            return FlowerDp(noise_multiplier=float(wrapper.noise_multiplier), clipping_norm=clip,
                             num_sampled_clients=int(wrapper.num_sampled_clients), clipped_by=who,
                             local_clip=local_clip, local_noise_std=local_std,
+                            bound_before_noise=min(before) if before else None,
+                            bound_after_noise=clip if after else None, averages=averages,
                             flower_accountant=getattr(strategy, "accountant", None),
                             wrapper=type(strategy).__name__, notes=tuple(notes))
     if not type(strategy).__module__.startswith("flwr."):
         notes.append(f"strategy {type(strategy).__name__}: not one of Flower's DP wrappers; dpfl takes it to add "
                      "no noise and clip nothing")
-    return FlowerDp(local_clip=local_clip, local_noise_std=local_std, wrapper=type(strategy).__name__,
-                    notes=tuple(notes))
+    return FlowerDp(local_clip=local_clip, local_noise_std=local_std, bound_before_noise=local_clip,
+                    averages=_averages(strategy), wrapper=type(strategy).__name__, notes=tuple(notes))
 
 
 @dataclass
@@ -216,6 +256,9 @@ class RoundCertifier:
             client's update replaced by zero, sensitivity w_k·C) or "add_remove" (the client gone
             from the average, whose denominator shrinks with it: sensitivity 2·w_k·C).
         secure_aggregation: the server sees only the sum of the uploads (SecAgg+).
+        secagg_quantization: SecAgg+'s (clipping_range c, quantization_range Q, max_weight) — Flower's
+            defaults unless the app's ``SecAggPlusWorkflow`` sets others: its stochastic rounding moves
+            a client's share of the sum by up to √d·2c/Q per upload, added to the sensitivity.
         max_epsilon: a limit on the public's certified ε, or limits per observer.
         population_size: the number of nodes (required for a secret cohort; for a known one it
             only bounds how many distinct nodes may join: by default those connected at the first
@@ -236,6 +279,9 @@ class RoundCertifier:
     unclipped: list[str] = field(default_factory=list)
     unclipped_this_round: bool = False
     taken_part: dict[int, int] = field(default_factory=dict)
+    secagg_quantization: tuple[float, int, float] = (8.0, 1 << 22, 1000.0)
+    round_notes: list[str] = field(default_factory=list)
+    _amplify_round: bool = True
     _flower_shadow: Any = None
 
     def __post_init__(self) -> None:
@@ -286,32 +332,83 @@ class RoundCertifier:
             self.clients[node] = len(self.clients)
         return self.clients[node]
 
-    def releases(self, nodes: Sequence[int], weights: Sequence[float]) -> list[Release]:
+    def cohort_drawn(self, server_round: int, connected: int, cohort: int) -> None:
+        """A secret cohort is a uniform draw of ``num_sampled_clients`` of ``population_size`` nodes
+        only when that many were connected and drawn; a round that is not is recorded per participant
+        (no amplification) and named."""
+        self._amplify_round = True
+        if self.cohort != "secret":
+            return
+        n, m = self.population_size, self.dp.num_sampled_clients
+        if connected != n or cohort != m:
+            self._amplify_round = False
+            self.round_notes.append(f"round {server_round}: {cohort} of {connected} connected nodes drawn (the secret "
+                                    f"cohort assumes {m} of {n}): recorded without amplification")
+
+    def releases(self, nodes: Sequence[int], weights: Sequence[float], dim: int | None = None) -> list[Release]:
         """What the server and the public see of one round whose aggregate holds ``nodes``' updates
-        with these (unnormalized) weights."""
+        with these (unnormalized) weights; ``dim``: the number of parameters (SecAgg+'s rounding)."""
         ids = [self.client_of(n) for n in nodes]
         total = float(sum(weights))
         if not ids or total <= 0:
             return []
         w = [float(x) / total for x in weights]
-        bound = self.dp.update_bound
+        dp = self.dp
         secret = self.cohort == "secret"
-        if bound is None or self.unclipped_this_round:
-            # nothing bounds an update: what the aggregate says about a client is unbounded
-            return [Release.gaussian("server", 0.0, 1.0, ids), Release.gaussian("public", 0.0, 1.0, ids)]
+        unbounded = [Release.gaussian("server", 0.0, 1.0, ids), Release.gaussian("public", 0.0, 1.0, ids)]
+        before = dp.bound_before_noise
+        if before is None or self.unclipped_this_round:
+            return unbounded  # nothing bounds an update: what the aggregate says about a client is unbounded
         # the average moves by w_k·(x_k − x') for a neighbour x' within C of 0 (zero-out) or of any
         # clipped update (replace-one, add/remove with the realized denominator: 2·w_k·C)
-        sens = bound if not secret and self.relation == "zero_out" else 2 * bound
-        return federated_round_releases(ids, self.dp.local_noise_std, sens, w,
-                                        server_noise_std=self.dp.server_noise_std,
-                                        ideal_secure_sum=self.secure_aggregation, per_client_public=not secret,
-                                        amplifiable=secret)
+        factor = 1.0 if not secret and self.relation == "zero_out" else 2.0
+        if (dp.clipped_by == "clients" and dp.bound_after_noise is None and dp.local_noise_std == 0
+                and not self.secure_aggregation):
+            before *= 1 + NORM_SLACK  # what check_update_norms lets through
+        extra = [0.0] * len(ids)
+        if self.secure_aggregation and dim:
+            # SecAgg+ rounds dq_k·x_k (dq_k = n_k/max_weight, at most 1) to steps of 2c/Q per
+            # coordinate and divides the sum by Σ dq: client k's share moves by up to
+            # w_k·(‖Δ‖ + 2·√d·(2c/Q)/dq_k) (two roundings, one per neighbour)
+            c, q, max_weight = self.secagg_quantization
+            step = 2 * c / q
+            extra = [2 * math.sqrt(dim) * step / min(1.0, max(x / max_weight, 1 / q)) for x in weights]
+        sens = [factor * before + e for e in extra]
+        amplify = secret and self._amplify_round and len(set(w)) == 1
+        if secret and not amplify and len(set(w)) > 1:
+            self.round_notes.append("a secret-cohort round with unequal weights: recorded without amplification (the "
+                                    "heaviest client's sensitivity is not bounded over the cohorts it could be in)")
+        local = dp.local_noise_std
+        if not dp.averages:
+            # the broadcast is some function of the uploads: it says no more than they do
+            if local == 0:
+                return unbounded
+            return [Release.gaussian("server", local, factor * dp.bound_before_noise, ids),  # type: ignore[operator]
+                    Release.gaussian("public", local, factor * dp.bound_before_noise, ids)]  # type: ignore[operator]
+        if dp.bound_after_noise is None or local == 0:
+            return federated_round_releases(ids, local, sens, w, server_noise_std=dp.server_noise_std,
+                                            ideal_secure_sum=self.secure_aggregation, per_client_public=not amplify,
+                                            amplifiable=amplify)
+        # local noise, then a clip: not linear. Each upload is a post-processing of (σ_l, C1); the
+        # broadcast is both a post-processing of the uploads and the clipped uploads' mean plus the
+        # server's noise, whose shift is w_k·min(factor·C1, 2·C2) (the clip is 1-Lipschitz and
+        # maps into the ball of C2): per client the larger of the two noise multipliers holds
+        c1 = factor * dp.bound_before_noise  # type: ignore[operator]
+        out = [Release.gaussian("server", local, c1, ids)]
+        for cid, wk, e in zip(ids, w, extra, strict=True):
+            shift = wk * (min(c1, 2 * dp.bound_after_noise) + e)
+            server_noise = dp.server_noise_std
+            if server_noise / shift > local / c1:
+                out.append(Release.gaussian("public", server_noise, shift, [cid]))
+            else:
+                out.append(Release.gaussian("public", local, c1, [cid]))
+        return out
 
     def check_update_norms(self, server_round: int, nodes: Sequence[int], norms: Sequence[float]) -> None:
         """Client-side clipping: every update the server can see must be within C."""
         self.unclipped_this_round = False
-        if self.dp.clipped_by != "clients" or self.dp.clipping_norm is None:
-            return
+        if self.dp.clipped_by != "clients" or self.dp.clipping_norm is None or self.dp.local_noise_std > 0:
+            return  # (a locally noised update is not within C; its clip was before the noise)
         limit = self.dp.clipping_norm * (1 + NORM_SLACK)
         over = [(n, x) for n, x in zip(nodes, norms, strict=True) if x > limit]
         if over:
@@ -349,17 +446,25 @@ class RoundCertifier:
 
     # ------------------------------------------------------------------ recording and reporting
 
-    def record(self, server_round: int, nodes: Sequence[int], weights: Sequence[float]) -> list[Release]:
-        """Record a released aggregate; returns the releases recorded."""
+    def record(self, server_round: int, nodes: Sequence[int], weights: Sequence[float], *, dim: int | None = None,
+               released: bool = True) -> list[Release]:
+        """Record a round whose uploads reached the server; returns the releases recorded.
+
+        ``released=False``: the aggregate was not broadcast (withheld, or the strategy returned
+        none) — the server still saw the uploads (or their sum), and that is recorded."""
         assert self.ledger is not None
-        releases = self.releases(nodes, weights)
+        releases = self.releases(nodes, weights, dim)
+        if not released:
+            releases = [r for r in releases if r.observer == "server"]
         ids = [self.client_of(n) for n in nodes]
         self.ledger.record_round(self.ledger.rounds_recorded, releases, sampling=self.ledger.sampling,
                                  participants=ids, certify_round=False)
         for cid in ids:
             self.taken_part[cid] = self.taken_part.get(cid, 0) + 1
-        self._flower_compose(len(nodes))
-        self.rounds.append({"round": server_round, "cohort": len(nodes), **self.epsilons("rdp")})
+        if released:
+            self._flower_compose(len(nodes))
+        self.rounds.append({"round": server_round, "cohort": len(nodes), "released": released,
+                            **self.epsilons("rdp")})
         return releases
 
     def _flower_compose(self, cohort: int) -> None:
@@ -425,15 +530,27 @@ class RoundCertifier:
             own = "its accountant" if self.dp.flower_accountant is not None else "its RdpAccountant on the same events"
             lines.append(f"  Flower ({own}): ε = {_fmt(flower)} — one figure, no observer: it is the public's "
                          "without amplification, by RDP")
-        for note in (*self.dp.notes, *self.unclipped):
+        for note in (*self.dp.notes, *self.unclipped, *self.round_notes, *self._standing_notes()):
             lines.append(f"  not seen / not covered: {note}")
         if self.stopped:
             lines.append(f"  {self.stopped}")
         return lines
 
+    def _standing_notes(self) -> list[str]:
+        out = ["the privacy unit is one node registration (a SuperNode that registers again is a new client); "
+               "train/evaluate metrics and the weights (num-examples) reach the server outside the certificate"]
+        if self.dp.clipped_by == "clients" and (self.secure_aggregation or self.dp.local_noise_std > 0):
+            out.append("the clients are trusted to clip: the server cannot check updates it sees only masked or "
+                       "noised")
+        withheld = [r["round"] for r in self.rounds if not r["released"]]
+        if withheld:
+            out.append(f"rounds {withheld}: the uploads reached the server but no aggregate was broadcast (recorded "
+                       "for the server only)")
+        return out
+
     def _server_reason(self) -> str:
         if self.dp.update_bound is None:
-            return "nothing bounds a client's update"
+            return "nothing bounds a client's update before its noise"
         if self.dp.local_noise_std > 0:
             return "each client adds its own noise (LocalDpMod) before the server sees its update"
         if self.secure_aggregation:
@@ -512,8 +629,10 @@ class CertifiedStrategy(_message_strategy_base()):  # type: ignore[misc]
             return []
         self._current = arrays
         messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
-        self.certifier.start(grid.get_node_ids())  # after the strategy waited for its nodes
+        connected = list(grid.get_node_ids())
+        self.certifier.start(connected)  # after the strategy waited for its nodes
         nodes = [int(m.metadata.dst_node_id) for m in messages]
+        self.certifier.cohort_drawn(server_round, len(connected), len(nodes))
         why = self.certifier.planned(server_round, nodes)
         if why is not None:
             _log(WARNING, why)
@@ -523,7 +642,8 @@ class CertifiedStrategy(_message_strategy_base()):  # type: ignore[misc]
 
     def aggregate_train(self, server_round: int, replies: Iterable[Any]) -> tuple[Any, Any]:
         replies = list(replies)
-        self._planned.pop(server_round, None)
+        if self._planned.pop(server_round, None) is None:
+            return None, None  # a round dpfl stopped: nothing was sent, nothing is aggregated
         ok = [r for r in replies if not r.has_error()]
         nodes = [int(r.metadata.src_node_id) for r in ok]
         key = self._weight_key()
@@ -537,10 +657,11 @@ class CertifiedStrategy(_message_strategy_base()):  # type: ignore[misc]
         if why is not None:
             self.certifier.stopped = f"dpfl withheld the aggregate of round {server_round}: {why}"
             _log(WARNING, self.certifier.stopped)
+            self.certifier.record(server_round, nodes, weights, released=False)
             return None, None
         arrays, metrics = self.strategy.aggregate_train(server_round, replies)
-        if arrays is not None and ok:
-            self.certifier.record(server_round, nodes, weights)
+        if ok:
+            self.certifier.record(server_round, nodes, weights, released=arrays is not None)
             _log(INFO, self.certifier.round_line(server_round))
         return arrays, metrics
 
@@ -579,18 +700,29 @@ class CertifiedLegacyStrategy(_legacy_strategy_base()):  # type: ignore[misc]
     Args: as :class:`CertifiedStrategy`, plus ``secure_aggregation``: the app runs
     ``SecAggPlusWorkflow`` (the server sees only the weighted sum of the uploads), and
     ``num_rounds``: the final certificates (with the PLD) are logged after that round (the legacy
-    workflow has no end hook; :meth:`report` gives them at any time). Each round's certificate
-    (RDP) is logged after its aggregation.
+    workflow has no end hook; :meth:`report` gives them at any time), and ``secagg_quantization``:
+    the app's ``SecAggPlusWorkflow`` (clipping_range, quantization_range, max_weight) — Flower's
+    defaults unless it sets others. Each round's certificate (RDP) is logged after its aggregation.
+
+    Raises:
+        ConfigError: SecAgg+ with server-side clipping (the server clips the sum, not the updates).
     """
 
     def __init__(self, strategy: Any, *, delta: float, client_mods: Sequence[Any] = (), cohort: Cohort = "known",
                  relation: Neighbours = "zero_out", secure_aggregation: bool = False,
                  max_epsilon: float | Mapping[str, float] | None = None, population_size: int | None = None,
-                 num_rounds: int | None = None) -> None:
+                 num_rounds: int | None = None,
+                 secagg_quantization: tuple[float, int, float] = (8.0, 1 << 22, 1000.0)) -> None:
         super().__init__()
         self.strategy = strategy
         self.num_rounds = num_rounds
-        self.certifier = RoundCertifier(read_flower_dp(strategy, client_mods), delta, cohort, relation,
+        self._planned: set[int] = set()
+        dp = read_flower_dp(strategy, client_mods)
+        if secure_aggregation and dp.clipped_by == "server":
+            raise ConfigError(f"{type(strategy).__name__} with SecAgg+: the server clips the *sum* it receives, not "
+                              "each update, so one client can move the average by up to 2C whatever its weight. Clip "
+                              "on the clients (DifferentialPrivacyClientSideFixedClipping + fixedclipping_mod).")
+        self.certifier = RoundCertifier(dp, delta, cohort, relation, secagg_quantization=secagg_quantization,
                                         secure_aggregation=secure_aggregation, max_epsilon=max_epsilon,
                                         population_size=population_size)
         self._current: Any = None
@@ -606,18 +738,25 @@ class CertifiedLegacyStrategy(_legacy_strategy_base()):  # type: ignore[misc]
             return []
         self._current = parameters
         pairs = list(self.strategy.configure_fit(server_round, parameters, client_manager))
-        self.certifier.start(p.node_id for p in client_manager.all().values())  # after it waited for its nodes
+        connected = [p.node_id for p in client_manager.all().values()]
+        self.certifier.start(connected)  # after the strategy waited for its nodes
+        self.certifier.cohort_drawn(server_round, len(connected), len(pairs))
         why = self.certifier.planned(server_round, [p.node_id for p, _ in pairs])
         if why is not None:
             _log(WARNING, why)
             return []
+        self._planned.add(server_round)
         return pairs
 
     def aggregate_fit(self, server_round: int, results: list[Any], failures: list[Any]) -> tuple[Any, Any]:
         from flwr.common import parameters_to_ndarrays
 
+        if server_round not in self._planned:
+            return None, {}  # a round dpfl stopped: nothing was sent, nothing is aggregated
+        self._planned.discard(server_round)
         nodes = [int(p.node_id) for p, _ in results]
         weights = [float(r.num_examples) for _, r in results]
+        dim = sum(int(a.size) for a in parameters_to_ndarrays(self._current)) if self._current is not None else None
         if not self.certifier.secure_aggregation and self._current is not None and results:
             current = parameters_to_ndarrays(self._current)
             norms = [_update_norm(parameters_to_ndarrays(r.parameters), current) for _, r in results]
@@ -625,14 +764,15 @@ class CertifiedLegacyStrategy(_legacy_strategy_base()):  # type: ignore[misc]
         elif len(results) > 1 and len({id(r.parameters) for _, r in results}) > 1 and self.certifier.secure_aggregation:
             raise ConfigError("secure_aggregation=True but the results carry different parameters: the app does not "
                               "run SecAggPlusWorkflow (the server sees each upload).")
-        why = self.certifier.exceeds(self.certifier.releases(nodes, weights), nodes) if results else None
+        why = self.certifier.exceeds(self.certifier.releases(nodes, weights, dim), nodes) if results else None
         if why is not None:
             self.certifier.stopped = f"dpfl withheld the aggregate of round {server_round}: {why}"
             _log(WARNING, self.certifier.stopped)
+            self.certifier.record(server_round, nodes, weights, dim=dim, released=False)
             return None, {}
         params, metrics = self.strategy.aggregate_fit(server_round, results, failures)
-        if params is not None and results:
-            self.certifier.record(server_round, nodes, weights)
+        if results:
+            self.certifier.record(server_round, nodes, weights, dim=dim, released=params is not None)
             _log(INFO, self.certifier.round_line(server_round))
         if server_round == self.num_rounds:
             for line in self.certifier.report():
