@@ -17,13 +17,9 @@ most frequent client took part in (the cohort is known to the server: no amplifi
 
 from __future__ import annotations
 
-import builtins
-import logging
-import os
 import re
-import sys
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import dp_accounting
 import pytest
@@ -34,37 +30,6 @@ pytest.importorskip("flwr")
 
 TESTS = Path(__file__).resolve().parents[1]
 APPS = TESTS / "flower_apps"
-
-
-class _Lines(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-
-@pytest.fixture
-def flower_log(shared_data: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[_Lines]:
-    """Flower's log as the user reads it; the apps importable here and in the simulation's workers."""
-    monkeypatch.syspath_prepend(str(TESTS))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
-    monkeypatch.setenv("FLOWER_APPS_DATA", str(shared_data))
-    # Ray (under Flower's simulation engine) replaces builtins.print for the rest of the process
-    # when it relays a worker's output; later tests that pickle print would see another object
-    monkeypatch.setenv("RAY_TQDM_PATCH_PRINT", "0")
-    printer = builtins.print
-    handler = _Lines()
-    logger = logging.getLogger("flwr")
-    logger.addHandler(handler)
-    try:
-        yield handler
-    finally:
-        builtins.print = printer
-        logger.removeHandler(handler)
-        for name in [m for m in sys.modules if m.startswith("flower_apps")]:
-            del sys.modules[name]
 
 
 def _dpfl_lines(app: str) -> int:
@@ -93,7 +58,7 @@ def _final(lines: list[str]) -> dict[str, str]:
             "rdp": public.group(3), "pld": public.group(4)}
 
 
-def test_fl_dp_sa_pattern_certified_per_observer_beside_flowers_figure(flower_log: _Lines) -> None:
+def test_fl_dp_sa_pattern_certified_per_observer_beside_flowers_figure(flower_log: Any) -> None:
     from flower_apps.fl_dp_sa.client_app import app as client_app
     from flower_apps.fl_dp_sa.server_app import app as server_app
     from flwr.simulation import run_simulation
@@ -119,7 +84,7 @@ def test_fl_dp_sa_pattern_certified_per_observer_beside_flowers_figure(flower_lo
     assert "the clients are trusted to clip" in text  # under SecAgg+ the server cannot check it
 
 
-def test_message_api_app_with_flowers_accountant_certified_per_observer(flower_log: _Lines) -> None:
+def test_message_api_app_with_flowers_accountant_certified_per_observer(flower_log: Any) -> None:
     from flower_apps.message_dp.client_app import app as client_app
     from flower_apps.message_dp.server_app import app as server_app
     from flwr.simulation import run_simulation

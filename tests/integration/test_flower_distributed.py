@@ -6,20 +6,17 @@ FedAvg instead of Flower's central noise.
 Checked: the final report certifies server ε = public ε (finite: the server sees only the SecAgg+
 sum, which carries all the noise), equal to dp-accounting's Gaussian RDP at the same z within the
 Skellam mechanism's excess, and the test accuracy is that of the same app with Flower's central
-noise (``DifferentialPrivacyClientSideFixedClipping``, same z, S and cohort) within 1 point
-(slow: three runs of each, about 80 s; the default suite runs the distributed app once, about 15 s,
-and checks that it learns). Slow too: hidden participation (all 20 nodes in every sum, each with a
+noise (``DifferentialPrivacyClientSideFixedClipping``, same z, S and cohort): the means of three runs
+of each within 3 points (one run's spread is about 1 point, so a single pair cannot be held to 1;
+slow: about 80 s; the default suite runs the distributed app once, about 15 s, and checks that it
+learns). Slow too: hidden participation (all 20 nodes in every sum, each with a
 secret coin of probability 0.5), certified by the Poisson-sampled figure for both observers (20 s).
 """
 
 from __future__ import annotations
 
-import logging
 import math
-import os
 import re
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,32 +30,6 @@ pytest.importorskip("flwr")
 
 TESTS = Path(__file__).resolve().parents[1]
 APPS = TESTS / "flower_apps"
-
-
-class _Lines(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-
-@pytest.fixture
-def flower_log(shared_data: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[_Lines]:
-    """Flower's log as the user reads it; the apps importable here and in the simulation's workers."""
-    monkeypatch.syspath_prepend(str(TESTS))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
-    monkeypatch.setenv("FLOWER_APPS_DATA", str(shared_data))
-    handler = _Lines()
-    logger = logging.getLogger("flwr")
-    logger.addHandler(handler)
-    try:
-        yield handler
-    finally:
-        logger.removeHandler(handler)
-        for name in [m for m in sys.modules if m.startswith("flower_apps")]:
-            del sys.modules[name]
 
 
 INTEGER_ORDERS = sorted({max(2, math.ceil(o - 1e-12)) for o in DEFAULT_RDP_ORDERS})
@@ -86,7 +57,7 @@ def _final(lines: list[str]) -> dict[str, float]:
             "server": float(server.group(1).replace(",", "")), "public": float(public.group(1).replace(",", ""))}
 
 
-def _run_distributed(flower_log: _Lines) -> list[str]:
+def _run_distributed(flower_log: Any) -> list[str]:
     from flower_apps.fl_dp_sa_distributed.client_app import app as client_app
     from flower_apps.fl_dp_sa_distributed.server_app import app as server_app
     from flwr.simulation import run_simulation
@@ -100,7 +71,7 @@ def _dpfl_lines(app: str) -> int:
                for line in path.read_text(encoding="utf-8").splitlines())
 
 
-def test_distributed_app_server_equals_public_and_it_learns(flower_log: _Lines) -> None:
+def test_distributed_app_server_equals_public_and_it_learns(flower_log: Any) -> None:
     from flower_apps.fl_dp_sa_distributed.client_app import NOISE_MULTIPLIER
 
     # the imports (3 added, 2 changed), the client's three numbers and mods, the cohort size, the
@@ -152,7 +123,7 @@ RUNS = 3
 
 
 @pytest.mark.slow
-def test_distributed_accuracy_matches_flowers_central_noise(flower_log: _Lines) -> None:
+def test_distributed_accuracy_matches_flowers_central_noise(flower_log: Any) -> None:
     """Both mechanisms add noise of std z·S/m to the average; at z = 0.2 the noise alone moves one
     run's accuracy by about a point (measured: distributed 0.830-0.851, central 0.823-0.854 over 4-5
     runs each), so the test compares the means of three runs each, within 3 points (about 3 standard
@@ -172,7 +143,7 @@ def test_distributed_accuracy_matches_flowers_central_noise(flower_log: _Lines) 
 
 
 @pytest.mark.slow
-def test_hidden_participation_in_flowers_simulation(flower_log: _Lines) -> None:
+def test_hidden_participation_in_flowers_simulation(flower_log: Any) -> None:
     """The same app with hidden participation: all 20 nodes in every SecAgg+ sum with a share μ/20,
     each client's secret coin (q = 0.5) deciding whether its update is in it; the certificate is the
     Poisson-sampled one for both observers, below the visible app's."""
