@@ -86,6 +86,7 @@ from dpfl.privacy.accounting.ledger import PrivacyLedger
 from dpfl.privacy.calibration.dp_fedavg import skellam_share_variance
 from dpfl.privacy.mechanisms.integer import IntegerPipeline, skellam_noise
 from dpfl.privacy.releases import Release, SkellamRelease
+from dpfl.runtime.flower.certified import _fmt, _log
 
 __all__ = [
     "DistributedDpLegacyStrategy",
@@ -415,18 +416,6 @@ def _legacy_strategy_base() -> type:
     from flwr.server.strategy import Strategy
 
     return Strategy
-
-
-def _log(level: int, msg: str) -> None:
-    from flwr.common.logger import log
-
-    log(level, "%s", msg)
-
-
-def _fmt(x: float | None) -> str:
-    if x is None:
-        return "—"
-    return "∞" if math.isinf(x) else f"{x:,.4g}"
 
 
 @dataclass
