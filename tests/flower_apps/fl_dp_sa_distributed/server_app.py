@@ -2,7 +2,7 @@
 
 No Flower DP wrapper: the clients' ``DistributedDpMod`` adds the noise in shares, the SecAgg+ sum
 carries all of it, and dpfl's wrapper decodes the sum, averages it and certifies the run per
-observer (server = public: the server sees only the noised sum). Lines dpfl adds or changes end
+observer (server = public: of the updates the server sees only the noised sum). Lines dpfl adds or changes end
 in ``# dpfl``. The global model is evaluated on MNIST's test set each round (``test accuracy``
 lines in Flower's log), which fl_dp_sa does not do.
 """

@@ -140,7 +140,7 @@ def test_decoded_noise_has_the_declared_variance() -> None:
     updates = [rng.normal(size=dim) * (0.5 if k % 2 else 0.001) for k in range(n)]  # some clipped, some not
     total = np.zeros(dim, dtype=np.int64)
     for k, u in enumerate(updates):
-        rounding, noise = torch.Generator().manual_seed(2 * k), torch.Generator().manual_seed(2 * k + 1)
+        rounding, noise = torch.Generator().manual_seed(2 * k), np.random.default_rng(2 * k + 1)
         total += client_residues(u, plan, rounding, noise)
     decoded = pipe.decode(pipe.to_residues(torch.from_numpy(total))).numpy()
     clipped = sum(u * min(1.0, 1.0 / np.linalg.norm(u)) for u in updates)
@@ -158,7 +158,7 @@ def test_what_the_server_sees_of_one_client_is_uniform() -> None:
     s = SecAggPlusSettings()
     plan = distributed_dp_plan(2**16, clip_norm=1.0, noise_multiplier=0.2, expected_clients=10, bits=s.bits)
     update = np.full(2**16, 1e-4)
-    residues = client_residues(update, plan, torch.Generator().manual_seed(5), torch.Generator().manual_seed(6))
+    residues = client_residues(update, plan, torch.Generator().manual_seed(5), np.random.default_rng(6))
     raw = np.histogram(residues, bins=64, range=(0, s.quantization_range))[0]
     assert stats.chisquare(raw).pvalue < 1e-100
     masked = _flower_client(residues, s, bytes(range(32)))[1]  # [0] is the weight column
@@ -302,7 +302,7 @@ def test_mod_and_strategy_end_to_end_on_flowers_arithmetic() -> None:
     from flwr.server.strategy import FedAvg
 
     s, m, z = SecAggPlusSettings(), 10, 0.2
-    mod = DistributedDpMod(1.0, z, m, seed=11)
+    mod = DistributedDpMod(1.0, z, m, seed=11, send_metrics=True)
     rng = np.random.default_rng(4)
     current = [rng.normal(size=(30, 40)).astype(np.float32), rng.normal(size=40).astype(np.float32)]
     strategy = DistributedDpLegacyStrategy(FedAvg(fraction_fit=0.5, min_fit_clients=m, min_available_clients=m),
@@ -342,6 +342,7 @@ def test_mod_and_strategy_end_to_end_on_flowers_arithmetic() -> None:
     eps = strategy.epsilons()
     assert eps["server"] == eps["public"] and math.isfinite(eps["public"])
     assert any("train_loss" in line for line in strategy.report())
+    assert any("REPRODUCIBLE NOISE in rounds [1]" in line for line in strategy.report())  # the mod was seeded
 
 
 @pytest.mark.usefixtures("task_identity")
@@ -475,3 +476,26 @@ def test_a_cohort_larger_than_the_planned_shares_is_refused() -> None:
                                            clip_norm=1.0, noise_multiplier=0.5, expected_clients=5, delta=1e-5)
     with pytest.raises(ConfigError, match="more than the 5 shares"):
         strategy.configure_fit(1, ndarrays_to_parameters([np.zeros(3, dtype=np.float32)]), _Manager(list(range(20))))
+
+
+def test_a_non_finite_update_is_uploaded_as_zero_plus_the_share() -> None:
+    """A NaN update must not make the client fail (a failure the server would see depends on the
+    data): it is encoded as the zero update, and the share is added as always."""
+    plan = distributed_dp_plan(64, clip_norm=1.0, noise_multiplier=0.5, expected_clients=4, bits=22)
+    bad = np.full(64, np.nan)
+    got = client_residues(bad, plan, torch.Generator().manual_seed(1), np.random.default_rng(2))
+    zero = client_residues(np.zeros(64), plan, torch.Generator().manual_seed(1), np.random.default_rng(2))
+    assert np.array_equal(got, zero)
+
+
+@pytest.mark.usefixtures("task_identity")
+def test_the_mod_sends_no_app_metrics_unless_asked() -> None:
+    from flwr.compat.common import recorddict_compat as compat
+
+    s = SecAggPlusSettings()
+    current = [np.zeros((30, 40), dtype=np.float32), np.zeros(40, dtype=np.float32)]
+    step = [np.full(a.shape, 0.01, dtype=np.float32) for a in current]
+    out = DistributedDpMod(1.0, 0.2, 10)(_train_message(current, 7), _context(s), _app(step))
+    metrics = compat.recorddict_to_fitres(out.content, keep_input=True).metrics
+    assert "train_loss" not in metrics and metrics["dpfl-dd-seeded"] == 0
+    assert all(k.startswith("dpfl-dd-") for k in metrics)

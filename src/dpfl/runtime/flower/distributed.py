@@ -63,8 +63,10 @@ or a sum of more vectors than the planned shares (m visible, N hidden).
 
 Deployment caveats of the installed Flower (1.42), not fixed here: SecAgg+ masks come from
 ``np.random.RandomState`` seeded with a 32-bit fold of the shared seed (dpfl's own runtime replaces
-them, :mod:`.masks`); the noise is drawn by ``torch.poisson`` from a generator seeded with 64 bits of
-``os.urandom`` (not a cryptographic stream).
+them, :mod:`.masks`). The noise shares, the top-up and the coins come from numpy's PCG64 seeded with
+128 bits of ``os.urandom`` (not a cryptographic stream); the rounding from a torch generator (its
+randomness is not what the certificate prices: Δ2 is enforced whatever it draws). How many times the
+rounding is redrawn depends slightly on the update: a response-time side channel not modelled.
 """
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ from dpfl.errors import ConfigError
 from dpfl.privacy.accounting.events import validate_delta
 from dpfl.privacy.accounting.ledger import PrivacyLedger
 from dpfl.privacy.calibration.dp_fedavg import skellam_share_variance
-from dpfl.privacy.mechanisms.integer import IntegerPipeline, skellam_noise
+from dpfl.privacy.mechanisms.integer import IntegerPipeline
 from dpfl.privacy.releases import Release, SkellamRelease
 from dpfl.runtime.flower.certified import _fmt, _log
 
@@ -102,6 +104,9 @@ __all__ = [
 ]
 
 METRIC_PREFIX = "dpfl-dd-"
+SEEDED_METRIC = f"{METRIC_PREFIX}seeded"
+"""1 when the client drew its noise from a seed (tests): the server's report says the figures then
+assume the seed is secret."""
 """Prefix of the FitRes metrics the mod adds (its settings, public numbers) and the server strips."""
 
 DEFAULT_BETA = math.exp(-0.5)
@@ -285,6 +290,28 @@ def _generator(seed: int | None, *key: int) -> torch.Generator:
     return gen
 
 
+def _rng(seed: int | None, *key: int) -> np.random.Generator:
+    """A fresh PCG64 stream for the noise shares, the top-up and the coins: 128 bits of ``os.urandom``
+    (seed None), else derived from (seed, key) (tests). Not a torch generator: torch's CPU generator
+    keeps 32 bits of its seed, so two clients' shares would coincide with probability 2^-32 per pair."""
+    if seed is None:
+        value = int.from_bytes(os.urandom(16), "little")
+    else:
+        payload = b"".join(int(k).to_bytes(16, "little", signed=True) for k in (seed, *key))
+        value = int.from_bytes(hashlib.blake2b(payload, digest_size=16).digest(), "little")
+    return np.random.Generator(np.random.PCG64(value))
+
+
+def skellam_share(size: int, variance: float, rng: np.random.Generator) -> np.ndarray:
+    """Sk(variance) per entry, int64: Poisson(variance/2) − Poisson(variance/2) (numpy's exact
+    Poisson sampler; Agarwal, Kairouz, Liu 2021 §3)."""
+    if variance < 0 or not math.isfinite(variance):
+        raise ConfigError(f"the Skellam variance must be finite and >= 0. Found {variance!r}.")
+    if variance == 0:
+        return np.zeros(size, dtype=np.int64)
+    return rng.poisson(variance / 2, size).astype(np.int64) - rng.poisson(variance / 2, size).astype(np.int64)
+
+
 def _key(group: str) -> int:
     return int.from_bytes(hashlib.blake2b(group.encode(), digest_size=8).digest(), "little")
 
@@ -302,14 +329,18 @@ def clip_l2(update: np.ndarray, clip_norm: float) -> np.ndarray:
 
 
 def client_residues(update: np.ndarray, plan: DistributedDpPlan, rounding: torch.Generator,
-                    noise: torch.Generator, include: bool = True) -> np.ndarray:
+                    noise: np.random.Generator, include: bool = True) -> np.ndarray:
     """A client's upload: clip(update) encoded (γ, conditional rounding) plus its Skellam share, mod 2^b.
     ``include=False`` (a secret coin of hidden participation): the update is encoded all the same (the
-    same work and draws) and then zeroed — a zero vector is within Δ2 too — the share is added."""
+    same work and draws) and then zeroed — a zero vector is within Δ2 too — the share is added. A
+    non-finite update is encoded as zero (the upload and its timing must not depend on it failing)."""
     pipe = plan.pipeline
-    clipped = torch.from_numpy(clip_l2(np.asarray(update, dtype=np.float64), pipe.clip_norm)).unsqueeze(0)
+    update = np.asarray(update, dtype=np.float64)
+    if not np.all(np.isfinite(update)):
+        update = np.zeros_like(update)
+    clipped = torch.from_numpy(clip_l2(update, pipe.clip_norm)).unsqueeze(0)
     ints = pipe.encode(clipped, [rounding])[0] * int(bool(include))
-    ints = ints + skellam_noise((pipe.padded_dim,), plan.share_variance, noise)
+    ints = ints + torch.from_numpy(skellam_share(pipe.padded_dim, plan.share_variance, noise))
     return pipe.to_residues(ints).numpy()
 
 
@@ -335,14 +366,17 @@ class DistributedDpMod:
         population: N, hidden participation: every node takes part in every round's SecAgg+ sum with its
             share μ/N, and a secret coin of probability q = m/N (from the client's own stream) decides
             whether its update is in it; the server must send every round to all N nodes.
-        seed: derive the rounding and noise streams from it (tests); None (default): ``os.urandom``.
+        seed: derive the rounding and noise streams from it (tests only: whoever knows the seed — the
+            server that ships the ClientApp included — can remove the noise; the client reports it and
+            the server's report says so); None (default): ``os.urandom``.
         beta: β of conditional randomized rounding.
         scale: γ (default: dpfl's, :func:`distributed_dp_plan`); the server must use the same.
-        send_metrics: pass the app's fit metrics on (they reach the server in the clear).
+        send_metrics: pass the app's fit metrics on (default False: they would reach the server in the
+            clear, outside the certificate).
     """
 
     def __init__(self, clip_norm: float, noise_multiplier: float, expected_clients: int, *, seed: int | None = None,
-                 beta: float = DEFAULT_BETA, scale: float | None = None, send_metrics: bool = True,
+                 beta: float = DEFAULT_BETA, scale: float | None = None, send_metrics: bool = False,
                  population: int | None = None) -> None:
         if not isinstance(clip_norm, (int, float)) or not clip_norm > 0 or math.isinf(clip_norm):
             raise ConfigError(f"`clip_norm` must be a finite number > 0. Found {clip_norm!r}.")
@@ -367,8 +401,7 @@ class DistributedDpMod:
     def included(self, node: int, group: str, sample_rate: float) -> bool:
         """The secret coin of hidden participation for this node and round (message group): Bernoulli(q)
         from the client's own stream (``os.urandom``; with a seed, reproducible for tests)."""
-        coin = torch.rand(1, generator=_generator(self.seed, node, _key(group), 2), dtype=torch.float64)
-        return bool(float(coin) < sample_rate)
+        return bool(_rng(self.seed, node, _key(group), 2).random() < sample_rate)
 
     @property
     def shares(self) -> int:
@@ -400,10 +433,11 @@ class DistributedDpMod:
         node, group = int(msg.metadata.dst_node_id), str(msg.metadata.group_id)
         include = self.included(node, group, plan.sample_rate) if plan.hidden else True
         residues = client_residues(update, plan, _generator(self.seed, node, _key(group), 0),
-                                   _generator(self.seed, node, _key(group), 1), include)
+                                   _rng(self.seed, node, _key(group), 1), include)
         floats = residues_to_floats(residues, settings.clipping_range, settings.quantization_range)
         metrics = dict(fitres.metrics) if self.send_metrics else {}
         metrics.update(_plan_metrics(plan, settings))
+        metrics[SEEDED_METRIC] = int(self.seed is not None)
         new = FitRes(fitres.status, ndarrays_to_parameters([floats]), int(settings.max_weight), metrics)
         out.content = compat.fitres_to_recorddict(new, keep_input=True)
         return out
@@ -425,6 +459,7 @@ class _Rounds:
     taken_part: dict[int, int] = field(default_factory=dict)
     lines: list[dict[str, Any]] = field(default_factory=list)
     shortfalls: list[str] = field(default_factory=list)
+    seeded_rounds: list[int] = field(default_factory=list)
     metric_names: set[str] = field(default_factory=set)
 
 
@@ -559,11 +594,22 @@ class DistributedDpLegacyStrategy(_legacy_strategy_base()):  # type: ignore[misc
         current = parameters_to_ndarrays(self._current)
         flat = _flat(current)
         plan = self.plan(flat.size)
-        self._check_results(results, plan)
         n = len(results)
-        if n > plan.shares:
-            raise ConfigError(f"{n} vectors in the SecAgg+ sum of round {server_round}, more than the {plan.shares} "
-                              "shares planned.")
+        nodes = [int(p.node_id) for p, _ in results]
+        try:
+            self._check_results(results, plan)
+            if n > plan.shares:
+                raise ConfigError(f"{n} vectors in the SecAgg+ sum of round {server_round}, more than the "
+                                  f"{plan.shares} shares planned.")
+        except ConfigError:
+            # the server has seen the sum already: recorded before the refusal (as far as it is priceable)
+            if n <= plan.shares and len({id(r.parameters) for _, r in results}) <= 1:
+                self._record(server_round, plan, nodes, released=False)
+            raise
+        if any(int(res.metrics.get(SEEDED_METRIC, 0)) for _, res in results):
+            self.rounds.seeded_rounds.append(server_round)
+            _log(WARNING, f"dpfl: round {server_round}: the clients' noise was drawn from a seed (tests only): "
+                          "whoever knows it can remove the noise")
         agg = parameters_to_ndarrays(results[0][1].parameters)
         pipe = plan.pipeline
         if len(agg) != 1 or agg[0].shape != (pipe.padded_dim,):
@@ -574,8 +620,8 @@ class DistributedDpLegacyStrategy(_legacy_strategy_base()):  # type: ignore[misc
         if missing > 0:
             # fewer shares than planned: the sum carries n·μ/m (recorded for the server); top it up to μ for
             # the broadcast from the server's own stream (module docstring)
-            gen = _generator(self.seed, server_round, -1)
-            total = total + skellam_noise((pipe.padded_dim,), missing * plan.share_variance, gen)
+            topup = skellam_share(pipe.padded_dim, missing * plan.share_variance, _rng(self.seed, server_round, -1))
+            total = total + torch.from_numpy(topup)
             self.rounds.shortfalls.append(f"round {server_round}: {n} of {plan.shares} vectors arrived; the "
                                           f"SecAgg+ sum carried {n}/{plan.shares} of the noise (priced for "
                                           "the server), the server topped it up for the broadcast")
@@ -593,7 +639,7 @@ class DistributedDpLegacyStrategy(_legacy_strategy_base()):  # type: ignore[misc
             res.metrics = {k: v for k, v in res.metrics.items() if not k.startswith(METRIC_PREFIX)}
         out, metrics = self.strategy.aggregate_fit(server_round, results, failures)
         # the server has seen the sum whether or not the app's strategy releases a model
-        self._record(server_round, plan, [int(p.node_id) for p, _ in results], released=out is not None)
+        self._record(server_round, plan, nodes, released=out is not None)
         if server_round == self.num_rounds:
             for line in self.report():
                 _log(INFO, line)
@@ -657,4 +703,11 @@ class DistributedDpLegacyStrategy(_legacy_strategy_base()):  # type: ignore[misc
         if self.rounds.metric_names:
             lines.append(f"  not covered: the clients' fit metrics {sorted(self.rounds.metric_names)} reach the "
                          "server in the clear")
+        lines.append("  not covered: federated evaluation replies (loss, metrics, num-examples) reach the server in "
+                     "the clear; the SecAgg+ protocol is trusted as Flower implements it (semi-honest server, fewer "
+                     "colluders than its reconstruction threshold, masks from a 32-bit-seeded generator)")
+        if self.rounds.seeded_rounds:
+            lines.append(f"  REPRODUCIBLE NOISE in rounds {self.rounds.seeded_rounds}: the clients drew it from a seed "
+                         "(tests only); these figures assume the seed is secret, and do not hold against anyone who "
+                         "knows it — the server that ships the ClientApp included")
         return lines
