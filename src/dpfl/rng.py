@@ -7,7 +7,12 @@ streams (a stream depends only on its key, never on how many numbers other strea
 Reproducible mode derives a 64-bit seed from ``blake2b(root_seed, round, client, purpose)``.
 Secure mode (``SeedSequence.secure()``) seeds every generator from the OS CSPRNG
 (``os.urandom``) and refuses to hand out the same seed twice; it is for deployments, where a
-predictable noise stream would void the privacy guarantee.
+predictable noise stream would void the privacy guarantee. A seed alone is not enough there: torch's
+CPU generator (MT19937) keeps only 32 bits of ``manual_seed``, so two independently seeded streams
+(two clients, two rounds) would be the same stream with probability 2^-32 per pair (the birthday
+bound: about 10^-4 per round for 1,000 clients). Secure mode therefore fills the whole MT19937 state,
+624 words, from ``os.urandom`` (:func:`fill_state_from_os`); CUDA generators (Philox) take 64 bits of
+seed and keep them.
 
 This module is a leaf: it imports nothing else from dpfl except :mod:`dpfl.errors`.
 """
@@ -86,7 +91,39 @@ class SeedSequence:
         """A fresh generator for stream (round, client, purpose)."""
         gen = torch.Generator(device=device)
         gen.manual_seed(self.seed(round_idx, client, purpose))
+        if self.secure and gen.device.type == "cpu":
+            fill_state_from_os(gen)
         return gen
+
+
+_MT_OFFSET, _MT_WORDS, _STATE_BYTES = 24, 624, 5056
+
+
+def fill_state_from_os(gen: torch.Generator) -> torch.Generator:
+    """Fill a CPU generator's whole MT19937 state (624 32-bit words) from ``os.urandom``.
+
+    torch's CPU generator state is ``CPUGeneratorImplState``: the seed (int64), ``left`` and
+    ``seeded`` (int32 each), ``next`` (uint64), then the 624 state words stored as uint64 from byte
+    24 (``left`` = 1 after ``manual_seed``: the next draw regenerates from these words). The layout
+    is checked by reading the state back.
+
+    Raises:
+        ConfigError: a generator state of another size or layout (a torch that changed it).
+    """
+    state = gen.get_state()
+    if state.numel() != _STATE_BYTES:
+        raise ConfigError(f"torch's CPU generator state has {state.numel()} bytes, not {_STATE_BYTES}: secure mode "
+                          "cannot fill it; refusing to fall back to a 32-bit seed.")
+    words = os.urandom(4 * _MT_WORDS)
+    mt = b"".join(words[i:i + 4] + b"\0\0\0\0" for i in range(0, len(words), 4))
+    raw = bytearray(state.numpy().tobytes())
+    raw[_MT_OFFSET:_MT_OFFSET + 8 * _MT_WORDS] = mt
+    new = torch.frombuffer(raw, dtype=torch.uint8).clone()
+    gen.set_state(new)
+    words_at = slice(_MT_OFFSET, _MT_OFFSET + 8 * _MT_WORDS)
+    if not torch.equal(gen.get_state()[words_at], new[words_at]):
+        raise ConfigError("torch's CPU generator did not keep the state it was given: secure mode cannot fill it.")
+    return gen
 
 
 SERVER = -1  # the `client` key used for server-side streams (sampling, server noise)
