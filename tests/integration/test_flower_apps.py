@@ -64,7 +64,17 @@ def test_fl_dp_sa_pattern_certified_per_observer_beside_flowers_figure(flower_lo
     from flwr.simulation import run_simulation
 
     assert _dpfl_lines("fl_dp_sa") == 3  # the import and the two-line wrapper
-    run_simulation(server_app=server_app, client_app=client_app, num_supernodes=100)
+    from dpfl.runtime.flower import masks
+
+    # the app's ClientApps mask with Flower's own generator: so must this (server) process, where an
+    # earlier test may have installed dpfl's ChaCha20 masks
+    was = masks.installed()
+    masks.uninstall()
+    try:
+        run_simulation(server_app=server_app, client_app=client_app, num_supernodes=100)
+    finally:
+        if was:
+            masks.install()
     rounds = [line for line in flower_log.lines if line.startswith("dpfl round")]
     assert len(rounds) == 3 and all("server ∞" in line for line in rounds), rounds
     got = _final(flower_log.lines)

@@ -722,6 +722,13 @@ class CertifiedLegacyStrategy(_legacy_strategy_base()):  # type: ignore[misc]
             raise ConfigError(f"{type(strategy).__name__} with SecAgg+: the server clips the *sum* it receives, not "
                               "each update, so one client can move the average by up to 2C whatever its weight. Clip "
                               "on the clients (DifferentialPrivacyClientSideFixedClipping + fixedclipping_mod).")
+        if secure_aggregation:
+            from dpfl.runtime.flower import masks
+
+            if masks.installed():
+                _log(WARNING, "dpfl's ChaCha20 SecAgg+ masks are installed in this process (dpfl's Flower runtime or "
+                              "distributed DP was imported): the ClientApps must mask with them too "
+                              "(dpfl.runtime.flower.masks.install()), or call masks.uninstall() here")
         self.certifier = RoundCertifier(dp, delta, cohort, relation, secagg_quantization=secagg_quantization,
                                         secure_aggregation=secure_aggregation, max_epsilon=max_epsilon,
                                         population_size=population_size)

@@ -61,9 +61,11 @@ weight column W = n·Q would wrap), a fractional ``max_weight``, a client report
 or another γ than the server (a client without the mod reports its own ``num_examples``), a cohort
 or a sum of more vectors than the planned shares (m visible, N hidden).
 
-Deployment caveats of the installed Flower (1.42), not fixed here: SecAgg+ masks come from
-``np.random.RandomState`` seeded with a 32-bit fold of the shared seed (dpfl's own runtime replaces
-them, :mod:`.masks`). The noise shares, the top-up and the coins come from numpy's PCG64 seeded with
+**Masks.** Importing this module installs dpfl's ChaCha20 mask expansion in Flower's SecAgg+
+(:mod:`.masks`; Flower 1.42 expands masks with ``np.random.RandomState`` seeded by a 32-bit fold of
+the seed). The ClientApp (which imports :class:`DistributedDpMod` from here) and the ServerApp
+(:class:`DistributedDpLegacyStrategy`) then mask and unmask alike; ``modulus_range`` must be a power
+of two. The noise shares, the top-up and the coins come from numpy's PCG64 seeded with
 128 bits of ``os.urandom`` (not a cryptographic stream); the rounding from a torch generator (its
 randomness is not what the certificate prices: Δ2 is enforced whatever it draws). How many times the
 rounding is redrawn depends slightly on the update: a response-time side channel not modelled.
@@ -88,7 +90,12 @@ from dpfl.privacy.accounting.ledger import PrivacyLedger
 from dpfl.privacy.calibration.dp_fedavg import skellam_share_variance
 from dpfl.privacy.mechanisms.integer import IntegerPipeline
 from dpfl.privacy.releases import Release, SkellamRelease
+from dpfl.runtime.flower import masks
 from dpfl.runtime.flower.certified import _fmt, _log
+
+# the ServerApp (the wrapper) and every ClientApp (the mod) import this module: both mask and unmask
+# with dpfl's ChaCha20 expansion instead of Flower's 32-bit-seeded MT19937 (:mod:`.masks`)
+masks.install()
 
 __all__ = [
     "DistributedDpLegacyStrategy",
@@ -147,9 +154,11 @@ class SecAggPlusSettings:
             raise ConfigError(f"SecAgg+ `quantization_range` Q must be a power of two 2^b with {MIN_BITS} <= b <= "
                               f"{MAX_BITS} (Flower's quantizer casts to int32). Found {self.quantization_range!r}.")
         m = self.modulus_range
-        if isinstance(m, bool) or not isinstance(m, int) or m <= self.quantization_range or m % self.quantization_range:
-            raise ConfigError(f"SecAgg+ `modulus_range` M must be an integer multiple of Q = {self.quantization_range} "
-                              f"above it (the sum is reduced mod Q after mod M). Found {m!r}.")
+        if (isinstance(m, bool) or not isinstance(m, int) or m <= self.quantization_range
+                or _power_of_two_exponent(m) is None):
+            raise ConfigError(f"SecAgg+ `modulus_range` M must be a power of two above Q = {self.quantization_range} "
+                              f"(the sum is reduced mod Q after mod M; ChaCha20 masks are uniform on a power of two). "
+                              f"Found {m!r}.")
         w = self.max_weight
         if isinstance(w, bool) or not isinstance(w, (int, float)) or not w >= 1 or float(w) != int(w):
             raise ConfigError(f"SecAgg+ `max_weight` must be an integer value >= 1 (a client reports it as "
@@ -705,7 +714,7 @@ class DistributedDpLegacyStrategy(_legacy_strategy_base()):  # type: ignore[misc
                          "server in the clear")
         lines.append("  not covered: federated evaluation replies (loss, metrics, num-examples) reach the server in "
                      "the clear; the SecAgg+ protocol is trusted as Flower implements it (semi-honest server, fewer "
-                     "colluders than its reconstruction threshold, masks from a 32-bit-seeded generator)")
+                     "colluders than its reconstruction threshold; masks expanded by dpfl's ChaCha20)")
         if self.rounds.seeded_rounds:
             lines.append(f"  REPRODUCIBLE NOISE in rounds {self.rounds.seeded_rounds}: the clients drew it from a seed "
                          "(tests only); these figures assume the seed is secret, and do not hold against anyone who "

@@ -28,7 +28,7 @@ import importlib
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
-__all__ = ["DOMAIN", "PATCHED_MODULES", "chacha_rand_gen", "install", "installed"]
+__all__ = ["DOMAIN", "PATCHED_MODULES", "chacha_rand_gen", "install", "installed", "uninstall"]
 
 DOMAIN = b"dpfl-secaggplus-mask-v1"
 """Domain separation of the key derivation."""
@@ -39,6 +39,9 @@ PATCHED_MODULES = (
     "flwr.client.mod.secure_aggregation.secaggplus_mod",
 )
 """The modules whose ``pseudo_rand_gen`` name :func:`install` rebinds (flwr 1.42)."""
+
+_FLOWER: dict[str, object] = {}
+"""Flower's own ``pseudo_rand_gen`` of each patched module, kept by :func:`install` for :func:`uninstall`."""
 
 _NONCE = bytes(16)  # ChaCha20 in `cryptography`: 4-byte little-endian counter + 12-byte nonce
 
@@ -93,4 +96,13 @@ def install() -> None:
         if not hasattr(module, "pseudo_rand_gen"):
             raise ImportError(f"{name} has no pseudo_rand_gen: this Flower version masks differently; dpfl's "
                               "cryptographic masks cannot be installed")
+        if module.pseudo_rand_gen is not chacha_rand_gen:
+            _FLOWER.setdefault(name, module.pseudo_rand_gen)
         module.pseudo_rand_gen = chacha_rand_gen  # type: ignore[attr-defined]
+
+
+def uninstall() -> None:
+    """Give the patched modules Flower's own ``pseudo_rand_gen`` back (a process that must unmask
+    the sums of ClientApps that mask with Flower's generator; no-op if never installed)."""
+    for name, original in _FLOWER.items():
+        importlib.import_module(name).pseudo_rand_gen = original  # type: ignore[attr-defined]
