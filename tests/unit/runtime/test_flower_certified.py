@@ -63,8 +63,8 @@ def test_flowers_wrappers_are_read_as_they_are() -> None:
 
 
 def test_what_dpfl_cannot_see_is_refused_or_named() -> None:
-    with pytest.raises(ConfigError, match="adaptive-clipping"):
-        read_flower_dp(message.DifferentialPrivacyServerSideAdaptiveClipping(message.FedAvg(), 0.5, 10))
+    with pytest.raises(ConfigError, match="adaptiveclipping_mod"):
+        read_flower_dp(message.DifferentialPrivacyClientSideAdaptiveClipping(message.FedAvg(), 0.5, 10))
     with pytest.raises(ConfigError, match="fixedclipping_mod"):
         read_flower_dp(message.DifferentialPrivacyClientSideFixedClipping(message.FedAvg(), 0.5, 1.0, 10))
 
@@ -321,3 +321,43 @@ def test_a_round_dpfl_stopped_is_not_aggregated_even_with_flowers_accountant() -
 def test_local_dp_mod_delta_outside_the_unit_interval_is_refused() -> None:
     with pytest.raises(ConfigError, match="delta"):
         read_flower_dp(message.FedAvg(), [LocalDpMod(1.0, 1.0, 1.0, 0.0)])
+
+
+def test_adaptive_clipping_is_priced_with_the_clip_flower_really_noises_with() -> None:
+    # Flower's adaptive wrappers update the clip norm (geometric step on the noisy clipped count)
+    # *before* adding z·C/m, so a round clipped at C_t is noised with z·C_{t+1}/m: when the norm
+    # shrinks, the multiplier against C_t is z·C_{t+1}/C_t < z. dpfl reads both norms each round.
+    wrapper = message.DifferentialPrivacyServerSideAdaptiveClipping(message.FedAvg(), 1.0, 10,
+                                                                    initial_clipping_norm=1.0, clipped_count_stddev=2.0)
+    dp = read_flower_dp(wrapper)
+    z, sigma_b = dp.noise_multiplier, dp.count_noise_std
+    # Flower's split of the total multiplier (Andrew et al. 2021): z_Δ = (z^-2 − (2σ_b)^-2)^(-1/2)
+    assert sigma_b == 2.0 and z == pytest.approx((1.0 ** -2 - (2 * 2.0) ** -2) ** -0.5)
+    clip_t = wrapper.clipping_norm
+    wrapper._geometric_update(1.0)  # every update clipped: the norm shrinks, as Flower does in aggregate_train
+    clip_next = wrapper.clipping_norm
+    assert clip_next < clip_t
+    cert = RoundCertifier(dp, DELTA)
+    cert.start(range(10))
+    cert.round_clip = (clip_t, clip_next)
+    cert.record(1, list(range(10)), [1.0] * 10)
+    acc = rdp_privacy_accountant.RdpAccountant()
+    acc.compose(dp_accounting.GaussianDpEvent(z * clip_next / clip_t))  # the update, against the round's clip
+    acc.compose(dp_accounting.GaussianDpEvent(sigma_b))  # the clipped count, a bit per client
+    assert cert.epsilons("rdp")["public"] == pytest.approx(float(acc.get_epsilon(DELTA)), rel=1e-6)
+    assert math.isinf(cert.epsilons("rdp")["server"])
+    flower_claims = rdp_privacy_accountant.RdpAccountant()
+    flower_claims.compose(dp_accounting.GaussianDpEvent(z))
+    flower_claims.compose(dp_accounting.GaussianDpEvent(sigma_b))
+    assert cert.epsilons("rdp")["public"] > float(flower_claims.get_epsilon(DELTA))  # the noise was smaller
+    # Flower's figure beside it: its accountant on the user's total multiplier (1.0), one round
+    assert cert.flower_epsilon() == pytest.approx(_rdp(dp_accounting.GaussianDpEvent(1.0), 1), rel=1e-9)
+
+
+def test_client_side_adaptive_clipping_reads_its_mod_without_naming_it_unseen() -> None:
+    from flwr.clientapp.mod import adaptiveclipping_mod
+
+    dp = read_flower_dp(message.DifferentialPrivacyClientSideAdaptiveClipping(message.FedAvg(), 1.0, 10,
+                                                                              clipped_count_stddev=2.0),
+                        [adaptiveclipping_mod])
+    assert dp.adaptive and dp.clipped_by == "clients" and not dp.notes

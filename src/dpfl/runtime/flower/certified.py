@@ -35,10 +35,15 @@ end with the PLD. ``max_epsilon`` stops the run before a round that would take a
 certified ε above its limit: the remaining rounds send no messages, and the last model stays.
 
 Where dpfl cannot see what the app does it says so instead of guessing: a strategy it does not
-know is taken to add no noise (ε = ∞ for what it releases); Flower's adaptive-clipping wrappers
-are refused (the clip norm and the count query's share of the noise move each round inside the
-wrapper); a client mod other than ``fixedclipping_mod`` and ``LocalDpMod`` is named as not
-counted; with client-side clipping the server checks every visible update's norm against C.
+know is taken to add no noise (ε = ∞ for what it releases); a client mod other than
+``fixedclipping_mod``, ``adaptiveclipping_mod``, ``LocalDpMod`` and ``secaggplus_mod`` is named as
+not counted; with client-side clipping the server checks every visible update's norm against C.
+
+Flower's adaptive-clipping wrappers are read each round: the wrapper clips with C_t, updates the
+norm from the noisy clipped count, and only then adds z_Δ·C_{t+1}/m — so the update's multiplier
+against the clip it was clipped with is z_Δ·C_{t+1}/C_t, below z_Δ whenever the norm shrinks. dpfl
+reads C_t before and C_{t+1} after the wrapper's aggregation and prices that, plus the count query
+(σ_b against one bit per client).
 """
 
 from __future__ import annotations
@@ -97,6 +102,11 @@ class FlowerDp:
         averages: the aggregate is FedAvg's weighted mean (the inner strategy's own
             ``aggregate_train`` / ``aggregate_fit`` is FedAvg's); otherwise only what the uploads
             themselves carry is certified.
+        adaptive: Flower's adaptive clipping (Andrew et al. 2021): the clip norm moves each round
+            and the wrapper's noise std is z·C/m with the clip norm *after* that round's update
+            (Flower updates it before it adds the noise), so the multiplier against the round's
+            clip C_t is z·C_{t+1}/C_t — read each round, never assumed to be z.
+        count_noise_std: σ_b of the noisy clipped-count query (a bit per client, sensitivity 1).
         flower_accountant: the wrapped strategy's Flower accountant, if it has one.
         notes: what dpfl could not see or assumed.
     """
@@ -110,6 +120,8 @@ class FlowerDp:
     bound_before_noise: float | None = None
     bound_after_noise: float | None = None
     averages: bool = True
+    adaptive: bool = False
+    count_noise_std: float = 0.0
     flower_accountant: Any = None
     wrapper: str = ""
     notes: tuple[str, ...] = ()
@@ -148,9 +160,11 @@ def _local_dp(mods: Iterable[Any], notes: list[str]) -> tuple[float | None, floa
     client mods, in ``ClientApp(mods=[...])`` order (the first is the outermost: it handles the
     reply last)."""
     from flwr.client.mod import LocalDpMod as LegacyLocalDp
+    from flwr.client.mod import adaptiveclipping_mod as legacy_adaptive
     from flwr.client.mod import fixedclipping_mod as legacy_fixed
     from flwr.client.mod import secagg_mod, secaggplus_mod
     from flwr.clientapp.mod import LocalDpMod as MessageLocalDp
+    from flwr.clientapp.mod import adaptiveclipping_mod as message_adaptive
     from flwr.clientapp.mod import fixedclipping_mod as message_fixed
 
     clip: float | None = None
@@ -174,6 +188,8 @@ def _local_dp(mods: Iterable[Any], notes: list[str]) -> tuple[float | None, floa
                              "it calibrates with is proven for ε ≤ 1 only; dpfl certifies the std it adds")
         elif mod in (message_fixed, legacy_fixed):
             fixed_at = at
+        elif mod in (message_adaptive, legacy_adaptive):
+            pass  # read with the adaptive wrapper it serves
         elif mod in (secaggplus_mod, secagg_mod):
             pass  # masks the upload for the secure sum, adds no noise (``secure_aggregation`` says what it hides)
         else:
@@ -200,18 +216,16 @@ def read_flower_dp(strategy: Any, client_mods: Sequence[Any] = ()) -> FlowerDp:
     ``client_mods`` do for differential privacy.
 
     Raises:
-        ConfigError: Flower's adaptive-clipping wrappers (not read: the clip norm and the count
-            query's noise move inside the wrapper each round), or client-side clipping without
-            ``fixedclipping_mod`` among the declared mods.
+        ConfigError: client-side clipping without ``fixedclipping_mod`` (``adaptiveclipping_mod``)
+            among the declared mods; adaptive clipping with ``LocalDpMod``; a LocalDpMod whose ε or δ
+            gives no finite std.
     """
     classes = _flower_dp_classes()
     notes: list[str] = []
     mods = list(client_mods)
     local_clip, local_std, local_at, fixed_at = _local_dp(mods, notes)
     if isinstance(strategy, classes["adaptive"]):
-        raise ConfigError(f"{type(strategy).__name__}: dpfl does not read Flower's adaptive-clipping wrappers yet "
-                          "(the clip norm and the count query's share of the noise change inside the wrapper each "
-                          "round); a certificate would be a guess. Use fixed clipping to have it certified.")
+        return _read_adaptive(strategy, mods, notes, local_std)
     who: Literal["server", "clients"]
     for who in ("server", "clients"):
         if isinstance(strategy, classes[who]):
@@ -241,6 +255,29 @@ def read_flower_dp(strategy: Any, client_mods: Sequence[Any] = ()) -> FlowerDp:
                      "no noise and clip nothing")
     return FlowerDp(local_clip=local_clip, local_noise_std=local_std, bound_before_noise=local_clip,
                     averages=_averages(strategy), wrapper=type(strategy).__name__, notes=tuple(notes))
+
+
+def _read_adaptive(strategy: Any, mods: list[Any], notes: list[str], local_std: float) -> FlowerDp:
+    """Flower's adaptive-clipping wrappers: the round's clip norm, the count query's noise, who clips."""
+    from flwr.client.mod import adaptiveclipping_mod as legacy_adaptive
+    from flwr.clientapp.mod import adaptiveclipping_mod as message_adaptive
+
+    name = type(strategy).__name__
+    who: Literal["server", "clients"] = "server" if "ServerSide" in name else "clients"
+    if who == "clients" and not any(m in (legacy_adaptive, message_adaptive) for m in mods):
+        raise ConfigError(f"{name} expects the clients to clip: declare the ClientApp's mods "
+                          "(client_mods=[adaptiveclipping_mod, ...]) so dpfl knows they do.")
+    if local_std > 0:
+        raise ConfigError(f"{name} with LocalDpMod: dpfl does not price local noise under adaptive clipping.")
+    averages = _averages(getattr(strategy, "strategy", None))
+    if not averages:
+        notes.append(f"{type(getattr(strategy, 'strategy', None)).__name__} inside {name} does not aggregate with "
+                     "FedAvg's weighted mean: the broadcast is certified only by what the uploads carry (∞)")
+    clip = float(strategy.clipping_norm)
+    return FlowerDp(noise_multiplier=float(strategy.noise_multiplier), clipping_norm=clip,
+                    num_sampled_clients=int(strategy.num_sampled_clients), clipped_by=who, bound_before_noise=clip,
+                    averages=averages, adaptive=True, count_noise_std=float(strategy.clipped_count_stddev or 0.0),
+                    flower_accountant=None, wrapper=name, notes=tuple(notes))
 
 
 @dataclass
@@ -281,6 +318,7 @@ class RoundCertifier:
     taken_part: dict[int, int] = field(default_factory=dict)
     secagg_quantization: tuple[float, int, float] = (8.0, 1 << 22, 1000.0)
     round_notes: list[str] = field(default_factory=list)
+    round_clip: tuple[float, float] | None = None
     _amplify_round: bool = True
     _flower_shadow: Any = None
 
@@ -298,6 +336,9 @@ class RoundCertifier:
                     raise ConfigError(f"`max_epsilon` names an unknown observer {obs!r} (server, public).")
                 if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
                     raise ConfigError(f"`max_epsilon` for the {obs} must be > 0. Found {eps!r}.")
+        if self.cohort == "secret" and self.dp.adaptive:
+            raise ConfigError("cohort='secret' with adaptive clipping: the per-round clip norms are not priced under "
+                              "amplification by dpfl; use the known cohort.")
         if self.cohort == "secret" and self.dp.num_sampled_clients is None:
             raise ConfigError("cohort='secret' needs the cohort size of a Flower DP wrapper (num_sampled_clients).")
         if self.cohort == "secret" and self.population_size is None:
@@ -357,6 +398,14 @@ class RoundCertifier:
         secret = self.cohort == "secret"
         unbounded = [Release.gaussian("server", 0.0, 1.0, ids), Release.gaussian("public", 0.0, 1.0, ids)]
         before = dp.bound_before_noise
+        server_noise = dp.server_noise_std
+        if dp.adaptive:
+            # the round's clip C_t bounds the updates; Flower's noise is z·C_{t+1}/m (the norm after
+            # this round's update), read by the wrapper around the strategy's aggregation
+            initial = float(dp.clipping_norm or 0.0)
+            clip_t, clip_next = self.round_clip or (initial, initial)
+            before = clip_t
+            server_noise = dp.noise_multiplier * clip_next / dp.num_sampled_clients if dp.num_sampled_clients else 0.0
         if before is None or self.unclipped_this_round:
             return unbounded  # nothing bounds an update: what the aggregate says about a client is unbounded
         # the average moves by w_k·(x_k − x') for a neighbour x' within C of 0 (zero-out) or of any
@@ -386,9 +435,14 @@ class RoundCertifier:
             return [Release.gaussian("server", local, factor * dp.bound_before_noise, ids),  # type: ignore[operator]
                     Release.gaussian("public", local, factor * dp.bound_before_noise, ids)]  # type: ignore[operator]
         if dp.bound_after_noise is None or local == 0:
-            return federated_round_releases(ids, local, sens, w, server_noise_std=dp.server_noise_std,
-                                            ideal_secure_sum=self.secure_aggregation, per_client_public=not amplify,
-                                            amplifiable=amplify)
+            out = federated_round_releases(ids, local, sens, w, server_noise_std=server_noise,
+                                           ideal_secure_sum=self.secure_aggregation, per_client_public=not amplify,
+                                           amplifiable=amplify)
+            if dp.adaptive:
+                # the noisy clipped count (Andrew et al. 2021): one bit per client, sensitivity 1, noise
+                # σ_b; its value moves the next clip norm, which the public sees through the models
+                out.append(Release.gaussian("public", dp.count_noise_std, 1.0, ids))
+            return out
         # local noise, then a clip: not linear. Each upload is a post-processing of (σ_l, C1); the
         # broadcast is both a post-processing of the uploads and the clipped uploads' mean plus the
         # server's noise, whose shift is w_k·min(factor·C1, 2·C2) (the clip is 1-Lipschitz and
@@ -397,7 +451,6 @@ class RoundCertifier:
         out = [Release.gaussian("server", local, c1, ids)]
         for cid, wk, e in zip(ids, w, extra, strict=True):
             shift = wk * (min(c1, 2 * dp.bound_after_noise) + e)
-            server_noise = dp.server_noise_std
             if server_noise / shift > local / c1:
                 out.append(Release.gaussian("public", server_noise, shift, [cid]))
             else:
@@ -409,13 +462,14 @@ class RoundCertifier:
         self.unclipped_this_round = False
         if self.dp.clipped_by != "clients" or self.dp.clipping_norm is None or self.dp.local_noise_std > 0:
             return  # (a locally noised update is not within C; its clip was before the noise)
-        limit = self.dp.clipping_norm * (1 + NORM_SLACK)
+        clip = self.round_clip[0] if self.dp.adaptive and self.round_clip else self.dp.clipping_norm
+        limit = clip * (1 + NORM_SLACK)
         over = [(n, x) for n, x in zip(nodes, norms, strict=True) if x > limit]
         if over:
             self.unclipped_this_round = True
             node, norm = over[0]
             self.unclipped.append(f"round {server_round}: {len(over)} update(s) above the clipping norm "
-                                  f"{self.dp.clipping_norm:g} (node {node}: {norm:.6g}); the round is certified ∞")
+                                  f"{clip:g} (node {node}: {norm:.6g}); the round is certified ∞")
 
     # ------------------------------------------------------------------ budget
 
@@ -485,7 +539,12 @@ class RoundCertifier:
                 target_delta=self.delta, population_size=n,
                 neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE,
                 sampling_method=SamplingMethod.NO_AMPLIFICATION))
-        self._flower_shadow.compose(GaussianPrivacyEvent(self.dp.noise_multiplier, min(cohort, n), n))
+        z = self.dp.noise_multiplier
+        if self.dp.adaptive and self.dp.count_noise_std > 0:
+            # the user's total multiplier, which Flower split into z_Δ and σ_b (Andrew et al. 2021, Thm 1):
+            # what its accountant would be given for such a run
+            z = (z ** -2 + (2 * self.dp.count_noise_std) ** -2) ** -0.5
+        self._flower_shadow.compose(GaussianPrivacyEvent(z, min(cohort, n), n))
 
     def flower_epsilon(self) -> float | None:
         """Flower's RdpAccountant figure for the run so far (None: Flower accounts nothing here)."""
@@ -648,18 +707,30 @@ class CertifiedStrategy(_message_strategy_base()):  # type: ignore[misc]
         nodes = [int(r.metadata.src_node_id) for r in ok]
         key = self._weight_key()
         weights = [float(next(iter(r.content.metric_records.values())).get(key, 0.0)) for r in ok]
+        adaptive = self.certifier.dp.adaptive
+        clip_t = float(getattr(self.strategy, "clipping_norm", 0.0))
+        if adaptive:
+            self.certifier.round_clip = (clip_t, clip_t)
         if self._current is not None and ok:
             current = self._current.to_numpy_ndarrays()
             norms = [_update_norm(next(iter(r.content.array_records.values())).to_numpy_ndarrays(), current)
                      for r in ok]
             self.certifier.check_update_norms(server_round, nodes, norms)
-        why = self.certifier.exceeds(self.certifier.releases(nodes, weights), nodes) if ok else None
+        why = self.certifier.exceeds(self.certifier.releases(nodes, weights), nodes) if ok and not adaptive else None
         if why is not None:
             self.certifier.stopped = f"dpfl withheld the aggregate of round {server_round}: {why}"
             _log(WARNING, self.certifier.stopped)
             self.certifier.record(server_round, nodes, weights, released=False)
             return None, None
         arrays, metrics = self.strategy.aggregate_train(server_round, replies)
+        if adaptive:  # the noise was z·C_{t+1}/m: known only now
+            self.certifier.round_clip = (clip_t, float(self.strategy.clipping_norm))
+            why = self.certifier.exceeds(self.certifier.releases(nodes, weights), nodes) if ok else None
+            if why is not None:
+                self.certifier.stopped = f"dpfl withheld the aggregate of round {server_round}: {why}"
+                _log(WARNING, self.certifier.stopped)
+                self.certifier.record(server_round, nodes, weights, released=False)
+                return None, None
         if ok:
             self.certifier.record(server_round, nodes, weights, released=arrays is not None)
             _log(INFO, self.certifier.round_line(server_round))
@@ -764,6 +835,10 @@ class CertifiedLegacyStrategy(_legacy_strategy_base()):  # type: ignore[misc]
         nodes = [int(p.node_id) for p, _ in results]
         weights = [float(r.num_examples) for _, r in results]
         dim = sum(int(a.size) for a in parameters_to_ndarrays(self._current)) if self._current is not None else None
+        adaptive = self.certifier.dp.adaptive
+        clip_t = float(getattr(self.strategy, "clipping_norm", 0.0))
+        if adaptive:
+            self.certifier.round_clip = (clip_t, clip_t)
         if not self.certifier.secure_aggregation and self._current is not None and results:
             current = parameters_to_ndarrays(self._current)
             norms = [_update_norm(parameters_to_ndarrays(r.parameters), current) for _, r in results]
@@ -771,13 +846,22 @@ class CertifiedLegacyStrategy(_legacy_strategy_base()):  # type: ignore[misc]
         elif len(results) > 1 and len({id(r.parameters) for _, r in results}) > 1 and self.certifier.secure_aggregation:
             raise ConfigError("secure_aggregation=True but the results carry different parameters: the app does not "
                               "run SecAggPlusWorkflow (the server sees each upload).")
-        why = self.certifier.exceeds(self.certifier.releases(nodes, weights, dim), nodes) if results else None
+        why = (self.certifier.exceeds(self.certifier.releases(nodes, weights, dim), nodes)
+               if results and not adaptive else None)
         if why is not None:
             self.certifier.stopped = f"dpfl withheld the aggregate of round {server_round}: {why}"
             _log(WARNING, self.certifier.stopped)
             self.certifier.record(server_round, nodes, weights, dim=dim, released=False)
             return None, {}
         params, metrics = self.strategy.aggregate_fit(server_round, results, failures)
+        if adaptive:  # the noise was z·C_{t+1}/m: known only now
+            self.certifier.round_clip = (clip_t, float(self.strategy.clipping_norm))
+            why = self.certifier.exceeds(self.certifier.releases(nodes, weights, dim), nodes) if results else None
+            if why is not None:
+                self.certifier.stopped = f"dpfl withheld the aggregate of round {server_round}: {why}"
+                _log(WARNING, self.certifier.stopped)
+                self.certifier.record(server_round, nodes, weights, dim=dim, released=False)
+                return None, {}
         if results:
             self.certifier.record(server_round, nodes, weights, dim=dim, released=params is not None)
             _log(INFO, self.certifier.round_line(server_round))
