@@ -765,7 +765,26 @@ def _legacy_strategy_base() -> type:
     return Strategy
 
 
-class CertifiedLegacyStrategy(_legacy_strategy_base()):  # type: ignore[misc]
+class LegacyWrapper(_legacy_strategy_base()):  # type: ignore[misc]
+    """A legacy strategy around the app's own (``self.strategy``): initialization and evaluation
+    pass through; the subclass decides fit (and may stop evaluation)."""
+
+    strategy: Any
+
+    def initialize_parameters(self, client_manager: Any) -> Any:
+        return self.strategy.initialize_parameters(client_manager)
+
+    def configure_evaluate(self, server_round: int, parameters: Any, client_manager: Any) -> list[Any]:
+        return list(self.strategy.configure_evaluate(server_round, parameters, client_manager))
+
+    def aggregate_evaluate(self, server_round: int, results: list[Any], failures: list[Any]) -> tuple[Any, Any]:
+        return self.strategy.aggregate_evaluate(server_round, results, failures)
+
+    def evaluate(self, server_round: int, parameters: Any) -> Any:
+        return self.strategy.evaluate(server_round, parameters)
+
+
+class CertifiedLegacyStrategy(LegacyWrapper):
     """A legacy Flower strategy (``DefaultWorkflow`` / ``SecAggPlusWorkflow``) with dpfl's certificates.
 
     Args: as :class:`CertifiedStrategy`, plus ``secure_aggregation``: the app runs
@@ -807,9 +826,6 @@ class CertifiedLegacyStrategy(_legacy_strategy_base()):  # type: ignore[misc]
 
     def __repr__(self) -> str:
         return f"dpfl certificates around {self.strategy!r}"
-
-    def initialize_parameters(self, client_manager: Any) -> Any:
-        return self.strategy.initialize_parameters(client_manager)
 
     def configure_fit(self, server_round: int, parameters: Any, client_manager: Any) -> list[Any]:
         if self.certifier.stopped is not None:
@@ -873,13 +889,7 @@ class CertifiedLegacyStrategy(_legacy_strategy_base()):  # type: ignore[misc]
     def configure_evaluate(self, server_round: int, parameters: Any, client_manager: Any) -> list[Any]:
         if self.certifier.stopped is not None:
             return []
-        return list(self.strategy.configure_evaluate(server_round, parameters, client_manager))
-
-    def aggregate_evaluate(self, server_round: int, results: list[Any], failures: list[Any]) -> tuple[Any, Any]:
-        return self.strategy.aggregate_evaluate(server_round, results, failures)
-
-    def evaluate(self, server_round: int, parameters: Any) -> Any:
-        return self.strategy.evaluate(server_round, parameters)
+        return super().configure_evaluate(server_round, parameters, client_manager)
 
     def report(self) -> list[str]:
         """The certificates so far as lines (the run's final ones once it ended)."""

@@ -91,7 +91,7 @@ from dpfl.privacy.calibration.dp_fedavg import skellam_share_variance
 from dpfl.privacy.mechanisms.integer import IntegerPipeline
 from dpfl.privacy.releases import Release, SkellamRelease
 from dpfl.runtime.flower import masks
-from dpfl.runtime.flower.certified import _fmt, _log
+from dpfl.runtime.flower.certified import LegacyWrapper, _fmt, _log
 
 # the ServerApp (the wrapper) and every ClientApp (the mod) import this module: both mask and unmask
 # with dpfl's ChaCha20 expansion instead of Flower's 32-bit-seeded MT19937 (:mod:`.masks`)
@@ -455,12 +455,6 @@ class DistributedDpMod:
 # --------------------------------------------------------------------------- server
 
 
-def _legacy_strategy_base() -> type:
-    from flwr.server.strategy import Strategy
-
-    return Strategy
-
-
 @dataclass
 class _Rounds:
     ledger: PrivacyLedger | None = None
@@ -472,7 +466,7 @@ class _Rounds:
     metric_names: set[str] = field(default_factory=set)
 
 
-class DistributedDpLegacyStrategy(_legacy_strategy_base()):  # type: ignore[misc]
+class DistributedDpLegacyStrategy(LegacyWrapper):
     """A legacy Flower strategy around the app's own, for ``SecAggPlusWorkflow`` with :class:`DistributedDpMod`.
 
     Args:
@@ -522,9 +516,6 @@ class DistributedDpLegacyStrategy(_legacy_strategy_base()):  # type: ignore[misc
         return int(self.mod.expected_clients)
 
     # ------------------------------------------------------------------ Strategy
-
-    def initialize_parameters(self, client_manager: Any) -> Any:
-        return self.strategy.initialize_parameters(client_manager)
 
     def configure_fit(self, server_round: int, parameters: Any, client_manager: Any) -> list[Any]:
         self._current = parameters
@@ -676,15 +667,6 @@ class DistributedDpLegacyStrategy(_legacy_strategy_base()):  # type: ignore[misc
             return {"server": 0.0, "public": 0.0}
         return {obs: float(ledger.certify(obs, method=method).epsilon)  # type: ignore[arg-type]
                 for obs in ("server", "public")}
-
-    def configure_evaluate(self, server_round: int, parameters: Any, client_manager: Any) -> list[Any]:
-        return list(self.strategy.configure_evaluate(server_round, parameters, client_manager))
-
-    def aggregate_evaluate(self, server_round: int, results: list[Any], failures: list[Any]) -> tuple[Any, Any]:
-        return self.strategy.aggregate_evaluate(server_round, results, failures)
-
-    def evaluate(self, server_round: int, parameters: Any) -> Any:
-        return self.strategy.evaluate(server_round, parameters)
 
     def report(self) -> list[str]:
         """The run's certificates as lines for Flower's log (logged after ``num_rounds``)."""
