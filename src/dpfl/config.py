@@ -148,12 +148,61 @@ class LocalConfig(_Strict):
         return v
 
 
-class SamplingConfig(_Strict):
-    """Which clients take part in a round: all, a fixed-size uniform sample, or Poisson."""
+class AvailabilityConfig(_Strict):
+    """Device check-ins the server does not choose (``sampling.kind: availability``,
+    :class:`dpfl.sampling.schemas.AvailabilitySampler`): each client is online in a diurnal window
+    of ``window`` of every ``period`` rounds, around ``peak`` (a fraction of the period) with
+    phases spread by ``spread``, and checks in with probability ``checkin_rate`` while online;
+    the server keeps at most ``max_cohort`` of them (the first to check in)."""
 
-    kind: Literal["all", "fixed", "poisson"] = "all"
+    period: Int = Field(24, ge=1)
+    window: Float = Field(0.25, gt=0, le=1)
+    checkin_rate: Float = Field(0.2, gt=0, le=1)
+    peak: Float = Field(0.0, ge=0, le=1)
+    spread: Float = Field(0.15, ge=0)
+    max_cohort: Int | None = Field(None, ge=1)
+    seed: Int = Field(0, ge=0)
+
+
+class SamplingConfig(_Strict):
+    """Which clients take part in a round: all, a fixed-size uniform sample, Poisson — or a
+    participation schema for a fleet that cannot be sampled (:mod:`dpfl.sampling.schemas`):
+    ``min_separation`` (cyclic order: client i every b rounds, at most ``max_participations``
+    times), ``cyclic_poisson`` (b fixed groups, round t Poisson-samples group t mod b at
+    ``sample_rate``) and ``availability`` (whoever checks in, at least b rounds apart)."""
+
+    kind: Literal["all", "fixed", "poisson", "min_separation", "cyclic_poisson", "availability"] = "all"
     clients_per_round: Int | None = Field(None, ge=1)
     sample_rate: Float | None = Field(None, gt=0, le=1)
+    min_separation: Int | None = Field(None, ge=1)
+    max_participations: Int | None = Field(None, ge=1)
+    availability: AvailabilityConfig | None = None
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_schema_fields(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # fields added after runs were stored are left out when unset: run ids stay stable
+        data = handler(self)
+        if isinstance(data, dict):
+            for key in ("min_separation", "max_participations", "availability"):
+                if data.get(key) is None:
+                    data.pop(key, None)
+        return data
+
+    @model_validator(mode="after")
+    def _schema_settings(self) -> SamplingConfig:
+        schema = self.kind in ("min_separation", "cyclic_poisson", "availability")
+        if schema and self.min_separation is None:
+            raise ValueError(f"`sampling.kind: {self.kind}` needs `min_separation` (b, the fewest rounds between "
+                             "two participations of a client)")
+        if not schema and (self.min_separation is not None or self.max_participations is not None):
+            raise ValueError(f"`min_separation` and `max_participations` belong to a participation schema "
+                             f"(kind min_separation, cyclic_poisson or availability), not to kind {self.kind!r}")
+        if self.kind == "cyclic_poisson" and self.max_participations is not None:
+            raise ValueError("`max_participations` is not part of the cyclic_poisson schema (each client is "
+                             "sampled at most once every `min_separation` rounds)")
+        if self.availability is not None and self.kind != "availability":
+            raise ValueError(f"`availability` belongs to `kind: availability`, not {self.kind!r}")
+        return self
 
 
 class AlgorithmConfig(_Strict):

@@ -31,7 +31,7 @@ from dpfl.errors import ConfigError
 # Purposes are short fixed names so that two call sites never collide by accident.
 PURPOSES = frozenset(
     {"sample", "batch", "noise", "server_noise", "topup", "topup_count", "init", "partition", "shuffle",
-     "randomizer", "range", "misc", "rounding", "absent_shares", "coin", "share_sum"}
+     "randomizer", "range", "misc", "rounding", "absent_shares", "coin", "share_sum", "correlated_noise"}
 )
 
 

@@ -156,6 +156,9 @@ class Algorithm(abc.ABC):
         fixed-K as NbAFL's K-random scheduling of 003 §V, Poisson) is the sampler object, not
         this method, so no algorithm overrides it and every cohort comes from the same stream.
         """
+        if getattr(self.sampler, "memory", False):  # a participation schema (dpfl.sampling.schemas)
+            return self.sampler.sample_round(info_round, num_clients,
+                                             lambda t: seeds.generator(t, SERVER, "sample"))
         return self.sampler.sample(num_clients, seeds.generator(info_round, SERVER, "sample"))
 
     # Whether the algorithm is split into client_step / aggregate (needed by the Flower adapter).

@@ -127,6 +127,42 @@ class DpFedAvgOptions(BaseModel):
         return self
 
 
+# --------------------------------------------------------------------------- dp-ftrl
+
+
+class DpFtrlOptions(BaseModel):
+    """Options of ``algorithm: {name: dp-ftrl, options: {...}}``: correlated noise for a fleet that
+    cannot be sampled (:mod:`dpfl.algorithms.dp_ftrl`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mechanism: Literal["blt", "banded", "tree", "independent"] = Field(
+        "blt", description="the noise's correlation across rounds: BLT, banded MF, DP-FTRL's tree, or "
+                           "independent noise each round (DP-FedAvg without amplification)")
+    noise_multiplier: float | None = Field(None, ge=0, description="σ: std of z per coordinate over the clip norm")
+    target_epsilon: float | None = Field(
+        None, gt=0, description="calibrate σ so that the schema's worst-case ε (the claim) is this")
+    clip_norm: float = Field(..., gt=0, description="C: the L2 bound of each client update")
+    server_lr: float = Field(1.0, gt=0, description="η: the server step on the noisy mean")
+    server_momentum: float = Field(0.0, ge=0, lt=1, description="β of heavy-ball momentum on the server "
+                                                                "(the workload the strategy is optimized for)")
+    cooldown_rounds: int = Field(0, ge=0, description="the last rounds, over which η decays linearly")
+    cooldown_final: float = Field(0.1, gt=0, le=1, description="η's factor at the last round of the cooldown")
+    bands: int | None = Field(None, ge=1, description="banded MF: the bands (default: sampling.min_separation)")
+    buffers: int = Field(4, ge=1, le=8, description="BLT: the number of buffers d (memory d·|θ|)")
+    restart_every: int | None = Field(
+        None, ge=1, description="tree: rounds per tree (default: sampling.min_separation, one participation per tree)")
+    denominator: float | None = Field(
+        None, gt=0, description="the public cohort size the noisy sum is divided by (default: the schema's expected "
+                                "cohort)")
+
+    @model_validator(mode="after")
+    def _one_noise_setting(self) -> DpFtrlOptions:
+        if (self.noise_multiplier is None) == (self.target_epsilon is None):
+            raise ValueError("give exactly one of `noise_multiplier` and `target_epsilon`")
+        return self
+
+
 # --------------------------------------------------------------------------- dp-sgd-fedavg
 
 

@@ -12,9 +12,10 @@ import torch
 from dpfl.algorithms.base import Algorithm
 from dpfl.algorithms.fedavg import FedAvg
 from dpfl.algorithms.options import parse_options
-from dpfl.config import AlgorithmConfig, PrivacyConfig, RunConfig, SamplingConfig
+from dpfl.config import AlgorithmConfig, AvailabilityConfig, PrivacyConfig, RunConfig, SamplingConfig
 from dpfl.errors import ConfigError
 from dpfl.sampling import AllClients, FixedSizeSampler, PoissonSampler
+from dpfl.sampling.schemas import AvailabilitySampler, CyclicPoissonSampler, MinSeparationSampler
 
 
 def build_sampler(cfg: SamplingConfig, num_clients: int) -> Any:
@@ -29,9 +30,31 @@ def build_sampler(cfg: SamplingConfig, num_clients: int) -> Any:
                 f"`sampling.clients_per_round` ({cfg.clients_per_round}) exceeds the number of clients ({num_clients})."
             )
         return FixedSizeSampler(cfg.clients_per_round)
+    if cfg.kind in ("min_separation", "cyclic_poisson", "availability"):
+        return _schema_sampler(cfg, num_clients)
     if cfg.sample_rate is None:
         raise ConfigError("`sampling.sample_rate` is required when `sampling.kind` is 'poisson'.")
     return PoissonSampler(cfg.sample_rate)
+
+
+def _schema_sampler(cfg: SamplingConfig, num_clients: int) -> Any:
+    """A participation schema (:mod:`dpfl.sampling.schemas`), checked against the population."""
+    b = cfg.min_separation
+    assert b is not None  # the config's validator requires it
+    if b > num_clients and cfg.kind != "availability":
+        raise ConfigError(f"`sampling.min_separation` ({b}) exceeds the number of clients ({num_clients}): some "
+                          "rounds would have nobody to take part.")
+    if cfg.kind == "min_separation":
+        return MinSeparationSampler(min_separation=b, max_participations=cfg.max_participations)
+    if cfg.kind == "cyclic_poisson":
+        if cfg.sample_rate is None:
+            raise ConfigError("`sampling.sample_rate` is required when `sampling.kind` is 'cyclic_poisson' (the rate "
+                              "at which round t samples group t mod b).")
+        return CyclicPoissonSampler(groups=b, sample_rate=cfg.sample_rate)
+    a = cfg.availability or AvailabilityConfig()
+    return AvailabilitySampler(min_separation=b, max_participations=cfg.max_participations, period=a.period,
+                               window=a.window, checkin_rate=a.checkin_rate, peak=a.peak, spread=a.spread,
+                               max_cohort=a.max_cohort, seed=a.seed)
 
 
 @dataclass(frozen=True)

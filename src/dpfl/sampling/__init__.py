@@ -7,9 +7,19 @@ from dpfl.sampling.clients import (
     PoissonSampler,
     sampler_from_description,
 )
+from dpfl.sampling.schemas import (
+    AvailabilitySampler,
+    CyclicPoissonSampler,
+    MinSeparationSampler,
+    ScheduleSampler,
+)
 
 __all__ = [
     "AllClients",
+    "AvailabilitySampler",
+    "CyclicPoissonSampler",
+    "MinSeparationSampler",
+    "ScheduleSampler",
     "ClientSampler",
     "FixedSizeSampler",
     "PoissonSampler",

@@ -158,4 +158,14 @@ def sampler_from_description(descriptor: dict[str, Any]) -> ClientSampler:
         return AllClients()
     if d["kind"] == "fixed_size":
         return FixedSizeSampler(d["num_sampled"])
-    return PoissonSampler(d["sample_rate"])
+    if d["kind"] == "poisson":
+        return PoissonSampler(d["sample_rate"])
+    from dpfl.sampling import schemas  # they build on this module
+
+    if d["kind"] == "min_separation":
+        return schemas.MinSeparationSampler(min_separation=d["min_separation"],
+                                            max_participations=d["max_participations"])
+    if d["kind"] == "cyclic_poisson":
+        return schemas.CyclicPoissonSampler(groups=d["groups"], sample_rate=d["sample_rate"])
+    fields = {k: v for k, v in d.items() if k != "kind"}
+    return schemas.AvailabilitySampler(**fields)

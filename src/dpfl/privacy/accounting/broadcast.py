@@ -36,6 +36,7 @@ from typing import Any, Literal
 import numpy as np
 
 from dpfl.errors import ConfigError
+from dpfl.privacy.accounting.events import SCHEMA_KINDS
 
 __all__ = ["BroadcastMode", "Weighting", "broadcast_mode", "interchangeable", "worst_cohort_multipliers"]
 
@@ -67,6 +68,8 @@ def broadcast_mode(sampling: Mapping[str, Any], relation: str, privacy_unit: str
     kind = sampling.get("kind")
     if kind == "all":
         return "shared"
+    if kind in SCHEMA_KINDS:  # a participation schema: the public is told nothing it can be amplified by
+        return "per_client"
     if kind not in ("fixed_size", "poisson"):
         raise ConfigError(f"unknown sampling kind {kind!r}: expected 'all', 'fixed_size' or 'poisson'.")
     supported = (kind, relation) in (("fixed_size", "replace_one"), ("poisson", "add_remove"))

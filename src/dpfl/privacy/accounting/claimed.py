@@ -45,14 +45,17 @@ __all__ = [
     "ClaimNotion",
     "LdpFlClaim",
     "NbaflClaim",
+    "amplified_mf_claimed_epsilon",
     "dpfedavg_claimed_epsilon",
     "dpfedavg_noise_multiplier",
     "ldp_fl_claimed_epsilon",
+    "mf_claimed_epsilon",
     "midp_claimed_epsilon",
     "midp_client_claimed_epsilon",
     "midp_server_claimed_epsilon",
     "nbafl_claimed_epsilon",
     "pmidp_claimed_epsilon",
+    "tree_restart_claimed_epsilon",
     "udp_claimed_epsilon",
 ]
 
@@ -582,3 +585,66 @@ def dpsgd_claimed_epsilon(noise_multiplier: float, sample_rate: float, steps: in
         Abadi et al. 2016, Algorithm 1 and Theorem 1 (moments accountant).
     """
     return dpfedavg_claimed_epsilon(noise_multiplier, sample_rate, steps, delta)
+
+
+# --------------------------------------------------------------------------- correlated noise
+
+
+def _rdp_to_epsilon(rdp: np.ndarray, orders: Sequence[float], delta: float) -> float:
+    from dpfl.privacy.accounting.certify import epsilons_from_rdp
+
+    return float(epsilons_from_rdp(tuple(orders), np.asarray(rdp, dtype=np.float64)[None, :], delta)[0])
+
+
+def mf_claimed_epsilon(noise_multiplier: float, max_sensitivity: float, delta: float) -> float:
+    """The matrix-factorization papers' ε: the Gaussian mechanism at the schema's worst-case
+    sensitivity, ρ = S²/(2σ²)-zCDP, i.e. RDP α·S²/(2σ²) at every order, converted at δ.
+
+    σ is the noise std of z over the clip norm, S = max over participation patterns the schema
+    allows of ‖C·u‖ (clip = 1): Choquette-Choo et al. 2023 (arXiv 2306.08153) §2 and Thm 2 (b-min-
+    separation sensitivity of banded C); Dvijotham et al. 2024 (arXiv 2404.16706) Lemma 5.3 (BLT);
+    Denisov et al. 2022 Thm 2.1 (adaptive streams). Notion: (ε, δ)-DP per client, zero-out, for the
+    released models, whatever participation pattern within the schema.
+
+    >>> round(mf_claimed_epsilon(4.0, 2.0, 1e-5), 3) == round(mf_claimed_epsilon(2.0, 1.0, 1e-5), 3)
+    True
+    """
+    z = _positive("noise_multiplier", noise_multiplier, allow_inf=True)
+    s = _positive("max_sensitivity", max_sensitivity)
+    dlt = _delta("delta", delta)
+    if math.isinf(z):
+        return 0.0
+    orders = tuple(float(a) for a in rdp_privacy_accountant.DEFAULT_RDP_ORDERS)
+    rdp = np.array([a * s * s / (2.0 * z * z) for a in orders])
+    return _rdp_to_epsilon(rdp, orders, dlt)
+
+
+def tree_restart_claimed_epsilon(noise_multiplier: float, tree_steps: Sequence[int], delta: float) -> float:
+    """DP-FTRL's ε with tree restarts: one participation per tree, the trees' step counts given
+    (Kairouz et al. 2021, arXiv 2103.00039, App. D; TF Privacy ``compute_rdp_tree_restart``):
+    RDP Σ_e α·⌈log2(steps_e + 1)⌉/(2σ²), converted at δ.
+
+    >>> e1 = tree_restart_claimed_epsilon(3.0, [7], 1e-5)
+    >>> e1 == mf_claimed_epsilon(3.0, 3 ** 0.5, 1e-5)   # depth 3 = a Gaussian at sensitivity sqrt(3)
+    True
+    """
+    z = _positive("noise_multiplier", noise_multiplier, allow_inf=True)
+    dlt = _delta("delta", delta)
+    steps = [_positive_int("tree_steps", int(x)) for x in tree_steps]
+    if math.isinf(z) or not steps:
+        return 0.0
+    depth = sum(math.ceil(math.log2(x + 1)) for x in steps)
+    orders = tuple(float(a) for a in rdp_privacy_accountant.DEFAULT_RDP_ORDERS)
+    rdp = np.array([a * depth / (2.0 * z * z) for a in orders])
+    return _rdp_to_epsilon(rdp, orders, dlt)
+
+
+def amplified_mf_claimed_epsilon(noise_multiplier: float, column_norm: float, sample_rate: float, steps: int,
+                                 delta: float) -> float:
+    """Amplified banded MF's ε under cyclic Poisson sampling (Choquette-Choo et al. 2023, §4): a
+    client's group is sampled at rate q in ⌈n/b⌉ rounds, each a Poisson-sampled Gaussian of
+    multiplier σ/‖C[:, t]‖ (the largest column norm: the claim's worst case), composed ``steps`` times.
+    """
+    z = _positive("noise_multiplier", noise_multiplier, allow_inf=True)
+    c = _positive("column_norm", column_norm)
+    return dpfedavg_claimed_epsilon(z / c, sample_rate, steps, delta)

@@ -46,9 +46,10 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import dp_accounting as dpa
 from dp_accounting import dp_event as dpe
 
-from dpfl.errors import ConfigError
+from dpfl.errors import ConfigError, PrivacyPreconditionError
 
 __all__ = [
+    "SCHEMA_KINDS",
     "MechanismKind",
     "PrivacyUnit",
     "Relation",
@@ -80,7 +81,10 @@ MechanismKind = Literal["gaussian", "two_point"]
 
 RELATIONS: tuple[str, ...] = ("add_remove", "replace_one")
 UNITS: tuple[str, ...] = ("client", "record")
-SAMPLING_KINDS: tuple[str, ...] = ("all", "fixed_size", "poisson")
+SAMPLING_KINDS: tuple[str, ...] = ("all", "fixed_size", "poisson", "min_separation", "cyclic_poisson", "availability")
+# participation schemas (dpfl.sampling.schemas): the ledger enforces them round by round; none of
+# them amplifies a broadcast about the whole population
+SCHEMA_KINDS: tuple[str, ...] = ("min_separation", "cyclic_poisson", "availability")
 
 
 @runtime_checkable
@@ -158,7 +162,48 @@ def validate_sampling(descriptor: Mapping[str, Any], num_clients: int | None = N
         if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0.0 < float(q) <= 1.0:
             raise ConfigError(f"`sample_rate` must be in (0, 1]. Found {q!r}.")
         return {"kind": "poisson", "sample_rate": float(q)}
+    if kind in SCHEMA_KINDS:
+        return _validate_schema(descriptor)
     raise ConfigError(f"unknown sampling kind {kind!r}; valid: {list(SAMPLING_KINDS)}.")
+
+
+def _int_field(d: Mapping[str, Any], name: str, *, optional: bool = False, low: int = 1) -> int | None:
+    v = d.get(name)
+    if v is None and optional:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < low:
+        raise ConfigError(f"`{name}` must be an integer >= {low}{' or None' if optional else ''}. Found {v!r}.")
+    return int(v)
+
+
+def _float_field(d: Mapping[str, Any], name: str, low: float, high: float, *, open_low: bool = True) -> float:
+    v = d.get(name)
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and float(v) <= high and (
+        float(v) > low if open_low else float(v) >= low)
+    if not ok:
+        raise ConfigError(f"`{name}` must be in {'(' if open_low else '['}{low:g}, {high:g}]. Found {v!r}.")
+    return float(v)  # type: ignore[arg-type]
+
+
+def _validate_schema(d: Mapping[str, Any]) -> dict[str, Any]:
+    """The participation schemas of :mod:`dpfl.sampling.schemas`, normalized."""
+    kind = d["kind"]
+    if kind == "min_separation":
+        order = d.get("order", "cyclic")
+        if order != "cyclic":
+            raise ConfigError(f"`order` of a min_separation schema must be 'cyclic'. Found {order!r}.")
+        return {"kind": kind, "min_separation": _int_field(d, "min_separation"),
+                "max_participations": _int_field(d, "max_participations", optional=True), "order": "cyclic"}
+    if kind == "cyclic_poisson":
+        return {"kind": kind, "groups": _int_field(d, "groups"),
+                "sample_rate": _float_field(d, "sample_rate", 0.0, 1.0)}
+    return {"kind": kind, "min_separation": _int_field(d, "min_separation"),
+            "max_participations": _int_field(d, "max_participations", optional=True),
+            "period": _int_field(d, "period"), "window": _float_field(d, "window", 0.0, 1.0),
+            "checkin_rate": _float_field(d, "checkin_rate", 0.0, 1.0),
+            "peak": _float_field(d, "peak", 0.0, 1.0, open_low=False),
+            "spread": _float_field(d, "spread", 0.0, 1e6, open_low=False),
+            "max_cohort": _int_field(d, "max_cohort", optional=True), "seed": _int_field(d, "seed", low=0)}
 
 
 # --------------------------------------------------------------------------- Gaussian releases
@@ -346,6 +391,10 @@ def sampled_event(event: dpe.DpEvent, descriptor: Mapping[str, Any], num_clients
     d = validate_sampling(descriptor, num_clients)
     if d["kind"] == "all":
         return event
+    if d["kind"] in SCHEMA_KINDS:
+        raise PrivacyPreconditionError(
+            f"a {d['kind']} participation schema does not amplify a release about the whole population: "
+            "record it per participant (or, under cyclic Poisson, about the round's group).")
     if d["kind"] == "fixed_size":
         return fixed_size_sampled_event(event, d["num_sampled"], num_clients)
     return poisson_sampled_event(event, d["sample_rate"])

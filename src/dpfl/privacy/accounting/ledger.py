@@ -79,6 +79,7 @@ from dpfl.privacy.accounting.composition import (
     _tightest,
 )
 from dpfl.privacy.accounting.events import (
+    SCHEMA_KINDS,
     SamplerLike,
     leaves,
     pure_epsilon,
@@ -167,6 +168,10 @@ class PrivacyLedger:
         self._partial_rounds = False
         self._pld_cache: dict[frozenset[tuple[dpe.DpEvent, int]], float | None] = {}
         self._pld_notes: dict[frozenset[tuple[dpe.DpEvent, int]], list[str]] = {}
+        # a participation schema's memory: every client's last round and number of rounds
+        self._schema_last = np.full(num_clients, -(1 << 40), dtype=np.int64)
+        self._schema_count = np.zeros(num_clients, dtype=np.int64)
+        self._drawn_observers: set[str] = set()  # charged per participant of a drawn cohort
 
     # ------------------------------------------------------------------ recording
 
@@ -188,11 +193,56 @@ class PrivacyLedger:
                 return record["claimed_epsilon"]
         return None
 
+    def _next_round_index(self) -> int:
+        return int(self._rounds[-1]["round"]) + 1 if self._rounds else 0
+
+    def _check_schema(self, round_idx: int, parts: tuple[int, ...], releases: Sequence[Release]) -> None:
+        """Refuse a round that breaks the participation schema the ledger was built for
+        (:mod:`dpfl.sampling.schemas`), before anything is recorded."""
+        d = self.sampling
+        ids = np.asarray(parts, dtype=np.int64)
+        if d["kind"] == "cyclic_poisson":
+            b = int(d["groups"])
+            named = set(parts)
+            for rel in releases:
+                named.update(rel.client_ids or ())
+            outside = sorted(c for c in named if c % b != round_idx % b)
+            if outside:
+                raise PrivacyPreconditionError(
+                    f"participation schema broken: round {round_idx} samples group {round_idx % b} of {b} "
+                    f"(clients i with i mod {b} = {round_idx % b}), but clients {outside[:5]} are in it.")
+            return
+        b, k = int(d["min_separation"]), d.get("max_participations")
+        if ids.size:
+            gap = round_idx - self._schema_last[ids]
+            close = ids[gap < b]
+            if close.size:
+                c = int(close[0])
+                raise PrivacyPreconditionError(
+                    f"participation schema broken: client {c} took part in round {int(self._schema_last[c])} "
+                    f"and again in round {round_idx}, {round_idx - int(self._schema_last[c])} rounds apart; "
+                    f"the schema allows no fewer than min_separation = {b}. Nothing of round {round_idx} "
+                    "was recorded.")
+            if k is not None:
+                over = ids[self._schema_count[ids] >= int(k)]
+                if over.size:
+                    raise PrivacyPreconditionError(
+                        f"participation schema broken: client {int(over[0])} would take part a "
+                        f"{int(self._schema_count[over[0]]) + 1}th time in round {round_idx}; the schema allows "
+                        f"max_participations = {k}. Nothing of round {round_idx} was recorded.")
+
+    def _note_schema(self, round_idx: int, parts: tuple[int, ...]) -> None:
+        if self.sampling["kind"] in SCHEMA_KINDS and parts:
+            ids = np.asarray(parts, dtype=np.int64)
+            self._schema_last[ids] = round_idx
+            self._schema_count[ids] += 1
+
     def _check_round(
         self,
         releases: Sequence[Release],
         sampling: Mapping[str, Any] | SamplerLike,
         participants: Iterable[int],
+        round_idx: int | None = None,
     ) -> tuple[int, ...]:
         described = sampling if isinstance(sampling, Mapping) else sampling.describe()
         reported = validate_sampling(described, self.num_clients)
@@ -217,12 +267,15 @@ class PrivacyLedger:
             if not isinstance(rel, Release):
                 raise ConfigError(f"releases must be `Release` objects. Found {type(rel).__name__}.")
             rel.check_ledger(self.relation, self.sampling["kind"])
-            if rel.client_ids is not None and not members.issuperset(rel.client_ids):
+            if rel.client_ids is not None and not rel.samples_named_clients() \
+                    and not members.issuperset(rel.client_ids):
                 extra = sorted(set(rel.client_ids) - members)[:5]
                 raise PrivacyPreconditionError(
                     f"a {rel.observer} release names clients {extra} that are not among this "
                     "round's participants."
                 )
+        if self.sampling["kind"] in SCHEMA_KINDS:
+            self._check_schema(self._next_round_index() if round_idx is None else int(round_idx), parts, releases)
         return parts
 
     def _targets(
@@ -248,6 +301,8 @@ class PrivacyLedger:
 
     def _apply(self, releases: Sequence[Release], participants: tuple[int, ...]) -> None:
         for rel in releases:
+            if rel.client_ids and not rel.samples_named_clients():
+                self._drawn_observers.add(rel.observer)
             st = self._state[rel.observer]
             shared, clients, event = self._targets(rel, participants)
             if shared is not None and not isinstance(shared, dpa.NoOpDpEvent):
@@ -318,7 +373,7 @@ class PrivacyLedger:
             PrivacyPreconditionError: sampling mismatch, a release about a non-participant, or
                 more participants than the sampler draws.
         """
-        parts = self._check_round(releases, sampling, participants)
+        parts = self._check_round(releases, sampling, participants, round_idx)
         claimed: float | dict[int, float] | None
         if claimed_epsilon is None:
             claimed = None
@@ -328,6 +383,7 @@ class PrivacyLedger:
             claimed = float(claimed_epsilon)
         self._apply(releases, parts)
         self._note_participation(parts)
+        self._note_schema(int(round_idx), parts)
         self._rounds.append(
             {
                 "round": int(round_idx),
@@ -432,7 +488,11 @@ class PrivacyLedger:
         notes.insert(0, f"{who}; {self.rounds_recorded} rounds recorded")
         if has_receipts:
             notes += self._relation_notes(st.to_counts(cid))
-        sampled = self.sampling["kind"] != "all"
+        # a cyclic schedule is fixed in advance: per-participant charges at it are ex ante; so are
+        # cyclic Poisson's group charges (every member charged, sampled or not)
+        kind = self.sampling["kind"]
+        sampled = kind not in ("all", "min_separation") and not (
+            kind == "cyclic_poisson" and observer not in self._drawn_observers)
         if observer == "public" and any(_amplified(e, self.relation) for e in st.shared_counts):
             notes.append("broadcast releases amplified by the secret client sample")
         # What the figure is conditional on. Receipts charged per participant name the rounds a
@@ -537,8 +597,8 @@ class PrivacyLedger:
         if method == "best":
             trial = self._clone()
             trial.pld_every = 0
-            trial.record_round(-1, next_round_releases, sampling=self.sampling, participants=parts,
-                               certify_round=False)
+            trial.record_round(self._next_round_index(), next_round_releases, sampling=self.sampling,
+                               participants=parts, certify_round=False)
             return bool(trial.certify(observer, None, "best").epsilon > target_epsilon)
         return any(trials.exceeds(self, *trials.trial_curves(self, obs, next_round_releases, parts), target_epsilon)
                    for obs in ((observer,) if observer else OBSERVERS))
@@ -554,6 +614,8 @@ class PrivacyLedger:
         trial._history = []
         trial._pld_cache, trial._pld_notes = {}, {}
         trial._full_rdp_cache = {}
+        trial._schema_last, trial._schema_count = self._schema_last.copy(), self._schema_count.copy()
+        trial._drawn_observers = set(self._drawn_observers)
         return trial
 
 

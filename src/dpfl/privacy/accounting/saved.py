@@ -68,9 +68,10 @@ def from_saved(cls: Callable[..., L], data: Mapping[str, Any], sampler: SamplerL
     )
     for r in data["rounds"]:
         releases = [Release.from_dict(x) for x in r["releases"]]
-        parts = ledger._check_round(releases, ledger.sampling, r["participants"])
+        parts = ledger._check_round(releases, ledger.sampling, r["participants"], int(r["round"]))
         ledger._apply(releases, parts)
         ledger._note_participation(parts)
+        ledger._note_schema(int(r["round"]), parts)
         claimed = r["claimed_epsilon"]
         if isinstance(claimed, dict):
             claimed = {int(k): float(v) for k, v in claimed.items()}

@@ -8,20 +8,24 @@ its :func:`dpfl.privacy.accounting.registry.register_event` call), its tests, an
 
 from dpfl.privacy.releases.base import OBSERVERS, Observer, Release, release_kinds
 from dpfl.privacy.releases.exact import ExactRelease
+from dpfl.privacy.releases.factorization import FactorizationRelease
 from dpfl.privacy.releases.federated import federated_round_releases
 from dpfl.privacy.releases.gaussian import GaussianRelease
 from dpfl.privacy.releases.sampled_gaussian import SampledGaussianRelease
 from dpfl.privacy.releases.skellam import SkellamRelease
+from dpfl.privacy.releases.tree import TreeRelease
 from dpfl.privacy.releases.two_point import TwoPointRelease
 
 __all__ = [
     "OBSERVERS",
     "ExactRelease",
+    "FactorizationRelease",
     "GaussianRelease",
     "Observer",
     "Release",
     "SampledGaussianRelease",
     "SkellamRelease",
+    "TreeRelease",
     "TwoPointRelease",
     "federated_round_releases",
     "release_kinds",

@@ -114,6 +114,13 @@ class Release(abc.ABC):
         ``kind``), with :class:`dpfl.errors.PrivacyPreconditionError`; the default accepts any."""
         return None
 
+    def samples_named_clients(self) -> bool:
+        """Whether this release is about a secret Poisson sample *of* the named clients (its event
+        carries the sampling), so that every named client is charged whether it was sampled or
+        not (amplified banded MF under cyclic Poisson: the round's whole group). False unless a
+        mechanism makes it so; the ledger then accepts named clients outside the participants."""
+        return False
+
     def upload_norm_limit(self, num_params: int) -> float | None:
         """For a server release about the named clients' uploads: the largest L2 norm such an
         upload can have (``math.inf``: a randomized report, no limit), or None when the release
