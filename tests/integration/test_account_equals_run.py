@@ -43,6 +43,17 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "pmidp-fl-adaptive": ("pmidp-fl", {"epsilons": EPS6, "clip_norm": 1.0, "clip_lr": 0.3}, {}),
     # q_k = batch_size / |D_k| (per client) and ⌈|D_k|/B⌉ steps; then a fixed q with local.steps
     "dp-sgd-fedavg": ("dp-sgd-fedavg", {"noise_multiplier": 1.1, "clip_norm": 1.0}, {}),
+    # correlated noise under participation schemas (fleets that cannot be sampled)
+    "dp-ftrl-blt": ("dp-ftrl", {"mechanism": "blt", "noise_multiplier": 2.0, "clip_norm": 0.5, "buffers": 2},
+                    {"sampling": {"kind": "min_separation", "min_separation": 2}}),
+    "dp-ftrl-banded-amplified": ("dp-ftrl", {"mechanism": "banded", "noise_multiplier": 1.5, "clip_norm": 0.5},
+                                 {"sampling": {"kind": "cyclic_poisson", "min_separation": 2, "sample_rate": 0.6}}),
+    "dp-ftrl-tree-availability": ("dp-ftrl", {"mechanism": "tree", "noise_multiplier": 2.0, "clip_norm": 0.5},
+                                  {"sampling": {"kind": "availability", "min_separation": 2,
+                                                "availability": {"period": 2, "window": 1.0, "checkin_rate": 0.7}}}),
+    "dp-ftrl-independent": ("dp-ftrl", {"mechanism": "independent", "target_epsilon": 6.0, "clip_norm": 0.5,
+                                        "server_momentum": 0.5},
+                            {"sampling": {"kind": "min_separation", "min_separation": 1}}),
     "dp-sgd-fedavg-fixed-rate": ("dp-sgd-fedavg",
                                  {"noise_multiplier": 0.9, "clip_norm": 1.0, "record_sample_rate": 0.2},
                                  {"local": {"lr": 0.1, "batch_size": None, "steps": 4}, **POISSON}),

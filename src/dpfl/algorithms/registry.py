@@ -89,6 +89,7 @@ _ALGORITHM_MODULES = (
     "dpfl.algorithms.ldp_fl",
     "dpfl.algorithms.midp",
     "dpfl.algorithms.dp_sgd",
+    "dpfl.algorithms.dp_ftrl",
 )
 
 

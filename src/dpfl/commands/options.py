@@ -22,6 +22,7 @@ OPTION_MODELS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "dp-fedavg": ("dpfl.algorithms.options", "DpFedAvgOptions", {}),
     "dp-fedavg-blur-lus": ("dpfl.algorithms.options", "DpFedAvgOptions", {"blur_lambda": 0.4, "lus_sparsity": 0.7}),
     "dp-sgd-fedavg": ("dpfl.algorithms.options", "DpSgdOptions", {}),
+    "dp-ftrl": ("dpfl.algorithms.options", "DpFtrlOptions", {}),
     "udp": ("dpfl.algorithms.options", "UdpOptions", {}),
     "udp-crd": ("dpfl.algorithms.options", "UdpCrdOptions", {}),
     "udp-lei": ("dpfl.algorithms.options", "UdpLeiOptions", {}),
