@@ -6,7 +6,8 @@ Workload: the prefix-sum workload over n rounds under (k, b)-min-separation part
 k = ⌈n/b⌉ (20 and 6 participations), one thread (``OMP_NUM_THREADS=1``, ``torch.set_num_threads(1)``).
 
 Timed, ``--repeats`` times (minimum and median printed): every entry of ``OPTIMIZERS`` (today
-``optimize_banded_toeplitz`` with b bands, memory b − 1 vectors; add the BLT optimizer there).
+``optimize_banded_toeplitz`` with b bands, memory b − 1 vectors, and ``optimize_blt`` with 4
+buffers: the issue's target is at most 60 s each at n = 2,000 on two cores).
 Then, for each optimized strategy and each baseline of ``BASELINES`` measured in the same pass —
 the banded optimizer's start (the Toeplitz square root of the prefix matrix truncated to b bands),
 the identity (independent noise, DP-SGD without amplification), DP-FTRL's tree with Honaker's
@@ -38,6 +39,7 @@ import torch  # noqa: E402
 
 from dpfl.privacy.mechanisms.correlated.banded import BandedToeplitzStrategy, optimize_banded_toeplitz  # noqa: E402
 from dpfl.privacy.mechanisms.correlated.base import Strategy  # noqa: E402
+from dpfl.privacy.mechanisms.correlated.blt import optimize_blt  # noqa: E402
 from dpfl.privacy.mechanisms.correlated.identity import IdentityStrategy  # noqa: E402
 from dpfl.privacy.mechanisms.correlated.tree import TreeStrategy  # noqa: E402
 from dpfl.privacy.mechanisms.correlated.workload import toeplitz_sqrt  # noqa: E402
@@ -45,13 +47,18 @@ from dpfl.privacy.mechanisms.correlated.workload import toeplitz_sqrt  # noqa: E
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "tests" / "reference" / "jax_privacy_mf.json"
 
-# (name, optimizer(n, min_separation b, max_participations k) -> Strategy): timed. Add the BLT one here.
+# (name, optimizer(n, min_separation b, max_participations k) -> Strategy): timed.
 def _banded(n: int, b: int, k: int) -> Strategy:
     return optimize_banded_toeplitz(n, b, min_separation=b, max_participations=k)
 
 
+def _blt(n: int, b: int, k: int) -> Strategy:
+    return optimize_blt(n, min_separation=b, max_participations=k, num_buffers=4)
+
+
 OPTIMIZERS: list[tuple[str, Callable[[int, int, int], Strategy]]] = [
     ("banded Toeplitz, b bands", _banded),
+    ("BLT, 4 buffers", _blt),
 ]
 
 # (name, baseline(n, b) -> Strategy): not optimized, measured in the same pass.

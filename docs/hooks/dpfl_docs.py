@@ -124,9 +124,24 @@ FIELD_NOTES: dict[str, str] = {
     "model.options": "keyword options of the model (e.g. `{hidden: 64}` for `mlp`)",
     "algorithm.name": "a registered algorithm: `dpfl options` lists them",
     "algorithm.options": "the algorithm's options: [Algorithm options](../options.md)",
-    "sampling.kind": "all clients every round, a fixed-size uniform sample, or Poisson sampling",
+    "sampling.kind": "all clients every round, a fixed-size uniform sample, Poisson sampling, or a participation "
+                     "schema for a fleet that cannot be sampled ([Training when you cannot sample clients]"
+                     "(../how-to/cannot-sample.md))",
     "sampling.clients_per_round": "K of `fixed`",
-    "sampling.sample_rate": "q of `poisson`: each client joins each round independently with probability q",
+    "sampling.sample_rate": "q of `poisson`: each client joins each round independently with probability q; of "
+                            "`cyclic_poisson`: each client of round t's group",
+    "sampling.min_separation": "b of a participation schema: the fewest rounds between two participations of a "
+                               "client (`cyclic_poisson`: the number of groups)",
+    "sampling.max_participations": "k of `min_separation` and `availability`: the most rounds a client takes part "
+                                   "in (default: unlimited)",
+    "sampling.availability": "the device-availability simulator of `availability`",
+    "sampling.availability.period": "rounds per day",
+    "sampling.availability.window": "the fraction of the day a device is online (idle, charging, on Wi-Fi)",
+    "sampling.availability.checkin_rate": "the probability an online device checks in, each round",
+    "sampling.availability.peak": "the centre of the devices' windows, as a fraction of the day",
+    "sampling.availability.spread": "the spread of the windows' phases, as a fraction of the day",
+    "sampling.availability.max_cohort": "the server keeps at most this many check-ins per round (the first)",
+    "sampling.availability.seed": "seed of the devices' phases (public)",
     "local.lr": "local learning rate",
     "local.epochs": "passes over the client's data (ignored when `steps` is set)",
     "local.batch_size": "samples per step; `null` is full-batch gradient descent (UDP)",
