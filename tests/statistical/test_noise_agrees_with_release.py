@@ -264,3 +264,38 @@ def test_dp_fedavg_secure_sum_carries_the_skellam_variance_it_declares(participa
     got = float((out.global_params.double() - expected).var())
     want = public.variance / (plan.secure.scale * plan.denominator) ** 2
     assert got == pytest.approx(want, rel=TOL)
+
+
+# --------------------------------------------------------------------------- DP-FTRL / correlated noise
+
+
+@pytest.mark.parametrize("mechanism", ["blt", "banded", "tree", "independent"])
+def test_dp_ftrl_adds_its_strategys_noise_round_after_round(mechanism: str) -> None:
+    """Over n = 6 rounds with zero updates (every client at its turn: b = 2), each round's model
+    movement is η·σC·w_t/m: its std over the P coordinates equals σC·sqrt((W·Wᵀ)_tt)/m (2%), and its
+    correlation with the previous round's movement is the strategy's (W·Wᵀ)_{t,t−1} normalized
+    (within 0.05: 8 standard errors of a correlation over P pairs, 1/sqrt(P) = 0.005)."""
+    import numpy as np
+
+    algo = _build("dp-ftrl", {"mechanism": mechanism, "noise_multiplier": 2.0, "clip_norm": 0.5},
+                  sampling={"kind": "min_separation", "min_separation": 2}, rounds=6)
+    seeds = SeedSequence(11)
+    w = algo.strategy.noise_matrix()
+    cov = w @ w.T
+    params = torch.zeros(P)
+    moves = []
+    m = algo.calibration().denominator
+    for t in range(6):
+        clients = algo.sample(t, len(SIZES), seeds)
+        info = RoundInfo(t, len(SIZES), clients, seeds)
+        info = info.with_plan(algo.plan(info))
+        k = int(clients.numel())
+        local = LocalResult(torch.zeros(k, P), torch.zeros(k), torch.tensor([SIZES[c] for c in clients.tolist()]))
+        out = algo.aggregate(params, algo.client_step(params, local, info), info)
+        moves.append((out.global_params - params).double())
+        params = out.global_params
+        want = 2.0 * 0.5 * math.sqrt(cov[t, t]) / m
+        assert _measured(moves[-1]) == pytest.approx(want, rel=TOL), (t, _measured(moves[-1]), want)
+        if t:
+            corr = float(np.corrcoef(moves[-1].numpy(), moves[-2].numpy())[0, 1])
+            assert corr == pytest.approx(cov[t, t - 1] / math.sqrt(cov[t, t] * cov[t - 1, t - 1]), abs=0.05)

@@ -109,6 +109,20 @@ DRY: dict[str, tuple[dict[str, Any], list[int], int, bool]] = {
                                                         "record_sample_rate": 0.2}, rounds=4,
                                       sampling={"kind": "poisson", "sample_rate": 0.5},
                                       local={"lr": 0.1, "batch_size": None, "steps": 4}), SIZES6, 1, False),
+    # correlated noise under participation schemas (dp-ftrl), 40 clients
+    "dp-ftrl-blt": (_raw("dp-ftrl", {"mechanism": "blt", "noise_multiplier": 3.0, "clip_norm": 1.0},
+                         rounds=24, sampling={"kind": "min_separation", "min_separation": 4}), SIZES40, 100, True),
+    "dp-ftrl-banded-amplified": (_raw("dp-ftrl", {"mechanism": "banded", "noise_multiplier": 1.2, "clip_norm": 1.0},
+                                      rounds=24, sampling={"kind": "cyclic_poisson", "min_separation": 4,
+                                                           "sample_rate": 0.5}), SIZES40, 100, False),
+    "dp-ftrl-tree": (_raw("dp-ftrl", {"mechanism": "tree", "noise_multiplier": 2.5, "clip_norm": 1.0},
+                          rounds=24, sampling={"kind": "min_separation", "min_separation": 8,
+                                               "max_participations": 2}), SIZES40, 100, False),
+    "dp-ftrl-availability": (_raw("dp-ftrl", {"mechanism": "banded", "noise_multiplier": 2.0, "clip_norm": 1.0,
+                                              "bands": 3, "server_momentum": 0.9},
+                                  rounds=30, sampling={"kind": "availability", "min_separation": 3,
+                                                       "availability": {"period": 6, "window": 0.5,
+                                                                        "checkin_rate": 0.5}}), SIZES40, 100, False),
 }
 
 # `dpfl account` shortcuts: name -> argv (without "account" and "--json")

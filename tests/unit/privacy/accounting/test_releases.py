@@ -75,11 +75,12 @@ def test_former_dicts_load_as_the_same_events() -> None:
 
 def test_a_former_ledger_loads_and_certifies_as_before() -> None:
     ledger = PrivacyLedger.from_dict(json.loads(json.dumps(_former_ledger_dict())), sampler=FixedSizeSampler(2))
-    # values computed by the former Release class on the same receipts
-    assert ledger.certify("server", None, "best").epsilon == pytest.approx(3.493976999107376, rel=1e-12)
+    # values computed by the former Release class on the same receipts, to a relative 1e-9 as the
+    # golden ledgers (a PLD figure moved by 4e-11 relative with the numerical libraries' versions)
+    assert ledger.certify("server", None, "best").epsilon == pytest.approx(3.493976999107376, rel=1e-9)
     assert ledger.certify("public", None, "best").epsilon == float("inf")
-    assert ledger.certify("public", 1, "best").epsilon == pytest.approx(0.6066085282328175, rel=1e-12)
-    assert ledger.certify("server", 2, "rdp").epsilon == pytest.approx(2.165715659029443, rel=1e-12)
+    assert ledger.certify("public", 1, "best").epsilon == pytest.approx(0.6066085282328175, rel=1e-9)
+    assert ledger.certify("server", 2, "rdp").epsilon == pytest.approx(2.165715659029443, rel=1e-9)
 
 
 def test_for_clients_restricts_and_keeps_the_numbers() -> None:
