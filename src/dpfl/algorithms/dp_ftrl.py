@@ -297,9 +297,16 @@ class DpFtrl(PrivateAlgorithm[FtrlPlan]):
                 f"worst participation pattern of the schema ({schema})")
 
     def not_covered(self) -> list[str]:
-        return ["the server sees every clipped update (central DP: a trusted server adds the correlated noise); "
-                "its certificate is ε = ∞ and the guarantee is the public's",
-                "the participation schedule (who took part when) is public, as is each client's sample count"]
+        out = ["the server sees every clipped update (central DP: a trusted server adds the correlated noise); "
+               "its certificate is ε = ∞ and the guarantee is the public's",
+               "the run's stored metrics (cohort sizes, un-noised update norms and training losses) are the "
+               "experimenter's view, not the public's"]
+        if self.sample_rate < 1.0:
+            out.append("cyclic Poisson: the groups (client i in group i mod b) are public; who was sampled in a "
+                       "round, and how many, must stay hidden from the public (the amplification rests on it)")
+        else:
+            out.append("the participation schedule (who took part when) is public, as is each client's sample count")
+        return out
 
     # ------------------------------------------------------------------ the plan
 
@@ -354,7 +361,12 @@ class DpFtrl(PrivateAlgorithm[FtrlPlan]):
         o = self.options
         plan = self.round_plan(info)
         t = plan.round_idx
-        total = uploads.summed_params() if uploads.num_rows else torch.zeros_like(global_params)
+        if uploads.num_rows and uploads.params_sum is None:
+            # the rows themselves (a deployment's uploads): the trusted server clips them again, so a
+            # faulty client's oversized update cannot exceed the sensitivity (a no-op for honest rows)
+            total = clip_by_l2_norm(uploads.params, plan.clip_norm)[0].sum(0)
+        else:
+            total = uploads.summed_params() if uploads.num_rows else torch.zeros_like(global_params)
         w = self._draw(t, int(total.numel()), total, info)
         noisy = total + plan.noise_std * w.to(total.dtype)
         mean = noisy / self._calibration.denominator

@@ -142,7 +142,7 @@ class DpFtrlOptions(BaseModel):
     noise_multiplier: float | None = Field(None, ge=0, description="σ: std of z per coordinate over the clip norm")
     target_epsilon: float | None = Field(
         None, gt=0, description="calibrate σ so that the schema's worst-case ε (the claim) is this")
-    clip_norm: float = Field(..., gt=0, description="C: the L2 bound of each client update")
+    clip_norm: float = Field(..., gt=0, allow_inf_nan=False, description="C: the L2 bound of each client update")
     server_lr: float = Field(1.0, gt=0, description="η: the server step on the noisy mean")
     server_momentum: float = Field(0.0, ge=0, lt=1, description="β of heavy-ball momentum on the server "
                                                                 "(the workload the strategy is optimized for)")

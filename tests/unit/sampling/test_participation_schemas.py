@@ -116,21 +116,25 @@ def _tree_round(ids: list[int]) -> list:
 
 
 def test_the_ledger_refuses_a_client_two_rounds_apart_under_b_4_before_any_release() -> None:
-    s = MinSeparationSampler(min_separation=4)
+    s = AvailabilitySampler(min_separation=4)
     ledger = PrivacyLedger(num_clients=8, sampler=s, delta=1e-5, pld_every=0)
-    for t in range(3):
-        ids = [c for c in range(8) if c % 4 == t % 4]
-        ledger.record_round(t, _tree_round(ids), sampling=s.describe(), participants=ids)
+    ledger.record_round(0, _tree_round([0, 5]), sampling=s.describe(), participants=[0, 5])
+    ledger.record_round(1, _tree_round([1]), sampling=s.describe(), participants=[1])
     before = ledger.to_dict()
     with pytest.raises(PrivacyPreconditionError, match="client 0 took part in round 0 and again in round 2"):
-        ledger.record_round(2 + 0, _tree_round([0]), sampling=s.describe(), participants=[0])
-    with pytest.raises(PrivacyPreconditionError, match="2 rounds apart"):
-        ledger.would_exceed(_tree_round([1]), 10.0, participants=[1])  # the next round is 3; client 1 was in 1
+        ledger.record_round(2, _tree_round([0, 3]), sampling=s.describe(), participants=[0, 3])
+    with pytest.raises(PrivacyPreconditionError, match="1 rounds apart"):
+        ledger.would_exceed(_tree_round([1]), 10.0, participants=[1])  # the next round is 2; client 1 was in 1
     assert ledger.to_dict() == before  # nothing recorded
     # a saved ledger replays its schema state: the same refusal after a restore
     again = PrivacyLedger.from_dict(before, sampler=s)
     with pytest.raises(PrivacyPreconditionError, match="min_separation = 4"):
-        again.record_round(3, _tree_round([1]), sampling=s.describe(), participants=[1])
+        again.record_round(3, _tree_round([5]), sampling=s.describe(), participants=[5])
+    # a cyclic order also refuses a client off its turn
+    c = MinSeparationSampler(min_separation=4)
+    cyclic = PrivacyLedger(num_clients=8, sampler=c, delta=1e-5, pld_every=0)
+    with pytest.raises(PrivacyPreconditionError, match="client 1 is not one of them"):
+        cyclic.record_round(0, _tree_round([0, 1]), sampling=c.describe(), participants=[0, 1])
 
 
 def test_the_ledger_refuses_a_kth_plus_one_participation() -> None:
@@ -156,3 +160,50 @@ def test_cyclic_poisson_group_releases_charge_every_member_and_refuse_another_gr
     with pytest.raises(PrivacyPreconditionError, match="cyclic_poisson"):
         PrivacyLedger(num_clients=4, sampler=MinSeparationSampler(min_separation=2), delta=1e-5).record_round(
             0, [group0], sampling={"kind": "min_separation", "min_separation": 2}, participants=[])
+
+
+def test_a_late_charge_of_an_earlier_round_does_not_move_the_schema_back() -> None:
+    """A deployment charges uploads that arrived after their round was recorded (the round loop's
+    late charges): the schema is checked for new rounds only, and a client's last round never moves back."""
+    s = AvailabilitySampler(min_separation=2)
+    ledger = PrivacyLedger(num_clients=4, sampler=s, delta=1e-5, pld_every=0)
+    ledger.record_round(0, _tree_round([0]), sampling=s.describe(), participants=[0])
+    ledger.record_round(1, _tree_round([1]), sampling=s.describe(), participants=[1])
+    ledger.record_round(2, _tree_round([0]), sampling=s.describe(), participants=[0])
+    # client 3's round-1 upload and a second copy of client 0's round-0 upload arrive late
+    ledger.record_round(1, [ExactRelease("server", [3])], sampling=s.describe(), participants=[3])
+    ledger.record_round(0, [ExactRelease("server", [0])], sampling=s.describe(), participants=[0])
+    # the next round is 3 (not 1): client 1 may take part (2 rounds after round 1) ...
+    assert not ledger.would_exceed(_tree_round([1]), 100.0, participants=[1], observer="public")
+    # ... and client 0's last round is still 2 (not 0): round 3 is 1 round after it
+    with pytest.raises(PrivacyPreconditionError, match="client 0 took part in round 2 and again in round 3"):
+        ledger.would_exceed(_tree_round([0]), 100.0, participants=[0], observer="public")
+
+
+def test_dropouts_in_a_cyclic_turn_make_the_public_figure_conditional() -> None:
+    s = MinSeparationSampler(min_separation=2)
+    ledger = PrivacyLedger(num_clients=4, sampler=s, delta=1e-5, pld_every=0)
+    rel = [FactorizationRelease("public", "banded", 2.0, 1.0, [0, 2])]
+    ledger.record_round(0, rel, sampling=s.describe(), participants=[0, 2])
+    assert ledger.certify("public", method="rdp").basis == "ex-ante"
+    ledger.record_round(1, [FactorizationRelease("public", "banded", 2.0, 1.0, [1])], sampling=s.describe(),
+                        participants=[1])  # client 3 did not arrive on its turn
+    assert ledger.certify("public", method="rdp").basis == "given-cohorts"
+
+
+def test_the_ledger_checks_the_cyclic_turn_and_the_groups_sampling() -> None:
+    s = MinSeparationSampler(min_separation=2)
+    ledger = PrivacyLedger(num_clients=4, sampler=s, delta=1e-5, pld_every=0)
+    with pytest.raises(PrivacyPreconditionError, match="client 1 is not one of them"):
+        ledger.record_round(0, _tree_round([1]), sampling=s.describe(), participants=[1])
+    c = CyclicPoissonSampler(groups=2, sample_rate=0.5)
+    ledger = PrivacyLedger(num_clients=4, sampler=c, delta=1e-5, pld_every=0)
+    for wrong in (FactorizationRelease("public", "banded", 2.0, 1.0, [0], sample_rate=0.5),
+                  FactorizationRelease("public", "banded", 2.0, 1.0, [0, 2], sample_rate=0.01)):
+        with pytest.raises(PrivacyPreconditionError, match="whole group 0"):
+            ledger.record_round(0, [wrong], sampling=c.describe(), participants=[])
+
+
+def test_an_infinite_noise_against_an_infinite_sensitivity_is_refused() -> None:
+    with pytest.raises(ConfigError, match="inf/inf"):
+        FactorizationRelease("public", "banded", float("inf"), float("inf"), [0])

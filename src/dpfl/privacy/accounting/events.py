@@ -224,6 +224,9 @@ def noise_multiplier(noise_std: float, sensitivity: float) -> float:
             raise ConfigError(f"`{name}` must be a non-negative number. Found {value!r}.")
     if sensitivity == 0:
         return math.inf
+    if math.isinf(noise_std) and math.isinf(sensitivity):
+        raise ConfigError("an infinite noise std against an infinite sensitivity has no noise multiplier (inf/inf); "
+                          "bound the sensitivity with a finite clip.")
     return float(noise_std) / float(sensitivity)
 
 

@@ -194,7 +194,16 @@ class PrivacyLedger:
         return None
 
     def _next_round_index(self) -> int:
-        return int(self._rounds[-1]["round"]) + 1 if self._rounds else 0
+        """The round after the latest recorded (a late charge of an earlier round may come last)."""
+        return max(int(r["round"]) for r in self._rounds) + 1 if self._rounds else 0
+
+    def _cyclic_group(self, round_idx: int) -> int:
+        """How many clients round ``round_idx`` of the cyclic min-separation schema takes."""
+        d = self.sampling
+        b, k = int(d["min_separation"]), d.get("max_participations")
+        if k is not None and round_idx // b >= int(k):
+            return 0
+        return len(range(round_idx % b, self.num_clients, b))
 
     def _check_schema(self, round_idx: int, parts: tuple[int, ...], releases: Sequence[Release]) -> None:
         """Refuse a round that breaks the participation schema the ledger was built for
@@ -211,8 +220,24 @@ class PrivacyLedger:
                 raise PrivacyPreconditionError(
                     f"participation schema broken: round {round_idx} samples group {round_idx % b} of {b} "
                     f"(clients i with i mod {b} = {round_idx % b}), but clients {outside[:5]} are in it.")
+            group = set(range(round_idx % b, self.num_clients, b))
+            for rel in releases:
+                if not rel.samples_named_clients():
+                    continue
+                q = getattr(rel, "sample_rate", None)
+                if q != d["sample_rate"] or set(rel.client_ids or ()) != group:
+                    raise PrivacyPreconditionError(
+                        f"an amplified release in round {round_idx} must name the whole group {round_idx % b} "
+                        f"({len(group)} clients) at the schema's sample rate {d['sample_rate']:g}; it names "
+                        f"{len(rel.client_ids or ())} at {q}.")
             return
         b, k = int(d["min_separation"]), d.get("max_participations")
+        if d["kind"] == "min_separation":
+            off_turn = ids[ids % b != round_idx % b]
+            if off_turn.size:
+                raise PrivacyPreconditionError(
+                    f"participation schema broken: round {round_idx} of the cyclic order takes the clients i with "
+                    f"i mod {b} = {round_idx % b}; client {int(off_turn[0])} is not one of them.")
         if ids.size:
             gap = round_idx - self._schema_last[ids]
             close = ids[gap < b]
@@ -232,9 +257,14 @@ class PrivacyLedger:
                         f"max_participations = {k}. Nothing of round {round_idx} was recorded.")
 
     def _note_schema(self, round_idx: int, parts: tuple[int, ...]) -> None:
-        if self.sampling["kind"] in SCHEMA_KINDS and parts:
+        kind = self.sampling["kind"]
+        if kind not in SCHEMA_KINDS:
+            return
+        if kind == "min_separation" and len(parts) < self._cyclic_group(round_idx):
+            self._partial_rounds = True  # fewer arrived than the cyclic turn: conditional on who did
+        if parts:
             ids = np.asarray(parts, dtype=np.int64)
-            self._schema_last[ids] = round_idx
+            self._schema_last[ids] = np.maximum(self._schema_last[ids], round_idx)
             self._schema_count[ids] += 1
 
     def _check_round(
@@ -275,7 +305,11 @@ class PrivacyLedger:
                     "round's participants."
                 )
         if self.sampling["kind"] in SCHEMA_KINDS:
-            self._check_schema(self._next_round_index() if round_idx is None else int(round_idx), parts, releases)
+            t = self._next_round_index() if round_idx is None else int(round_idx)
+            # a late charge of an earlier round (uploads that arrived after it was recorded): its cohort
+            # was checked when that round was planned; only new rounds are checked against the schema
+            if t >= self._next_round_index():
+                self._check_schema(t, parts, releases)
         return parts
 
     def _targets(

@@ -784,20 +784,33 @@ def optimize_blt(n: int, *, min_separation: int, max_participations: int | None 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # reductions over n entries must not depend on the thread count
     try:
-        x = _optimize(fun, polish, _initial_points(n, d))
+        candidates = _optimize(fun, polish, _initial_points(n, d))
     finally:
         torch.set_num_threads(threads)
-    with torch.no_grad():
-        p = _pair_parameters(*_points_from_logits(torch.from_numpy(x)))
-    return BltStrategy(n, tuple(p["theta"].tolist()), tuple(p["omega"].tolist()))
+    # the optimum first, then the polished starts by loss: the first whose inverse is well conditioned
+    # (a degenerate optimum, e.g. a decay -> 1 when every round may hold a participation, b = 1)
+    problems = []
+    for x in candidates:
+        with torch.no_grad():
+            p = _pair_parameters(*_points_from_logits(torch.from_numpy(x)))
+        try:
+            return BltStrategy(n, tuple(p["theta"].tolist()), tuple(p["omega"].tolist()))
+        except ConfigError as err:
+            problems.append(str(err))
+    raise ConfigError(f"BLT optimization for n = {n}, min_separation = {b}, k = {k} found no well-conditioned BLT "
+                      f"({problems[0]}); use the banded mechanism for this schema.")
 
 
 def _optimize(fun: Callable[[np.ndarray], tuple[float, np.ndarray]],
-              polish: Callable[..., tuple[float, np.ndarray]], starts: list[np.ndarray]) -> np.ndarray:
-    """optimize_blt's search: polish every start, keep the best, drop cancelling pairs, polish last."""
+              polish: Callable[..., tuple[float, np.ndarray]], starts: list[np.ndarray]) -> list[np.ndarray]:
+    """optimize_blt's search: polish every start, keep the best, drop cancelling pairs, polish last.
+    Returns that optimum first, then every polished start by increasing loss (fallbacks)."""
     best: tuple[float, np.ndarray] | None = None
-    for points in starts:
+    polished: list[tuple[float, int, np.ndarray]] = []
+    for i, points in enumerate(starts):
         value, x = polish(_logits_from_points(points))
+        if math.isfinite(value):
+            polished.append((value, i, x))
         if math.isfinite(value) and (best is None or value < best[0]):
             best = (value, x)
     if best is None:  # pragma: no cover - every start is finite by construction
@@ -821,4 +834,4 @@ def _optimize(fun: Callable[[np.ndarray], tuple[float, np.ndarray]],
             break
         value, x = v_try, x_try
     value, x = polish(x, ftol=0.0)  # to the last digits (until the gradient or the line search stalls)
-    return x
+    return [x] + [x_i for _, _, x_i in sorted(polished, key=lambda item: (item[0], item[1]))]
