@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from correlated_streams import held_vectors  # this folder's helper
 
 from dpfl.errors import ConfigError
 from dpfl.privacy.mechanisms.correlated.banded import (
@@ -33,25 +34,6 @@ from dpfl.privacy.mechanisms.correlated.workload import (
 )
 
 COEFFICIENTS = [[1.0], [1.0, 0.5], [2.0, -0.7, 0.3, 0.25], [1.0, 0.6, 0.45, 0.3, 0.2, 0.1, 0.05]]
-
-
-def held_vectors(stream: object, num_params: int) -> int:
-    """Vectors of ``num_params`` entries the stream holds: every tensor among its attributes (and inside
-    dicts/lists/tuples) whose last dimension is ``num_params`` (small tensors, e.g. coefficients, excluded)."""
-    total = 0
-    todo = list(vars(stream).values())
-    while todo:
-        item = todo.pop()
-        if isinstance(item, torch.Tensor):
-            if item.dim() and item.shape[-1] == num_params:
-                total += item.numel() // num_params
-            else:
-                assert item.numel() < num_params  # anything else must be small
-        elif isinstance(item, dict):
-            todo += list(item.values())
-        elif isinstance(item, (list, tuple)):
-            todo += list(item)
-    return total
 
 
 @pytest.mark.parametrize("coefficients", COEFFICIENTS)

@@ -8,6 +8,7 @@ import dp_accounting
 import numpy as np
 import pytest
 import torch
+from correlated_streams import held_vectors  # this folder's helper
 from dp_accounting import dp_event
 from dp_accounting.rdp import RdpAccountant
 
@@ -17,25 +18,6 @@ from dpfl.privacy.mechanisms.correlated.tree import TreeStrategy, honaker_varian
 from dpfl.privacy.mechanisms.correlated.workload import momentum_workload, prefix_workload
 
 CASES = [(1, None), (2, None), (7, None), (8, None), (13, None), (16, None), (13, 5), (20, 8), (9, 1), (12, 4)]
-
-
-def held_vectors(stream: object, num_params: int) -> int:
-    """Vectors of ``num_params`` entries the stream holds: every tensor among its attributes (and inside
-    dicts/lists/tuples) whose last dimension is ``num_params`` (small tensors, e.g. coefficients, excluded)."""
-    total = 0
-    todo = list(vars(stream).values())
-    while todo:
-        item = todo.pop()
-        if isinstance(item, torch.Tensor):
-            if item.dim() and item.shape[-1] == num_params:
-                total += item.numel() // num_params
-            else:
-                assert item.numel() < num_params  # anything else must be small
-        elif isinstance(item, dict):
-            todo += list(item.values())
-        elif isinstance(item, (list, tuple)):
-            todo += list(item)
-    return total
 
 
 def plain_tree_noise_matrix(tree: TreeStrategy) -> np.ndarray:
