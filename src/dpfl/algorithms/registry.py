@@ -106,4 +106,15 @@ def build_algorithm(cfg: AlgorithmConfig, sampler: Any, ctx: BuildContext) -> Al
     table = algorithms()
     if cfg.name not in table:
         raise ConfigError(f"unknown algorithm {cfg.name!r}; valid: {sorted(table)}")
+    if getattr(sampler, "memory", False) and cfg.name not in SCHEMA_ALGORITHMS:
+        # the other algorithms' claims and calibrations assume a random sample (004's Poisson, 000's and
+        # 003's K-random scheduling): under a participation schema they would claim an amplification
+        raise ConfigError(
+            f"`sampling.kind: {sampler.describe()['kind']}` is a participation schema; algorithm {cfg.name!r} "
+            f"assumes random client sampling. Use one of {sorted(SCHEMA_ALGORITHMS)} (dp-ftrl with "
+            "`mechanism: independent` is DP-FedAvg certified without amplification).")
     return table[cfg.name](dict(cfg.options), sampler, ctx)
+
+
+# the algorithms whose privacy statements are made for a participation schema (dpfl.sampling.schemas)
+SCHEMA_ALGORITHMS = frozenset({"dp-ftrl", "fedavg"})

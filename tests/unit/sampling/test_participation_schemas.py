@@ -207,3 +207,15 @@ def test_the_ledger_checks_the_cyclic_turn_and_the_groups_sampling() -> None:
 def test_an_infinite_noise_against_an_infinite_sensitivity_is_refused() -> None:
     with pytest.raises(ConfigError, match="inf/inf"):
         FactorizationRelease("public", "banded", float("inf"), float("inf"), [0])
+
+
+def test_an_algorithm_that_assumes_random_sampling_refuses_a_schema() -> None:
+    """dp-fedavg's claim and calibration assume a Poisson sample: under a schema it would claim an
+    amplification the fleet does not provide, so the build refuses and names dp-ftrl."""
+    from dpfl.config import parse_config
+    from dpfl.rounds import build_plan
+
+    raw = {"rounds": 4, "algorithm": {"name": "dp-fedavg", "options": {"noise_multiplier": 1.0, "clip_norm": 1.0}},
+           "sampling": {"kind": "cyclic_poisson", "min_separation": 2, "sample_rate": 0.5}}
+    with pytest.raises(ConfigError, match="participation schema; algorithm 'dp-fedavg' assumes random"):
+        build_plan(parse_config(raw), [10] * 6, 10)
