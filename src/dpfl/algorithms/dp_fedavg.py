@@ -48,7 +48,7 @@ import dataclasses
 import hashlib
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -760,11 +760,14 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
             metrics["topped_up_clients"] = missing
         return RoundOutput(new_global, metrics)
 
-    def certified_noise_multiplier(self, target_epsilon: float, rounds: int) -> float:
+    def certified_noise_multiplier(self, target_epsilon: float, rounds: int,
+                                   method: Literal["rdp", "pld", "best"] = "best") -> float:
         """The smallest total multiplier z whose broadcast — this algorithm's own public release
         (:meth:`NoisePlan.public_release`), under its own sampler, ``rounds`` times — the
         accountant certifies at ``target_epsilon`` (the public's ex-ante guarantee; δ of the run).
-        ``dpfl account dp-fedavg --epsilon`` then dry-runs the config with that z."""
+        ``dpfl account dp-fedavg --epsilon`` then dry-runs the config with that z; a target-ε stop
+        asks for ``method="rdp"``: RDP at the integer orders 2..64 only (fast; the ε it certifies is
+        at least the fractional orders' one, so the z it returns is enough for the gate's RDP check)."""
         from dpfl.privacy.accounting.calibrate import calibrate_noise_multiplier
         from dpfl.privacy.accounting.events import compose
 
@@ -777,7 +780,10 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
             one = self.sampler.wrap_event(scaled.public_release().event(), self.num_clients)
             return compose([one] * int(rounds))
 
-        return calibrate_noise_multiplier(event, target_epsilon, self.delta, relation=self.relation)
+        if method == "rdp":
+            return calibrate_noise_multiplier(event, target_epsilon, self.delta, relation=self.relation, method="rdp",
+                                              rdp_orders=tuple(float(a) for a in range(2, 65)))
+        return calibrate_noise_multiplier(event, target_epsilon, self.delta, relation=self.relation, method=method)
 
     # ------------------------------------------------------------------ claims and state
 

@@ -25,6 +25,7 @@ def _strict(x: Any) -> Any:
 
 def _report(args: argparse.Namespace) -> int:
     from dpfl.commands.run import _privacy_summary
+    from dpfl.rounds.noise import noise_line
     from dpfl.rounds.result import PrivacySummary
 
     store = RunStore(args.store)
@@ -50,6 +51,9 @@ def _report(args: argparse.Namespace) -> int:
     privacy = PrivacySummary.of(result)
     if privacy is not None:
         print(_privacy_summary(privacy))
+        noise = noise_line(result.get("noise"))
+        if noise is not None:
+            print(noise)
         if privacy.audit is not None:
             from dpfl.commands.audit import audit_summary
 

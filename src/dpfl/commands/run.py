@@ -19,6 +19,7 @@ def _run(args: argparse.Namespace) -> int:
     from dpfl.errors import ConfigError
     from dpfl.plots.curves import plot_run
     from dpfl.rounds import run_experiment
+    from dpfl.rounds.noise import SWAMPED_RATIO, noise_line
 
     config = load_config(args.config, args.set or [])
     if args.audit:
@@ -46,6 +47,12 @@ def _run(args: argparse.Namespace) -> int:
         print(f"final test accuracy {acc:.4f}, test loss {final.get('test_loss', float('nan')):.4f}")
     if final.get("stop_reason"):
         print(final["stop_reason"])
+    noise = final.get("noise")
+    # the noise multiplier a run chose: shown when it was calibrated, the run stopped early or its
+    # noise swamps the signal (the main job's output, compared by a test with README.md, stays)
+    if noise and (noise.get("calibrated_from_target_epsilon") is not None or result.status != "finished"
+                  or noise.get("noise_to_signal", 0.0) > SWAMPED_RATIO):
+        print(noise_line(noise))
     privacy = result.privacy
     if privacy is not None:
         print(_privacy_summary(privacy))

@@ -49,16 +49,20 @@ def run_row(store: RunStore, record: RunRecord) -> dict[str, Any]:
     if summary is not None:
         certified = {obs: c.epsilon for obs, c in (summary.certified or {}).items()}
         claimed = summary.claimed_max
+    stored_noise = result.get("noise")
+    noise: dict[str, Any] = stored_noise if isinstance(stored_noise, dict) else {}
     return {"run_id": record.run_id, "name": record.name, "algorithm": record.algorithm,
             "data": record.dataset, "model": record.model,
             "status": record.status if problem is None else "unreadable", "rounds": rounds,
             "test_accuracy": float(acc) if isinstance(acc, int | float) else None,
             "epsilon_claimed": claimed, "epsilon_certified": certified,
+            "noise_multiplier": noise.get("noise_multiplier"), "noise_to_signal": noise.get("noise_to_signal"),
             "delta": summary.delta if summary is not None else None, "problem": problem}
 
 
 def _runs(args: argparse.Namespace) -> int:
     from dpfl.errors import ConfigError
+    from dpfl.rounds.noise import SWAMPED_RATIO
 
     store = RunStore(args.store)
     if not store.exists():
@@ -71,6 +75,7 @@ def _runs(args: argparse.Namespace) -> int:
         for row in rows:
             row["epsilon_certified"] = {k: plain(v) for k, v in row["epsilon_certified"].items()}
             row["epsilon_claimed"] = plain(row["epsilon_claimed"])
+            row["noise_to_signal"] = plain(row["noise_to_signal"])
         print(json.dumps(rows, indent=2))
         return 0
     from rich.console import Console
@@ -84,18 +89,27 @@ def _runs(args: argparse.Namespace) -> int:
         table.add_column(col, justify="right" if col in ("rounds", "test acc", "claimed ε") else "left")
     for obs in observers:
         table.add_column(f"ε {obs}", justify="right")
+    table.add_column("σ", justify="right")  # the noise multiplier (algorithms that have one)
+    table.add_column("noise/signal", justify="right")
     for r in rows:
         acc = r["test_accuracy"]
+        z, ratio = r["noise_multiplier"], r["noise_to_signal"]
         table.add_row(r["run_id"], r["name"], r["algorithm"], r["data"], r["status"],
                       "?" if r["rounds"] is None else str(r["rounds"]), "" if acc is None else f"{acc:.4f}",
                       _eps_text(r["epsilon_claimed"]),
-                      *(_eps_text(r["epsilon_certified"].get(o)) for o in observers))
+                      *(_eps_text(r["epsilon_certified"].get(o)) for o in observers),
+                      "" if z is None else f"{z:.4g}",
+                      "" if ratio is None else (f"{ratio:.3g}" + (" !" if ratio > SWAMPED_RATIO else "")))
     # piped output is read by scripts and people alike: do not cut ids or names at 80 columns
     Console(width=None if sys.stdout.isatty() else 200).print(table)
     deltas = sorted({r["delta"] for r in rows if r["delta"] is not None})
     if deltas:
         print("ε: certified (RDP/PLD, the run's final certificate) at δ = " + ", ".join(f"{d:g}" for d in deltas)
               + "; claimed: the paper's own formula")
+    if any(r["noise_multiplier"] is not None for r in rows):
+        print(f"σ: the noise multiplier; noise/signal: per coordinate of the aggregated update, the noise std over "
+              f"the update's scale (a lower bound, median of the first rounds; '!': above {SWAMPED_RATIO:g}, the "
+              "noise swamps the signal)")
     for r in rows:
         if r["problem"] is not None:
             line = r["problem"] if r["problem"].startswith("run ") else f"run {r['run_id']}: {r['problem']}"

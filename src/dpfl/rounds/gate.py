@@ -23,6 +23,7 @@ from dpfl.privacy.accounting.certify import Certificate
 from dpfl.privacy.accounting.ledger import PrivacyLedger
 from dpfl.privacy.notices import collect_range_warnings
 from dpfl.privacy.releases import GaussianRelease, Release
+from dpfl.rounds.noise import noise_multiplier
 from dpfl.rounds.result import PrivacySummary
 
 EmitFn = Callable[[str, str, "int | None"], None]
@@ -89,11 +90,13 @@ class PrivacyGate:
         client_sizes: ``client_sizes(ids)`` → samples of those clients (public).
         privacy: the run's privacy settings.
         seeds: the run's seeds (an adaptive algorithm's ex-ante plan may use them).
+        planned_rounds: the rounds the run plans (what a target-ε stop says would fit them).
     """
 
     def __init__(self, algorithm: PrivateAlgorithm, num_clients: int, client_sizes: Callable[[list[int]], Any],
-                 privacy: PrivacyConfig, seeds: Any) -> None:
+                 privacy: PrivacyConfig, seeds: Any, *, planned_rounds: int | None = None) -> None:
         self.algorithm = algorithm
+        self.planned_rounds = planned_rounds
         self.num_clients = int(num_clients)
         self.client_sizes = client_sizes
         self.privacy = privacy
@@ -142,7 +145,7 @@ class PrivacyGate:
         target = self.privacy.target_epsilon
         if target is not None and self.ledger.would_exceed(releases, target, participants=clients):
             reason = (f"stopped before round {t + 1}: it would take the certified epsilon above "
-                      f"privacy.target_epsilon = {target:g}")
+                      f"privacy.target_epsilon = {target:g}{self._target_cost(t, target, releases, clients)}")
             return GateDecision(releases, claimed_after, reason, "target-epsilon")
         if self.budget is not None and not self.ledger.within_budget(self.budget, releases, participants=clients):
             reason = (f"stopped before round {t + 1}: it would take a client's RDP above the "
@@ -179,6 +182,32 @@ class PrivacyGate:
                 else:
                     self.order_grid_noted = True
         return GateDecision(releases, claimed_after, None)
+
+    def _target_cost(self, t: int, target: float, releases: list[Release], clients: list[int]) -> str:
+        """What a target-ε stop before round ``t`` says it would have cost: each observer the round
+        would take above the target (its certified ε now and after the round: RDP, worst client, as
+        the gate compares), the noise multiplier, the rounds that fit and what would fit them all.
+        Computed once, when the run stops."""
+        trial = self.ledger.trial_epsilons(releases, participants=clients)
+        over = [(obs, now, after) for obs, (now, after) in trial.items() if after > target]
+        shown = "; ".join(f"against the {obs}: {_num(now)} now, {_num(after)} after round {t + 1}"
+                          for obs, now, after in over)
+        z = noise_multiplier(self.algorithm)
+        planned = self.planned_rounds
+        at = "" if z is None else f" at noise multiplier {z:.4g}"
+        fit = f"{t} of the {planned} planned rounds fit{at}" if planned else f"{t} rounds fit{at}"
+        fix = "raise the noise (algorithm.options.noise_multiplier), sample clients less often, run fewer rounds"
+        inverse = getattr(self.algorithm, "certified_noise_multiplier", None)
+        if inverse is not None and planned and "public" in [o for o, _, _ in over]:
+            try:  # the algorithm's certified inverse: the public's ex-ante ε of its own broadcast
+                z_fit = float(inverse(target, planned, method="rdp"))
+                fix = (f"noise multiplier {z_fit:.4g} would keep the public's certified epsilon within {target:g} for "
+                       f"all {planned} rounds (algorithm.options.noise_multiplier)"
+                       + ("; against the server (it sees each upload) privacy.secure_aggregation gives it only the sum"
+                          if len(over) > 1 else ""))
+            except ConfigError:
+                pass
+        return f" ({shown}; RDP, worst client); {fit}: {fix}, or raise privacy.target_epsilon"
 
     def _order_grid_gap(self, t: int, releases: list[Release], clients: list[int]) -> float | None:
         """The claim's formula at integer RDP orders after round ``t`` when the certificate lies
@@ -280,16 +309,21 @@ class WhatIfUplinkGate(PrivacyGate):
     """
 
     def __init__(self, algorithm: PrivateAlgorithm, num_clients: int, client_sizes: Callable[[list[int]], Any],
-                 privacy: PrivacyConfig, seeds: Any, *, uplink_sensitivity: float) -> None:
+                 privacy: PrivacyConfig, seeds: Any, *, uplink_sensitivity: float,
+                 planned_rounds: int | None = None) -> None:
         value = float(uplink_sensitivity)
         if not (math.isfinite(value) and value > 0):
             raise ConfigError("`what_if_uplink_sensitivity` must be a finite number > 0. "
                               f"Found {uplink_sensitivity!r}.")
         self.uplink_sensitivity = value  # before the base class builds the budget through stated()
-        super().__init__(algorithm, num_clients, client_sizes, privacy, seeds)
+        super().__init__(algorithm, num_clients, client_sizes, privacy, seeds, planned_rounds=planned_rounds)
 
     def stated(self, releases: list[Release]) -> list[Release]:
         return with_uplink_sensitivity(releases, self.uplink_sensitivity)
+
+
+def _num(eps: float) -> str:
+    return "inf" if math.isinf(eps) else f"{eps:.4g}"
 
 
 def entry_metrics(metrics: dict[str, Any], entry: dict[str, Any], claimed: Any) -> None:

@@ -35,6 +35,7 @@ from dpfl.privacy.releases import Release
 from dpfl.rng import SeedSequence
 from dpfl.rounds.cohort import Cohort
 from dpfl.rounds.gate import PrivacyGate, entry_metrics, server_charges
+from dpfl.rounds.noise import SWAMPED_RATIO, SWAMPED_ROUNDS, noise_multiplier, noise_to_signal, swamped_notice
 
 MAX_CONSECUTIVE_EMPTY_ROUNDS = 3
 """On real clients, a run stops (status ``failed``) after this many rounds in a row in which no
@@ -190,6 +191,7 @@ class _Rounds:
         self.emit = recorder.notice
         self.planned_server: dict[int, list[Release]] = {}  # per round: what an upload shows the server
         self.t_start = time.perf_counter()
+        self.swamped_noted = False
 
     def stop(self, status: str | None, reason: str, kind: str, t: int) -> None:
         self.emit(kind, reason, t)
@@ -251,9 +253,22 @@ class _Rounds:
         if collected.num_rows:
             self.state.consecutive_empty = 0
             self.step(cohort.aggregate(self.state.params, collected, info), r.metrics)
+            self.check_noise(t, r.metrics)
         else:
             self.empty(r)
         return True
+
+    def check_noise(self, t: int, metrics: dict[str, Any]) -> None:
+        """The round's noise against its signal (simulation: the metrics measure the updates'
+        norms), into its metrics; one notice when it swamps the signal in an early round
+        (:mod:`dpfl.rounds.noise`)."""
+        found = noise_to_signal(self.algorithm, metrics, int(self.state.params.numel()))
+        if found is None:
+            return
+        metrics.update(found)
+        if not self.swamped_noted and t < SWAMPED_ROUNDS and found["noise_to_signal"] > SWAMPED_RATIO:
+            self.swamped_noted = True
+            self.emit("noise-swamps-signal", swamped_notice(t, found, noise_multiplier(self.algorithm)), t)
 
     def ahead(self, gate: PrivacyGate, info: RoundInfo) -> dict[str, Any]:
         """The ledger's saved form with every upload of this cohort, and every one still

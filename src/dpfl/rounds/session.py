@@ -41,6 +41,7 @@ from dpfl.rounds.cohort import (
 )
 from dpfl.rounds.gate import PrivacyGate, WhatIfUplinkGate
 from dpfl.rounds.loop import LoopState, RoundObserver, run_rounds
+from dpfl.rounds.noise import noise_record
 from dpfl.rounds.result import DryRunResult, RunResult
 from dpfl.sim.checkpoint import clean_orphans, load_checkpoint, save_checkpoint
 from dpfl.store import RunStore
@@ -101,7 +102,8 @@ def make_gate(exp: Experiment) -> PrivacyGate | None:
     algo = exp.algorithm
     if not isinstance(algo, PrivateAlgorithm):
         return None
-    return PrivacyGate(algo, exp.data.num_clients, exp.data.sizes, exp.config.privacy, exp.seeds)
+    return PrivacyGate(algo, exp.data.num_clients, exp.data.sizes, exp.config.privacy, exp.seeds,
+                       planned_rounds=exp.config.rounds)
 
 
 class _StoreRecorder:
@@ -362,6 +364,9 @@ def _registered(exp: Experiment, cohort: Cohort, gate: PrivacyGate | None, store
         final["stop_reason"] = stop_reason
     if gate is not None:
         final["privacy"] = gate.summary().to_dict()
+        noise = noise_record(algo, store.rounds(rid))
+        if noise is not None:
+            final["noise"] = noise
     model_path = store.path.parent / "models" / f"{rid}.pt"
     save_checkpoint(model_path, {"run_id": rid, "global_params": params.cpu(), "layout": exp.problem.layout,
                                  "algorithm": cohort.state_dict()}, owner=owner)
@@ -429,9 +434,9 @@ def dry_run(config: RunConfig, notice: NoticeFn | None = None, *, per_round: boo
     gate: PrivacyGate
     if what_if_uplink_sensitivity is not None:
         gate = WhatIfUplinkGate(algo, plan.num_clients, plan.sizes, privacy, plan.seeds,
-                                uplink_sensitivity=what_if_uplink_sensitivity)
+                                uplink_sensitivity=what_if_uplink_sensitivity, planned_rounds=config.rounds)
     else:
-        gate = PrivacyGate(algo, plan.num_clients, plan.sizes, privacy, plan.seeds)
+        gate = PrivacyGate(algo, plan.num_clients, plan.sizes, privacy, plan.seeds, planned_rounds=config.rounds)
     recorder = _NullRecorder(notice)
     for n in plan.notices:
         recorder.notice(n["kind"], n["message"])

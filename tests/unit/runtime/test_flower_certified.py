@@ -361,3 +361,18 @@ def test_client_side_adaptive_clipping_reads_its_mod_without_naming_it_unseen() 
                                                                               clipped_count_stddev=2.0),
                         [adaptiveclipping_mod])
     assert dp.adaptive and dp.clipped_by == "clients" and not dp.notes
+
+
+def test_a_max_epsilon_stop_names_the_figures_and_a_cohort_smaller_than_the_wrappers() -> None:
+    # Fails before the change: the stop said only "it would take the certified ε against the public
+    # above max_epsilon = 60", without the ε reached, nor that the round drew fewer nodes than the
+    # wrapper's noise assumed (fl-dp-sa: z·C/m for m = 20).
+    cert = _fl_dp_sa(max_epsilon=60.0)
+    small = list(range(1000, 1002))  # 2 nodes drawn where the noise assumed 20
+    why = cert.planned(1, small)
+    assert why is not None and "before round 1" in why and "max_epsilon = 60" in why
+    assert "0 now" in why and "after this round" in why
+    assert "drew 2 nodes" in why and "m = 20" in why and "0.2·2/20 = 0.02" in why and "fraction_train" in why
+    full = _fl_dp_sa(max_epsilon=1.0)
+    why = full.planned(1, list(range(1000, 1020)))
+    assert why is not None and "raise noise_multiplier (now 0.2)" in why

@@ -638,6 +638,20 @@ class PrivacyLedger:
                    for obs in ((observer,) if observer else OBSERVERS))
 
 
+    def trial_epsilons(self, next_round_releases: Sequence[Release], *,
+                       participants: Iterable[int]) -> dict[str, tuple[float, float]]:
+        """Per observer, (certified ε now, certified ε were these releases recorded): RDP, worst
+        client — the figures :meth:`would_exceed` compares with a target (read-only: nothing is
+        recorded). What a stop before a round can say it would have cost."""
+        parts = self._check_round(next_round_releases, self.sampling, participants)
+        out: dict[str, tuple[float, float]] = {}
+        for obs in OBSERVERS:
+            st = self._state[obs]
+            now = worst.worst_rdp(self, st.shared_rdp, st.rows[: st.n], st.ids)[0] if self.rounds_recorded else 0.0
+            after = worst.worst_rdp(self, *trials.trial_curves(self, obs, next_round_releases, parts))[0]
+            out[obs] = (float(now), float(after))
+        return out
+
     def _clone(self) -> PrivacyLedger:
         """A copy of the receipts, configuration and sampler (what :meth:`from_dict` of
         :meth:`to_dict` rebuilds, without replaying), with its own PLD cache; no history."""

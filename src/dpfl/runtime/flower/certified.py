@@ -486,8 +486,27 @@ class RoundCertifier:
         ids = [self.client_of(n) for n in nodes]
         for obs, limit in self._limits().items():
             if releases and self.ledger.would_exceed(releases, limit, participants=ids, observer=obs):  # type: ignore[arg-type]
-                return f"it would take the certified ε against the {obs} above max_epsilon = {limit:g}"
+                now, after = self.ledger.trial_epsilons(releases, participants=ids)[obs]
+                return (f"it would take the certified ε against the {obs} above max_epsilon = {limit:g} (RDP, worst "
+                        f"client: {_fmt(now)} now, {_fmt(after)} after this round){self._why_costly(len(ids))}")
         return None
+
+    def _why_costly(self, cohort: int) -> str:
+        """Why a round costs what it does, and what would fit: the DP wrapper's noise z·C/m is
+        computed for m nodes, and a round that draws fewer weighs each node more than the noise
+        assumes (an effective multiplier z·n/m for n nodes of equal weight)."""
+        dp = self.dp
+        m, z = dp.num_sampled_clients, dp.noise_multiplier
+        if not m or z <= 0 or dp.clipping_norm is None:
+            return ("; nothing adds noise to the aggregate that dpfl can see: wrap the strategy in a Flower DP wrapper "
+                    "or raise max_epsilon")
+        if cohort < m:
+            return (f"; the round drew {cohort} nodes where the DP wrapper's noise z·C/m assumed m = {m}: each node is "
+                    f"1/{cohort} of the average, an effective noise multiplier of {z:g}·{cohort}/{m} = "
+                    f"{z * cohort / m:.3g} — let the strategy draw {m} nodes per round (fraction_train, "
+                    f"min_train_nodes, enough connected nodes), raise noise_multiplier, or raise max_epsilon")
+        return f"; raise noise_multiplier (now {z:g}), run fewer rounds, or raise max_epsilon"
+
 
     def planned(self, server_round: int, nodes: Sequence[int]) -> str | None:
         """Before a round: stop (the reason) if its cohort with equal weights would exceed a limit."""
