@@ -157,6 +157,15 @@ class FederatedData:
     def num_clients(self) -> int:
         return len(self.clients) if self.clients is not None else int(self.partition.get("num_clients", 0))
 
+    def __repr__(self) -> str:
+        """A summary, never the tensors: name, clients, samples, input shape, classes."""
+        split = ("explicit clients" if self.clients is not None
+                 else ", ".join(f"{k}={v!r}" for k, v in self.partition.items()))
+        return (f"FederatedData({self.name!r}: {self.num_clients} clients ({split}), "
+                f"{int(self.x_train.shape[0]):,} training and {int(self.x_test.shape[0]):,} test samples, "
+                f"input shape {tuple(self.input_shape)} {str(self.x_train.dtype).removeprefix('torch.')}, "
+                f"{self.num_classes} classes)")
+
     def fingerprint(self) -> str:
         """A hash of the samples, labels and explicit partition (part of a run's id)."""
         h = _digest(self.x_train, self.y_train, self.x_test, self.y_test)
@@ -314,9 +323,13 @@ def _choose_engine(engine: str, model: nn.Module, data: FederatedData, say: Call
     x = data.x_train[:3].to(next(iter(params.values())).device)  # the probe runs where the model is
     try:
         with torch.no_grad():
+            alone = functional_call(model, params, (x,))
+    except Exception:  # noqa: BLE001 - the model fails alone: no engine trains it, and building the run
+        return "sequential"  # says why in one line (rounds.build.check_model_output), nothing about engines
+    try:
+        with torch.no_grad():
             stacked = {n: torch.stack([p, p]) for n, p in params.items()}
             together = CohortForward(model)(stacked, torch.stack([x, x]))
-            alone = functional_call(model, params, (x,))
         same = torch.allclose(together[0], alone, rtol=1e-4, atol=1e-5)
     except Exception as err:  # noqa: BLE001 - any failure means: not vectorizable here
         same, why = False, f"{type(err).__name__}: {err}"
@@ -357,12 +370,12 @@ def _build(model: nn.Module, data: FederatedData, config: RunConfig, *, train: b
 
 
 def _warn_unheard(notices: Sequence[Mapping[str, Any]], notice: Callable[[str], None] | None) -> None:
-    """A δ ≥ 1/n notice as a ``UserWarning`` when notices go nowhere (``notice=None``): it is
-    never silent."""
+    """A δ ≥ 1/n notice, and one that the model's outputs look like probabilities, as a
+    ``UserWarning`` when notices go nowhere (``notice=None``): they are never silent."""
     if notice is not None:
         return
     for n in notices:
-        if n["kind"] == "delta":
+        if n["kind"] in ("delta", "model-output"):
             warnings.warn(n["message"], UserWarning, stacklevel=3)
 
 
@@ -416,8 +429,15 @@ class TrainResult:
         return None if self.privacy is None else self.privacy.claimed_max
 
     def certified_epsilon(self, observer: str | None = None) -> float | None:
-        """Certified ε against ``observer`` ("server" or "public"; None: the worst of both)."""
-        return None if self.privacy is None else self.privacy.epsilon(observer)
+        """Certified ε against ``observer`` ("server" or "public", in any case; None: the worst of both).
+
+        Raises:
+            ConfigError: another observer (the message names the valid ones).
+        """
+        if self.privacy is None:
+            PrivacySummary(None, None, "", False, 0.0).epsilon(observer)  # the observer's name checked all the same
+            return None
+        return self.privacy.epsilon(observer)
 
 
 def train(model: nn.Module, data: FederatedData, algorithm: str = "dp-fedavg", *,

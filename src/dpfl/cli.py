@@ -57,6 +57,23 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+# commands whose positional ``config`` and ``--set`` are one run config, read as they are: the CLI
+# reads it before the command imports torch, so a typo is reported in well under a second
+_CONFIG_FIRST = ("run",)
+
+
+def _config_first(args: argparse.Namespace) -> None:
+    """Validate the run config of a command of :data:`_CONFIG_FIRST` (pydantic only, no torch).
+
+    Raises:
+        ConfigError: the config cannot be read or is invalid (the command would raise the same).
+    """
+    if getattr(args, "command", None) in _CONFIG_FIRST and isinstance(getattr(args, "config", None), str):
+        from dpfl.config import load_config
+
+        load_config(args.config, list(getattr(args, "set", None) or []))
+
+
 def main(argv: list[str] | None = None) -> int:
     from dpfl.errors import DpflError
 
@@ -77,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        _config_first(args)
         return int(args.func(args) or 0)
     except DpflError as err:
         print(f"dpfl: error: {err}", file=sys.stderr)

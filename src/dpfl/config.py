@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -266,6 +267,8 @@ class PrivacyConfig(_Strict):
 DEVICE_TYPES = ("cpu", "cuda", "mps")
 """The torch device types a run may train on (``device: cpu | cuda | cuda:N | mps``)."""
 
+_DEVICE_FORM = re.compile(r"(?:cpu|cuda|mps)(?::(?:0|[1-9][0-9]*))?")  # the names torch.device reads as these
+
 
 class RunConfig(_Strict):
     """A whole run. Every field has a default so a config file names only what it changes.
@@ -298,14 +301,9 @@ class RunConfig(_Strict):
     def _known_device(cls, v: str) -> str:
         # the name's form only: whether this machine has the device is checked when a run is built
         # (rounds.build.check_device), so that a GPU run's config still reads, plans and accounts
-        # on a machine without one
-        import torch
-
-        try:
-            kind = torch.device(v).type
-        except (RuntimeError, ValueError):
-            kind = None
-        if kind not in DEVICE_TYPES:
+        # on a machine without one. The form is torch.device's, read without importing torch (a
+        # config is validated before torch loads: a typo is reported at once)
+        if _DEVICE_FORM.fullmatch(v) is None:
             raise ValueError(f"must be 'cpu', 'cuda', 'cuda:N' (GPU N) or 'mps'. Found {v!r}")
         return v
 

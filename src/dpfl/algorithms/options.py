@@ -36,6 +36,22 @@ __all__ = [
 RangeMode = Literal["fixed", "global-model", "client-minmax", "private-minmax"]
 
 
+def _rule_text(msg: str) -> str:
+    """A validator's message without the validation library's prefix."""
+    for prefix in ("Value error, ", "Assertion failed, "):
+        msg = msg.removeprefix(prefix)
+    return msg
+
+
+def _one_noise_setting(noise_multiplier: float | None, target_epsilon: float | None) -> None:
+    """Exactly one of the two ways to set the noise (a model-level rule of several option sets)."""
+    if (noise_multiplier is None) == (target_epsilon is None):
+        found = ("neither" if noise_multiplier is None else
+                 f"both (noise_multiplier={noise_multiplier!r}, target_epsilon={target_epsilon!r})")
+        raise ValueError("give exactly one of `noise_multiplier` (σ itself) and `target_epsilon` (σ calibrated "
+                         f"to the paper's ε). Found {found}.")
+
+
 def parse_options(model: type[BaseModel], options: dict[str, Any], algorithm: str) -> Any:
     """Validate ``algorithm.options`` with the algorithm's own strict schema."""
     try:
@@ -48,8 +64,10 @@ def parse_options(model: type[BaseModel], options: dict[str, Any], algorithm: st
                 parts.append(f"unknown option `{loc}` (valid: {sorted(model.model_fields)})")
             elif e["type"] == "missing":
                 parts.append(f"missing option `{loc}`")
+            elif not loc:  # a rule over several options: its message names them, the values and the fix
+                parts.append(_rule_text(e["msg"]))
             else:
-                parts.append(f"`{loc}`: {e['msg']} (got {e.get('input')!r})")
+                parts.append(f"`{loc}`: {_rule_text(e['msg'])} (got {e.get('input')!r})")
         raise ConfigError(f"algorithm {algorithm!r}: " + "; ".join(parts)) from None
 
 
@@ -122,8 +140,7 @@ class DpFedAvgOptions(BaseModel):
 
     @model_validator(mode="after")
     def _one_noise_setting(self) -> DpFedAvgOptions:
-        if (self.noise_multiplier is None) == (self.target_epsilon is None):
-            raise ValueError("give exactly one of `noise_multiplier` and `target_epsilon`")
+        _one_noise_setting(self.noise_multiplier, self.target_epsilon)
         return self
 
 
@@ -158,8 +175,7 @@ class DpFtrlOptions(BaseModel):
 
     @model_validator(mode="after")
     def _one_noise_setting(self) -> DpFtrlOptions:
-        if (self.noise_multiplier is None) == (self.target_epsilon is None):
-            raise ValueError("give exactly one of `noise_multiplier` and `target_epsilon`")
+        _one_noise_setting(self.noise_multiplier, self.target_epsilon)
         return self
 
 

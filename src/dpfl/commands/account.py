@@ -49,6 +49,11 @@ def _lazy(name: str) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
         from dpfl.commands import preload
 
+        if name == "_config":  # the config first (pydantic only): a typo is reported before torch loads
+            from dpfl.config import load_config
+
+            load_config(args.config, args.set or [])
+
         # what every dry run loads (torch, dp-accounting, pydantic), loaded before it runs
         preload("dpfl.commands.dry_run", "dpfl.config", "dpfl.rounds.build", "dpfl.rounds.session",
                 "rich.console", "rich.table")
@@ -66,7 +71,10 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Add ``account`` and its sub-subcommands to the CLI's subparsers."""
+    """Add ``account`` and its sub-subcommands to the CLI's subparsers (each shortcut labelled from
+    the configs it builds: :func:`dpfl.commands.dry_run.shortcut_label`)."""
+    from dpfl.commands.dry_run import shortcut_label  # light: the shortcuts' imports are in their functions
+
     account = subparsers.add_parser(
         "account", help="claimed vs certified epsilon for an algorithm's parameters",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
@@ -85,7 +93,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         "with it, for each c listed (one dry run each)")
     p.set_defaults(func=_lazy("_config"))
 
-    p = sub.add_parser("udp", help="000 UDP (Theorem 1 noise)")
+    p = sub.add_parser("udp", help=shortcut_label("udp"))
     g = p.add_mutually_exclusive_group()
     g.add_argument("--epsilon", type=float, help="the paper's target epsilon (inverse)")
     g.add_argument("--noise-std", type=float, help="noise std added to the parameters (forward)")
@@ -98,7 +106,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     _common(p)
     p.set_defaults(func=_lazy("_udp"))
 
-    p = sub.add_parser("dp-fedavg", help="004 DP-FedAvg (central, Poisson sampling)")
+    p = sub.add_parser("dp-fedavg", help=shortcut_label("dp-fedavg"))
     g = p.add_mutually_exclusive_group()
     g.add_argument("--epsilon", type=float, help="target epsilon (inverse)")
     g.add_argument("--noise-multiplier", type=float, help="sigma of Alg. 1 (forward)")
@@ -120,7 +128,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     _common(p)
     p.set_defaults(func=_lazy("_dpfedavg"))
 
-    p = sub.add_parser("nbafl", help="003 NbAFL (Theorem 1 / Lemma 4)")
+    p = sub.add_parser("nbafl", help=shortcut_label("nbafl"))
     g = p.add_mutually_exclusive_group()
     g.add_argument("--epsilon", type=float, help="the paper's global epsilon (inverse)")
     g.add_argument("--noise-std", type=float, help="uplink noise std sigma_U (forward)")
@@ -136,7 +144,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     _common(p)
     p.set_defaults(func=_lazy("_nbafl"))
 
-    p = sub.add_parser("midp", help="002 MI-DP (server- or client-side noise)")
+    p = sub.add_parser("midp", help=shortcut_label("midp"))
     g = p.add_mutually_exclusive_group()
     g.add_argument("--epsilon", type=float, help="epsilon-MI-DP budget in nats (inverse)")
     g.add_argument("--noise-std", type=float, help="noise std actually added (forward)")
@@ -149,7 +157,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     _common(p)
     p.set_defaults(func=_lazy("_midp"))
 
-    p = sub.add_parser("ldp-fl", help="001 LDP-FL two-point randomizer")
+    p = sub.add_parser("ldp-fl", help=shortcut_label("ldp-fl"))
     g = p.add_mutually_exclusive_group()
     g.add_argument("--epsilon", type=float, help="per-weight epsilon of eq. 2 (forward)")
     g.add_argument("--target-epsilon", type=float,

@@ -17,7 +17,7 @@ import argparse
 import json
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,6 +90,91 @@ def _raw_config(name: str, options: dict[str, Any], *, rounds: int, delta: float
 
 def _sampling(sampled: int, clients: int) -> dict[str, Any]:
     return {"kind": "all"} if sampled == clients else {"kind": "fixed", "clients_per_round": sampled}
+
+
+# --------------------------------------------------------------------------- what each shortcut runs, in words
+
+_PAPERS = {"udp": "000 UDP", "ldp-fl": "001 LDP-FL", "midp-server": "002 MI-DP", "midp-client": "002 MI-DP",
+           "nbafl": "003 NbAFL", "dp-fedavg": "004 DP-FedAvg"}
+
+
+def describe_config(raw: Mapping[str, Any]) -> tuple[str, str, str]:
+    """(paper, noise, sampling): what a shortcut's run config runs, in words — read from the config
+    itself (its algorithm, options, privacy and sampling), so a label cannot say another variant."""
+    algo = raw["algorithm"]
+    name, opts = str(algo["name"]), dict(algo.get("options") or {})
+    privacy, kind = dict(raw.get("privacy") or {}), str((raw.get("sampling") or {}).get("kind", "all"))
+    if name == "dp-fedavg":
+        if privacy.get("secure_aggregation"):
+            noise = (f"distributed Skellam noise in a secure sum, {privacy.get('participation') or 'visible'} "
+                     "participation")
+        elif opts.get("variant", "local") == "central":
+            noise = "Gaussian noise added by the server, no secure aggregation: the server sees each upload"
+        else:
+            noise = "Gaussian noise split over the clients, no secure aggregation: the server sees each upload"
+    elif name == "udp":
+        noise = "Gaussian noise on each upload, Theorem 1"
+    elif name == "nbafl":
+        noise = "Gaussian noise on each upload, Theorem 1 / Lemma 4"
+    elif name == "midp-server":
+        noise = "noise added by the server, eq. 4.7"
+    elif name == "midp-client":
+        noise = "noise on each upload, eq. 4.9"
+    elif name == "ldp-fl":
+        noise = "two-point randomizer on each weight, eq. 2"
+    else:
+        noise = f"algorithm {name!r}"
+    sampling = {"all": "every client each round", "fixed": "K clients at random each round",
+                "poisson": "Poisson sampling"}.get(kind, f"sampling {kind!r}")
+    return _PAPERS.get(name, name), noise, sampling
+
+
+def compose_label(forms: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
+    """A shortcut's ``--help`` label from the configs it builds: the first form's (no flag) paper,
+    noise and sampling, then what each other form (its flag) changes."""
+    (_, first), *others = forms
+    paper, noise, sampling = describe_config(first)
+    parts = [noise, sampling]
+    for flag, raw in others:
+        _, n, smp = describe_config(raw)
+        parts.append(f"{flag}: " + ", ".join(x for x, base in ((n, noise), (smp, sampling)) if x != base))
+    return f"{paper} ({'; '.join(parts)})"
+
+
+def _label_forms() -> dict[str, list[tuple[str, dict[str, Any]]]]:
+    """Each shortcut's configs, with placeholder numbers, as its builders below write them: with no
+    flag, then with each flag that changes what runs (tests/unit/commands/test_account_labels.py
+    holds them to the configs the shortcuts build)."""
+    few: dict[str, Any] = {"rounds": 1, "delta": 1e-5, "clients": 2, "samples": 1}
+    dpfedavg = {"noise_multiplier": 1.0, "clip_norm": 1.0}
+    poisson = {"kind": "poisson", "sample_rate": 0.5}
+    return {
+        "udp": [("", _raw_config("udp", {}, **few, sampling=_sampling(2, 2))),
+                ("--sampled", _raw_config("udp", {}, **few, sampling=_sampling(1, 2)))],
+        "dp-fedavg": [("", _raw_config("dp-fedavg", dpfedavg, **few, sampling=poisson)),
+                      ("--secure-aggregation", _raw_config("dp-fedavg", dpfedavg, **few, sampling=poisson,
+                                                           privacy=_secure_privacy(True, None)))],
+        "nbafl": [("", _raw_config("nbafl", {}, **few, sampling=_sampling(2, 2))),
+                  ("--sampled", _raw_config("nbafl", {}, **few, sampling=_sampling(1, 2)))],
+        "midp": [("", _raw_config(_midp_name("client"), {}, **few, sampling={"kind": "all"})),
+                 ("--mode server", _raw_config(_midp_name("server"), {}, **few, sampling={"kind": "all"}))],
+        "ldp-fl": [("", _raw_config("ldp-fl", {}, **few, sampling={"kind": "all"}))],
+    }
+
+
+def shortcut_label(name: str) -> str:
+    """The ``--help`` label of shortcut ``name``: :func:`compose_label` of the configs it builds."""
+    return compose_label(_label_forms()[name])
+
+
+def _secure_privacy(secure: bool, participation: str | None) -> dict[str, Any] | None:
+    """``privacy`` entries of ``dp-fedavg --secure-aggregation [--participation P]``."""
+    return {"secure_aggregation": True, "participation": participation or "visible"} if secure else None
+
+
+def _midp_name(side: str) -> str:
+    """The algorithm ``midp --mode side`` runs."""
+    return f"midp-{side}"
 
 
 @dataclass
@@ -305,7 +390,7 @@ def _dpfedavg(args: argparse.Namespace) -> int:
                               f"`--{name} {value}` without it.")
     dim = 1 if dim_arg is None else _positive_int("dim", dim_arg)
     # secure aggregation as runs execute it: the config's integer pipeline and Skellam noise
-    privacy = {"secure_aggregation": True, "participation": participation or "visible"} if secure else None
+    privacy = _secure_privacy(secure, participation)
 
     def run(noise: dict[str, float]) -> _Dry:
         # S = 1: the guarantee is scale-free (sensitivity S, noise S·sigma)
@@ -426,7 +511,7 @@ def _midp(args: argparse.Namespace) -> int:
     else:
         noise = _positive("noise-std", args.noise_std)
         eps_nats = midp_epsilon_for_noise_std(side, noise, clip, weights, dim)
-    raw = _raw_config(f"midp-{side}", {"epsilon": eps_nats, "clip_norm": clip, "weighting": "uniform"},
+    raw = _raw_config(_midp_name(side), {"epsilon": eps_nats, "clip_norm": clip, "weighting": "uniform"},
                       rounds=rounds, delta=delta, clients=clients, samples=1, sampling={"kind": "all"})
     dry = dry_run_shortcut(raw, [1] * clients, dim, per_round=args.per_round)
     # the noise the algorithm adds: its own plan of a round with every client (eq. 4.7 / 4.9)

@@ -285,6 +285,8 @@ def assemble(config: RunConfig, dataset: Any, parts: Sequence[Any], model: torch
         with torch.no_grad():
             probe = (model(dataset.x_train[:4].to(device)), dataset.y_train[:4].to(device))
         loss = adapt_loss(loss, *probe)
+    output_notices = model_output_notices(model, dataset, loss if loss is not None
+                                          else getattr(model, "loss_kind", "cross_entropy"), config.model.name)
     local = LocalTraining.from_config(config.local)
     problem = LocalProblem(
         model,
@@ -320,7 +322,7 @@ def assemble(config: RunConfig, dataset: Any, parts: Sequence[Any], model: torch
         x_test=dataset.x_test.to(device),
         y_test=dataset.y_test.to(device),
         notices=[{"kind": "formula-range", **w.to_dict()} for w in range_notices]
-        + delta_notices(config, algorithm, data.sizes()),
+        + delta_notices(config, algorithm, data.sizes()) + output_notices,
     )
 
 
@@ -366,8 +368,12 @@ def check_model_output(model: torch.nn.Module, dataset: Any, name: str) -> None:
     try:
         out = model(x)
     except Exception as err:  # noqa: BLE001 - any failure of user code is reported with the shapes
+        shape = tuple(dataset.input_shape)
+        hint = ("; the inputs look channels-last [H, W, C], and torch's convolutions expect [C, H, W]: "
+                "x.permute(0, 3, 1, 2)" if len(shape) == 3 and shape[-1] in (1, 3, 4) and shape[0] not in (1, 3, 4)
+                and "channels" in str(err) else "")
         raise ConfigError(f"model {name!r} fails on inputs of shape {tuple(x.shape)} (data set input shape "
-                          f"{tuple(dataset.input_shape)}): {type(err).__name__}: {err}") from None
+                          f"{shape}): {type(err).__name__}: {err}{hint}") from None
     want = ((x.shape[0],) if getattr(model, "loss_kind", "cross_entropy") == "hinge"
             else (x.shape[0], int(dataset.num_classes)))
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != want:
@@ -382,6 +388,45 @@ def check_model_output(model: torch.nn.Module, dataset: Any, name: str) -> None:
         raise ConfigError(f"model {name!r} returns outputs of shape {got} for a batch of {x.shape[0]}; the data set "
                           f"has {classes} classes, so it must return {want} (one logit per class)"
                           + ("." if stray is None else f"; {stray[3]}, e.g. {stray[2]}."))
+
+
+@torch.no_grad()
+def model_output_notices(model: torch.nn.Module, dataset: Any, loss_kind: Any, name: str) -> list[dict[str, Any]]:
+    """A ``model-output`` notice when the model's outputs on a few training samples are already
+    probabilities (each row ≥ 0 and summing to 1 within 1e-4) while the loss applies log_softmax
+    itself: the built-in cross entropy, or a user loss that gives cross entropy's values on them.
+    Such a model trains on the wrong loss (log_softmax of probabilities), slowly or not at all.
+
+    Log-probabilities (a final log_softmax) need no notice: log_softmax of them is themselves, so
+    the loss and its gradients are those of the logits.
+    """
+    if loss_kind == "hinge":
+        return []
+    x = dataset.x_train[:4].to(next(iter(model.parameters()), torch.zeros(())).device)
+    out = model(x)
+    if not isinstance(out, torch.Tensor) or out.dim() != 2 or out.shape[1] < 2 or not out.dtype.is_floating_point:
+        return []
+    out = out.float()
+    if not (bool((out >= 0).all()) and torch.allclose(out.sum(dim=1), torch.ones(out.shape[0], device=out.device),
+                                                      rtol=0.0, atol=1e-4)):
+        return []
+    y = dataset.y_train[:4].to(out.device)
+    if callable(loss_kind):  # a user loss: only one that applies log_softmax itself (cross entropy's values)
+        try:
+            mine = loss_kind(out, y)
+            same = isinstance(mine, torch.Tensor) and torch.allclose(
+                mine.float().reshape(-1), torch.nn.functional.cross_entropy(out, y, reduction="none"),
+                rtol=1e-4, atol=1e-5)
+        except Exception:  # noqa: BLE001 - the loss's own checks report its failures
+            same = False
+        if not same:
+            return []
+    what = "the built-in cross-entropy loss" if loss_kind == "cross_entropy" else "the loss"
+    return [{"kind": "model-output", "message": (
+        f"model {name!r} returns probabilities (its outputs on {out.shape[0]} training samples are >= 0 and sum to "
+        f"1 per row), but {what} applies log_softmax itself and expects logits: training would minimise the wrong "
+        "loss and learn slowly or not at all. Return logits: drop the final softmax (nn.Softmax / F.softmax) "
+        "from the model's forward.")}]
 
 
 def _labels_beyond(out: Any, want: tuple[int, ...], dataset: Any) -> tuple[bool, int, str, str] | None:

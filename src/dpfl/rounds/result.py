@@ -113,7 +113,20 @@ class PrivacySummary:
         return max(self.certified.values(), key=lambda c: c.epsilon)
 
     def epsilon(self, observer: str | None = None) -> float | None:
-        """Certified ε against ``observer`` (None: the headline)."""
+        """Certified ε against ``observer`` ("server" or "public", in any case; None: the headline).
+
+        Raises:
+            ConfigError: ``observer`` is not one the certificates name (the message lists them).
+        """
+        valid = tuple(self.certified) if self.certified else ("server", "public")
+        if observer is not None:
+            found = {o.lower(): o for o in valid}.get(observer.lower()) if isinstance(observer, str) else None
+            if found is None:
+                from dpfl.errors import ConfigError
+
+                raise ConfigError(f"`observer` must be one of {', '.join(map(repr, valid))} (or None: the worst of "
+                                  f"them). Found {observer!r}.")
+            observer = found
         if not self.certified:
             return None
         cert = self.headline if observer is None else self.certified[observer]
