@@ -8,9 +8,9 @@ dpfl's implementations can be tested against them without installing jax in CI.
 NOT part of the test suite (pytest does not collect it, and CI has no jax). Run it with a separate
 virtualenv that has jax-privacy, outside the repository::
 
-    python3 -m venv /tmp/jaxp && /tmp/jaxp/bin/pip install jax-privacy
+    python3 -m venv ../jaxp-venv && ../jaxp-venv/bin/pip install jax-privacy
     OMP_NUM_THREADS=1 XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" \\
-        /tmp/jaxp/bin/python tests/reference/jax_privacy_mf.py
+        ../jaxp-venv/bin/python tests/reference/jax_privacy_mf.py
 
 See ``tests/reference/README.md`` for every key of the JSON and its exact definition.
 Everything is float64 (``jax_enable_x64``) and deterministic on CPU, except the ``wall_time_s``

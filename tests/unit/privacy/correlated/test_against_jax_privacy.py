@@ -27,8 +27,8 @@ RTOL = 1e-9
 
 @pytest.fixture(scope="module")
 def settings() -> list[dict[str, Any]]:
-    if not REFERENCE.is_file():
-        pytest.skip(f"{REFERENCE} not generated (see tests/reference/jax_privacy_mf.py)")
+    # committed: regenerate it with tests/reference/jax_privacy_mf.py, never skip without it
+    assert REFERENCE.is_file(), f"{REFERENCE} is missing (tests/reference/jax_privacy_mf.py writes it)"
     data = json.loads(REFERENCE.read_text())
     assert [(s["n"], s["min_sep"], s["max_participations"]) for s in data["settings"]] == [(2000, 100, 20),
                                                                                           (2052, 342, 6)]
