@@ -7,7 +7,8 @@ is committed, so nothing it shows can go stale:
   :func:`dpfl.cli.build_parser`;
 * ``reference/config.md`` — the run config schema, read from the pydantic models of
   :mod:`dpfl.config` (type, default, constraints; descriptions from the models' docstrings and
-  from ``FIELD_NOTES`` below, whose keys must all be fields of the schema);
+  from ``FIELD_NOTES`` below, whose keys must all be fields of the schema), and its JSON schema
+  as ``reference/run-config.schema.json``;
 * ``reports/**`` — the committed reproduction reports (``reports/*.md`` and their PNGs) as pages
   of the site, with ``reports/README.md`` as ``reports/index.md``;
 * in any page, ``<!-- dpfl:main-job-output -->`` is replaced by the README's block of what
@@ -44,7 +45,9 @@ REPORTS = ROOT / "reports"
 
 def _parser_help(parser: argparse.ArgumentParser) -> str:
     old = os.environ.get("COLUMNS")
-    os.environ["COLUMNS"] = "100"  # argparse wraps to the terminal: the page is the same everywhere
+    # argparse wraps to the terminal (COLUMNS - 2): the page is the same everywhere, and 78 characters
+    # fit a code block at 1280 px (tests/integration/test_docs_site.py)
+    os.environ["COLUMNS"] = "80"
     try:
         return parser.format_help()
     finally:
@@ -301,12 +304,21 @@ def config_markdown() -> str:
             "The main job (`./dev run`, `dpfl run default`), as shipped in `src/dpfl/configs/default.yaml`:", "",
             "``` { .yaml .no-run }", default.rstrip(), "```", "",
             "## JSON schema", "",
-            "For editors that validate YAML against a JSON schema (`RunConfig.model_json_schema()`):", "",
-            '??? note "JSON schema of the run config"', "",
-            "    ``` { .json .no-run }",
-            *("    " + line for line in json.dumps(RunConfig.model_json_schema(), indent=2).splitlines()),
-            "    ```", ""]
+            "For editors that validate YAML against a JSON schema:",
+            f"[`{SCHEMA_FILE.rpartition('/')[2]}`]({SCHEMA_FILE.rpartition('/')[2]})",
+            "(`RunConfig.model_json_schema()`, generated with this page).", ""]
     return "\n".join(out)
+
+
+SCHEMA_FILE = "reference/run-config.schema.json"
+
+
+def config_schema() -> str:
+    """The run config's JSON schema, a file of the site (its descriptions are long lines: as a
+    file, not a code block that scrolls)."""
+    from dpfl.config import RunConfig
+
+    return json.dumps(RunConfig.model_json_schema(), indent=2) + "\n"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -373,6 +385,7 @@ def _report_files(config: MkDocsConfig) -> list[File]:
 def on_files(files: Files, config: MkDocsConfig) -> Files:
     files.append(File.generated(config, "reference/cli.md", content=cli_markdown()))
     files.append(File.generated(config, "reference/config.md", content=config_markdown()))
+    files.append(File.generated(config, SCHEMA_FILE, content=config_schema()))
     for f in _report_files(config):
         files.append(f)
     return files
@@ -383,12 +396,14 @@ _MAIN_JOB = "<!-- dpfl:main-job-output -->"
 
 
 def main_job_output() -> str:
-    """The README's ```text block under its heading "What `./dev run` prints"."""
+    """The README's ```text block under its heading "What `./dev run` prints", marked ``.wrap``:
+    its privacy lines are longer than a code block of the site (printed lines, wrapped as a
+    terminal wraps them)."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    m = re.search(r"^## What `\./dev run` prints\n.*?^(```text\n.*?^```)$", readme, flags=re.S | re.M)
+    m = re.search(r"^## What `\./dev run` prints\n.*?^```text\n(.*?^```)$", readme, flags=re.S | re.M)
     if m is None:
         raise PluginError("README.md has no ```text block under '## What `./dev run` prints'")
-    return m.group(1)
+    return "``` { .text .wrap }\n" + m.group(1)
 
 
 

@@ -17,9 +17,22 @@ from __future__ import annotations
 
 import sys
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dpfl.errors import ConfigError, DataFormatError, DpflError, PrivacyPreconditionError
+
+if TYPE_CHECKING:  # the names of _LAZY, as type checkers and the API reference (griffe) read them
+    from dpfl.api import FederatedData as FederatedData
+    from dpfl.api import TrainResult as TrainResult
+    from dpfl.api import account as account
+    from dpfl.api import train as train
+    from dpfl.export import export_model as export_model
+    from dpfl.rounds.observers import CsvMetrics as CsvMetrics
+    from dpfl.rounds.observers import TensorBoardMetrics as TensorBoardMetrics
+    from dpfl.rounds.result import DryRunResult as DryRunResult
+    from dpfl.rounds.result import PrivacySummary as PrivacySummary
+    from dpfl.rounds.result import RunResult as RunResult
+    from dpfl.store import RunStore as RunStore
 
 __version__ = "0.1.0"
 

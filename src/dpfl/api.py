@@ -38,7 +38,7 @@ from dpfl.errors import ConfigError
 from dpfl.rounds.build import Experiment, assemble, check_device, partition_clients
 from dpfl.rounds.loop import RoundObserver
 from dpfl.rounds.result import DryRunResult, PrivacySummary
-from dpfl.store import DEFAULT_STORE, RunStore
+from dpfl.store import RunStore
 
 
 def _as_tensor(x: Any, name: str) -> torch.Tensor:
@@ -66,6 +66,21 @@ class FederatedData:
     "classes" | "groups", "num_clients": N, ...}``, drawn from the run's seed) or an explicit
     ``clients`` mapping client id → training sample indices, which must cover every training
     sample exactly once.
+
+    Attributes:
+        x_train: training inputs, float ``[n, *input_shape]``.
+        y_train: training labels, integer ``[n]``.
+        x_test: test inputs, float ``[m, *input_shape]``.
+        y_test: test labels, integer ``[m]``.
+        num_classes: number of classes.
+        input_shape: the shape of one input.
+        partition: the partition spec, drawn from the run's seed (default: IID over 10
+            clients); with ``clients``, only recorded (IID over as many clients).
+        clients: explicit client → training sample indices, or None (``partition`` draws them).
+        name: the data's label in the run's name and id (``"user-data"``; a built-in data
+            set's name).
+        groups_train: a built-in data set's natural client of each training sample (FEMNIST's
+            writers, for ``partition: {kind: natural}``), else None.
     """
 
     x_train: torch.Tensor
@@ -87,10 +102,13 @@ class FederatedData:
         """From tensors (or arrays): inputs ``[n, *input_shape]`` (float), integer labels ``[n]``.
 
         Args:
+            x_train, y_train: the training inputs and labels.
+            x_test, y_test: the test inputs and labels (the global model is evaluated on them).
             num_classes: default ``max(label) + 1`` over train and test.
             partition: a partition spec (default: IID over 10 clients); not with ``clients``.
             clients: client id → indices into the training set (ids 0..N-1), or a list of index
                 lists; every training sample must be held by exactly one client.
+            name: a label for the data in the run's name (``"user-data"``).
 
         Raises:
             ConfigError: mismatched lengths, non-integer labels, a label outside the classes, or
@@ -126,7 +144,14 @@ class FederatedData:
         cls, train: torch.utils.data.Dataset, test: torch.utils.data.Dataset, **kwargs: Any
     ) -> FederatedData:
         """From any two map-style ``torch.utils.data.Dataset`` of ``(input, label)`` pairs
-        (read once into memory); keyword arguments as :meth:`from_tensors`."""
+        (read once into memory).
+
+        Args:
+            train: the training set, held by the clients.
+            test: the test set (the global model is evaluated on it).
+            **kwargs: ``num_classes``, ``partition``, ``clients``, ``name``, as
+                :meth:`from_tensors`.
+        """
 
         def read(ds: Any, which: str) -> tuple[torch.Tensor, torch.Tensor]:
             try:
@@ -145,7 +170,14 @@ class FederatedData:
     @classmethod
     def builtin(cls, name: str, data_dir: str | Path = "data", *, partition: Mapping[str, Any] | None = None,
                 verify: bool = True) -> FederatedData:
-        """A built-in data set (``mnist``, ``fmnist``, ``cifar10``, ...) read from ``data_dir``."""
+        """A built-in data set read from ``data_dir`` (``dpfl data fetch NAME`` puts it there).
+
+        Args:
+            name: ``mnist``, ``fmnist``, ``cifar10``, ... (``dpfl data list``).
+            data_dir: the data directory holding ``<folder>/<file>`` (``data``).
+            partition: a partition spec (default: IID over 10 clients).
+            verify: check every file against its pinned sha256 first.
+        """
         from dpfl.data import load_dataset
 
         ds = load_dataset(name, str(data_dir), verify=verify)
@@ -429,7 +461,10 @@ class TrainResult:
         return None if self.privacy is None else self.privacy.claimed_max
 
     def certified_epsilon(self, observer: str | None = None) -> float | None:
-        """Certified ε against ``observer`` ("server" or "public", in any case; None: the worst of both).
+        """Certified ε against an observer (None for a non-private algorithm).
+
+        Args:
+            observer: ``"server"`` or ``"public"``, in any case; None: the worst of both.
 
         Raises:
             ConfigError: another observer (the message names the valid ones).
@@ -444,7 +479,7 @@ def train(model: nn.Module, data: FederatedData, algorithm: str = "dp-fedavg", *
           options: Mapping[str, Any] | None = None, rounds: int = 20,
           sampling: Mapping[str, Any] | None = None, local: Mapping[str, Any] | None = None,
           privacy: Mapping[str, Any] | None = None, seed: int = 0, engine: str = "auto",
-          store: str | Path | RunStore | None = DEFAULT_STORE, restart: bool = False,
+          store: str | Path | RunStore | None = "runs/dpfl.sqlite", restart: bool = False,
           progress: bool | Callable[[int, int, dict[str, Any], float], None] | None = None,
           notice: Callable[[str], None] | None = print, threads: int | None = None,
           checkpoint_every: int = 5, eval_every: int = 1, name: str | None = None,
@@ -457,11 +492,18 @@ def train(model: nn.Module, data: FederatedData, algorithm: str = "dp-fedavg", *
             ``[B, num_classes]``; its current weights are the initial global model. It is copied,
             never modified. Modules with buffers (BatchNorm) are refused: use GroupNorm.
         data: a :class:`FederatedData`.
-        algorithm: a name (``dpfl`` lists them: ``fedavg``, ``dp-fedavg``, ``udp``, ``nbafl``,
-            ``ldp-fl``, ``pmidp-fl``, ...) and ``options`` its options, as in a YAML config.
+        algorithm: a name (``dpfl options`` lists them: ``fedavg``, ``dp-fedavg``, ``udp``,
+            ``nbafl``, ``ldp-fl``, ``pmidp-fl``, ...).
+        options: the algorithm's options, as ``algorithm.options`` in a YAML config (e.g.
+            ``{"noise_multiplier": 1.0, "clip_norm": 1.0}``); None: its defaults.
+        rounds: rounds T to run (a privacy budget may stop the run earlier).
         sampling, local, privacy: the config sections of the same names (e.g. ``{"kind":
             "poisson", "sample_rate": 0.1}``, ``{"lr": 0.1, "epochs": 1, "batch_size": 32}``,
-            ``{"delta": 1e-5, "target_epsilon": 8}``).
+            ``{"delta": 1e-5, "target_epsilon": 8}``); None: every client every round, and
+            the config's defaults.
+        seed: seeds every random stream of the run (the partition, the clients' sampling and
+            batches, the noise; the initial weights are ``model``'s own); part of the run id,
+            like every setting.
         engine: "auto" (vectorized when the model's layers allow it, else sequential),
             "vectorized", "sequential" or "ray".
         device: where the engine trains, as in a YAML config: "cpu" (default), "cuda",
@@ -474,6 +516,8 @@ def train(model: nn.Module, data: FederatedData, algorithm: str = "dp-fedavg", *
             resumed from there; a finished run is returned from it, with a notice saying so
             (``restart`` runs it again). ``None``: no store — the run trains in a temporary folder
             that is removed afterwards (nothing to resume, nothing returned from an earlier run).
+        restart: train the run anew from round 1 even if ``store`` holds it: its checkpoint
+            and stored result are discarded (as ``dpfl run --restart``).
         notice: where notices go (formula ranges, budget stops; default ``print``; None: nowhere).
         progress: ``True``: one line per round on stderr (round, loss, accuracy, certified ε,
             elapsed and remaining time), a live bar in a terminal; ``False``: silent; ``None``
@@ -488,6 +532,15 @@ def train(model: nn.Module, data: FederatedData, algorithm: str = "dp-fedavg", *
             leading dimensions itself is called on a whole cohort's ``[K, B, C]``, else on
             ``[K·B, C]`` (:mod:`dpfl.client.user_loss`). It is part of the run's identity by its
             qualified name and its code (an edited loss is another run).
+        threads: torch's CPU threads for the run (``torch.set_num_threads``); None: the run
+            config's default, 2.
+        checkpoint_every: checkpoint every this many rounds (with ``store``, a killed run
+            resumes from the last checkpoint).
+        eval_every: evaluate the global model on the test set every this many rounds, and
+            after the last.
+        name: the run's label, shown with its id (``dpfl runs``); default
+            ``"<algorithm>-<data name>-<model class>"``. A ``loss`` adds its qualified name.
+            Part of the run id.
 
     δ at or above 1/n (n: clients for client-level DP, samples for record-level DP) is accepted
     with a notice, and a ``UserWarning`` when ``notice`` is None.
@@ -543,8 +596,17 @@ def account(model: nn.Module, data: FederatedData, algorithm: str = "dp-fedavg",
             device: str | torch.device = "cpu") -> DryRunResult:
     """The privacy of :func:`train` with the same arguments, without training (a dry run of the
     same sampling, calibration and ledger): ``result.privacy`` per observer, ``result.rounds``.
-    ``device`` is taken so that :func:`train`'s arguments can be passed as they are: a dry run
-    trains nowhere, so only the name's form is checked (a GPU run is planned on any machine)."""
+
+    Args:
+        model, data, algorithm, options, rounds, sampling, local, privacy, seed, loss: as
+            :func:`train`.
+        per_round: also the certified ε (RDP) per observer after each round, in
+            ``result.per_round``.
+        notice: where notices go (formula ranges, budget stops; default None: nowhere).
+        device: taken so that :func:`train`'s arguments can be passed as they are: a dry run
+            trains nowhere, so only the name's form is checked (a GPU run is planned on any
+            machine).
+    """
     from dpfl.rounds.session import dry_run
 
     _device_name(device, available=False)

@@ -232,6 +232,12 @@ class PrivacyConfig(_Strict):
             then subtracts their noise shares): the server's certificate counts only the honest
             clients' noise.
         pld_every: compute the tight (PLD) certificate every this many rounds (RDP every round).
+        noise_generator: what draws every noise, sampling coin and shuffle: "seeded" — torch
+            generators derived from ``seed`` (reproducible: anyone who knows the seed can recompute
+            the noise); "csprng" — a fresh ChaCha20 stream per (round, client, purpose) under a
+            256-bit key from ``os.urandom`` (:class:`dpfl.rng.CsprngGenerator`; the run's noise is not
+            reproducible, its data batching and model initialization stay seeded). The run's
+            privacy statement names it (``final["privacy"]["noise_generator"]``).
     """
 
     delta: Float = Field(1e-5, gt=0, lt=1)
@@ -241,6 +247,7 @@ class PrivacyConfig(_Strict):
     participation: Literal["visible", "hidden"] = "visible"
     colluding_clients: Int = Field(0, ge=0)
     pld_every: Int = Field(0, ge=0)
+    noise_generator: Literal["seeded", "csprng"] = "seeded"
 
     @model_serializer(mode="wrap")
     def _omit_defaults_of_later_fields(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -251,6 +258,8 @@ class PrivacyConfig(_Strict):
                 data.pop("participation", None)
             if self.colluding_clients == 0:
                 data.pop("colluding_clients", None)
+            if self.noise_generator == "seeded":
+                data.pop("noise_generator", None)
         return data
 
     @model_validator(mode="after")

@@ -201,7 +201,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def export_model(run_id: str, *, store: RunStore | str | Path = DEFAULT_STORE, format: str = "state_dict",
+def export_model(run_id: str, *, store: RunStore | str | Path = "runs/dpfl.sqlite", format: str = "state_dict",
                  out: str | Path | None = None) -> Path:
     """Write the trained global model of a stored run to a file torch alone can load.
 

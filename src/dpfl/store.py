@@ -31,6 +31,8 @@ from typing import Any
 
 from dpfl.errors import ConfigError
 
+# written out as "runs/dpfl.sqlite" in the defaults of RunStore, dpfl.train and dpfl.export_model, so
+# that the API reference shows the path (tests/integration/test_docs_site.py holds them together)
 DEFAULT_STORE = Path("runs") / "dpfl.sqlite"
 LEASE_REFRESH_SECONDS = 30.0
 """How often a writer refreshes its run's lease."""
@@ -102,12 +104,16 @@ class RunStore:
     (``find``, ``list``) or raises a :class:`ConfigError` naming the path (``get``); the first
     ``start`` creates the file and its folder.
 
+    Args:
+        path: the SQLite file (``dpfl run --store``; default ``runs/dpfl.sqlite``, the store
+            ``dpfl runs`` reads).
+
     Raises:
         ConfigError: the path is a directory, lies under a regular file, or cannot be opened or
             written (permissions, not an SQLite file); the message names the path.
     """
 
-    def __init__(self, path: str | Path = DEFAULT_STORE) -> None:
+    def __init__(self, path: str | Path = "runs/dpfl.sqlite") -> None:
         self.path = Path(path)
         self._schema_ready = False
         if self.path.is_dir():
@@ -162,7 +168,13 @@ class RunStore:
             db.close()
 
     def start(self, run_id: str, config: dict[str, Any], env: dict[str, Any]) -> None:
-        """Register a run (or mark an existing one as running again)."""
+        """Register a run (or mark an existing one as running again).
+
+        Args:
+            run_id: the run's id (``dpfl.config.run_id`` of its config).
+            config: the run's validated config as JSON (``RunConfig.model_dump(mode="json")``).
+            env: the environment it runs in (versions, platform, commit), stored with it.
+        """
         now = time.time()
         with self._connect(write=True) as db:
             db.execute(
@@ -188,6 +200,9 @@ class RunStore:
         """Take the write lease of run ``run_id`` (use as a context manager; it is released on
         exit and refreshed meanwhile by a background thread).
 
+        Args:
+            run_id: the run to write.
+
         Raises:
             ConfigError: a live process holds it: "run ID is being written by pid P on host H
                 since T; wait or stop it".
@@ -210,7 +225,11 @@ class RunStore:
 
     def lease_holder(self, run_id: str) -> dict[str, Any] | None:
         """The lease row of run ``run_id`` (``pid``, ``host``, ``taken_at``, ``refreshed_at``,
-        ``live``), or ``None`` when nobody holds it."""
+        ``live``), or ``None`` when nobody holds it.
+
+        Args:
+            run_id: the run's id.
+        """
         if not self.exists():
             return None
         with self._connect() as db:
@@ -244,7 +263,12 @@ class RunStore:
             db.execute("UPDATE runs SET updated_at=? WHERE run_id=?", (time.time(), run_id))
 
     def drop_rounds_after(self, run_id: str, round_idx: int) -> None:
-        """Forget rounds after ``round_idx`` (a resumed run redoes them from its checkpoint)."""
+        """Forget rounds after ``round_idx`` (a resumed run redoes them from its checkpoint).
+
+        Args:
+            run_id: the run's id.
+            round_idx: the last round kept (0-based, as stored).
+        """
         with self._connect(write=True) as db:
             db.execute("DELETE FROM rounds WHERE run_id=? AND round>?", (run_id, int(round_idx)))
 
@@ -266,6 +290,9 @@ class RunStore:
         """A run by its exact id, else by a unique id prefix (a run's full id is never ambiguous,
         even when it is a prefix of another run's — a simulation and its Flower twin
         ``<id>-flower``).
+
+        Args:
+            run_id: a run id or a unique prefix of one.
 
         Raises:
             ConfigError: no store, no such run, an ambiguous prefix, or a stored field of the
@@ -289,7 +316,11 @@ class RunStore:
 
     def find(self, run_id: str) -> RunRecord | None:
         """A run by its exact id (``problem`` set if a stored field is corrupt), or ``None``
-        (also when the store does not exist yet)."""
+        (also when the store does not exist yet).
+
+        Args:
+            run_id: the run's full id.
+        """
         if not self.exists():
             return None
         with self._connect() as db:
@@ -306,6 +337,9 @@ class RunStore:
 
     def rounds(self, run_id: str) -> builtins.list[dict[str, Any]]:
         """Per-round metrics of a run, in round order.
+
+        Args:
+            run_id: the run's full id.
 
         Raises:
             ConfigError: a round's stored metrics are not valid JSON (naming run and round).

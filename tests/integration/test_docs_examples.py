@@ -5,7 +5,10 @@ shows it (conventions in docs/development.md, "This documentation"):
   marked ``{ .python .no-run }`` is shown, not run;
 * a ``{ .text .output }`` block lists lines the page's examples print, in that order;
 * a ``{ .bash .run }`` block holds `dpfl` commands, each of which must succeed (run in process, in
-  the page's folder, with the real data sets as ``data/``); other shell blocks are shown, not run.
+  the page's folder, with the real data sets as ``data/``; a line ending in `` \\`` continues on
+  the next); other shell blocks are shown, not run;
+* ``.wrap`` on a text block shows lines longer than the page wrapped (printed lines: the page's
+  code blocks fit 80 characters, tests/integration/test_docs_site.py).
 
 Each page runs in a fresh folder holding ``runs/``. Examples are kept small: the whole module is
 meant to take well under 30 s.
@@ -25,7 +28,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 FENCE = re.compile(r"^```[ \t]*(?P<info>[^\n`]*)\n(?P<body>.*?)^```[ \t]*$", flags=re.M | re.S)
-MARKS = {"no-run", "run", "output"}
+MARKS = {"no-run", "run", "output", "wrap"}
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,11 @@ def blocks(path: Path) -> list[Block]:
     return out
 
 
+def commands(body: str) -> list[str]:
+    """The command lines of a shell block: a line ending in `` \\`` continues on the next."""
+    return body.replace("\\\n", " ").splitlines()
+
+
 def _pages() -> list[Path]:
     return sorted(p for p in DOCS.rglob("*.md") if "hooks" not in p.relative_to(DOCS).parts)
 
@@ -88,11 +96,13 @@ def test_every_block_is_marked_as_the_runner_reads_it() -> None:
                 problems.append(f"{b.where}: write ```python (or {{ .python .no-run }})")
             if "run" in b.marks and b.lang != "bash":
                 problems.append(f"{b.where}: .run marks a bash block of dpfl commands")
+            if "wrap" in b.marks and b.lang != "text":
+                problems.append(f"{b.where}: .wrap marks a text block (printed lines), not code")
             if "output" in b.marks and not (b.lang == "text" and previous is not None and previous.lang == "python"
                                             and "no-run" not in previous.marks):
                 problems.append(f"{b.where}: {{ .text .output }} follows the python block whose output it shows")
             if b.lang == "bash" and "run" in b.marks:
-                for line in b.body.splitlines():
+                for line in commands(b.body):
                     words = shlex.split(line, comments=True)
                     if words and words[0] != "dpfl":
                         problems.append(f"{b.where}: a .run block holds dpfl commands only: {line!r}")
@@ -150,7 +160,7 @@ def test_the_page_examples_run(page: Path, tmp_path: Path, monkeypatch: pytest.M
                                                  f"  {want}\nprinted:\n" + "\n".join(lines))
                 checked = lines.index(want, checked) + 1
         elif b.lang == "bash" and "run" in b.marks:
-            for line in b.body.splitlines():
+            for line in commands(b.body):
                 words = shlex.split(line, comments=True)
                 if not words:
                     continue

@@ -85,7 +85,8 @@ def test_fl_dp_sa_pattern_certified_per_observer_beside_flowers_figure(flower_lo
     assert float(got["pld"].replace(",", "")) == pytest.approx(pld, rel=2e-3)
     assert rdp <= float(got["rdp"].replace(",", "")) <= rdp * (1 + 2e-3)
     # Flower's RdpAccountant on the same events charges every round to everyone: 3 Gaussian(0.2)
-    flower = re.search(r"Flower's RdpAccountant: ε = (\S+)$", rounds[-1])
+    flower = re.search(r"Flower's RdpAccountant, run by dpfl on Flower's assumptions \(total z, add/remove\): "
+                       r"ε = (\S+)$", rounds[-1])
     assert flower is not None and float(flower.group(1)) == pytest.approx(_gaussian(0.2, 3)[1], rel=1e-3)
     text = "\n".join(flower_log.lines)
     assert "SecAgg+ shows it only the sum, but the sum carries no noise" in text

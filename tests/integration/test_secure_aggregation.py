@@ -13,12 +13,16 @@ from typing import Any
 import dp_accounting as dpa
 import numpy as np
 import pytest
+from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant as rdp_acc
+from scipy.optimize import brentq
 from scipy.special import comb
+from scipy.stats import norm
 from secure_transports import OwnCoinsTransport
 
 from dpfl.config import parse_config
 from dpfl.errors import ConfigError
+from dpfl.privacy.releases.skellam_gdp import certified_unit_eta
 from dpfl.rounds import dry_run, run_experiment
 from dpfl.store import RunStore
 
@@ -55,6 +59,17 @@ def _binomial(alpha: int, q: float, eps: Any) -> float:
     return min(math.log(total) / (alpha - 1), eps(alpha))
 
 
+def _dominating_pld(mu: float, d2: float, q: float, rounds: int) -> float:
+    """dp-accounting's PLD (add/remove, dpfl's grid 1e-3) of ``rounds`` Poisson-sampled Gaussian pairs of
+    multiplier 1/(η̄·Δ2), η̄ the certified unit-shift GDP parameter of Sk(μ)."""
+    cert = certified_unit_eta(mu)
+    assert cert is not None
+    acc = pld_privacy_accountant.PLDAccountant(dpa.NeighboringRelation.ADD_OR_REMOVE_ONE,
+                                               value_discretization_interval=1e-3)
+    acc.compose(dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(1.0 / (cert.eta * d2))), rounds)
+    return float(acc.get_epsilon(DELTA))
+
+
 def _secure(result: Any) -> Any:
     return result.final["privacy"]["certified"]["observers"]
 
@@ -65,7 +80,7 @@ def test_hidden_participation_gives_the_server_the_publics_certificate(mnist_fix
     obs = _secure(res)
     server, public = obs["server"], obs["public"]
     assert server["epsilon"] == pytest.approx(public["epsilon"], rel=1e-12)
-    assert server["basis"] == public["basis"] == "ex-ante" and server["method"] == "rdp"
+    assert server["basis"] == public["basis"] == "ex-ante" and server["method"] == "pld"
     # independently: Δ2 from conditional rounding on γS (d = 7850 logistic parameters), μ = (zΔ2)²
     from dpfl.rounds import build_plan
 
@@ -79,13 +94,17 @@ def test_hidden_participation_gives_the_server_the_publics_certificate(mnist_fix
     mu = (Z * d2) ** 2
     rdp = np.array([ROUNDS * _binomial(a, Q, lambda o: _akl(o, mu, d2, d1)) for a in ORDERS])
     want = rdp_acc.compute_epsilon(np.array(ORDERS, dtype=float), rdp, DELTA)[0]
-    # the run prices on a finer grid of orders: never above the integer-order figure, and close
-    assert server["epsilon"] <= want * (1 + 1e-9)
-    assert server["epsilon"] >= want * 0.98
+    # the RDP route prices on a finer grid of orders: never above the integer-order figure, and close
+    assert server["epsilon_rdp"] <= want * (1 + 1e-9)
+    assert server["epsilon_rdp"] >= want * 0.98
     # never below the continuous Gaussian of dp-accounting at the same multiplier
     acc = rdp_acc.RdpAccountant()
     acc.compose(dpa.PoissonSampledDpEvent(Q, dpa.GaussianDpEvent(Z)), ROUNDS)
-    assert server["epsilon"] >= acc.get_epsilon(DELTA)
+    assert server["epsilon_rdp"] >= acc.get_epsilon(DELTA)
+    # the certificate: dp-accounting's PLD of the Poisson-sampled Gaussian pair of multiplier 1/(η̄Δ2) that
+    # dominates the sum (docs/proofs/skellam-gdp.md), called here directly; never below the Gaussian's own PLD
+    assert server["epsilon"] == pytest.approx(_dominating_pld(mu, d2, Q, ROUNDS), rel=1e-9)
+    assert _dominating_pld(mu, math.sqrt(mu) / Z, Q, ROUNDS) <= server["epsilon"] < server["epsilon_rdp"]
 
 
 def test_visible_participation_charges_each_participation_unamplified(mnist_fixture: Path, tmp_path: Path) -> None:
@@ -107,7 +126,17 @@ def test_visible_participation_charges_each_participation_unamplified(mnist_fixt
     worst = max(counts.values())
     rdp = np.array([worst * _akl(a, mu, d2, d1) for a in ORDERS])
     want = rdp_acc.compute_epsilon(np.array(ORDERS, dtype=float), rdp, DELTA)[0]
-    assert obs["server"]["epsilon"] <= want * (1 + 1e-9) and obs["server"]["epsilon"] >= want * 0.98
+    assert obs["server"]["epsilon_rdp"] <= want * (1 + 1e-9) and obs["server"]["epsilon_rdp"] >= want * 0.98
+    # the certificate: `worst` unamplified Gaussian pairs of multiplier 1/(η̄Δ2) compose to a Gaussian of
+    # μ = η̄Δ2·√worst, whose ε at δ solves Balle & Wang's δ(ε) (2018, Thm 8)
+    cert = certified_unit_eta(mu)
+    assert cert is not None
+    m = cert.eta * d2 * math.sqrt(worst)
+
+    def excess(e: float) -> float:
+        return float(norm.cdf(-e / m + m / 2) - math.exp(e) * norm.cdf(-e / m - m / 2)) - DELTA
+
+    assert obs["server"]["epsilon"] == pytest.approx(brentq(excess, 0.0, 100.0, xtol=1e-12), rel=1e-6)
     # the public's view is the hidden one's: the same amplified sum
     hidden = dry_run(_cfg(mnist_fixture, {"participation": "hidden"})).privacy
     assert hidden is not None and hidden.certified is not None
@@ -310,7 +339,8 @@ def test_own_coins_after_a_dropout_charge_the_server_the_survivors_shares(mnist_
                     + _binomial(a, Q, lambda o: _akl(o, mu * (N - 1) / N, d2, d1)) for a in ORDERS])
     want = rdp_acc.compute_epsilon(np.array(ORDERS, dtype=float), rdp, DELTA)[0]
     assert obs["server"]["epsilon"] > obs["public"]["epsilon"]
-    assert want * 0.98 <= obs["server"]["epsilon"] <= want * (1 + 1e-9)
+    assert want * 0.98 <= obs["server"]["epsilon_rdp"] <= want * (1 + 1e-9)
+    assert obs["server"]["epsilon"] <= obs["server"]["epsilon_rdp"]
 
 
 def test_a_secure_sum_no_vector_reached_charges_the_server_nothing(mnist_fixture: Path, tmp_path: Path) -> None:
@@ -332,8 +362,11 @@ def test_a_secure_sum_no_vector_reached_charges_the_server_nothing(mnist_fixture
         return float(rdp_acc.compute_epsilon(np.array(ORDERS, dtype=float), rdp, DELTA)[0])
 
     assert math.isfinite(obs["server"]["epsilon"]) and obs["server"]["epsilon"] < obs["public"]["epsilon"]
-    assert eps(3) * 0.98 <= obs["server"]["epsilon"] <= eps(3) * (1 + 1e-9)
-    assert eps(4) * 0.98 <= obs["public"]["epsilon"] <= eps(4) * (1 + 1e-9)
+    assert eps(3) * 0.98 <= obs["server"]["epsilon_rdp"] <= eps(3) * (1 + 1e-9)
+    assert eps(4) * 0.98 <= obs["public"]["epsilon_rdp"] <= eps(4) * (1 + 1e-9)
+    # the certificates: the dominating sampled Gaussian's PLD over three and four rounds
+    assert obs["server"]["epsilon"] == pytest.approx(_dominating_pld(mu, d2, Q, 3), rel=1e-9)
+    assert obs["public"]["epsilon"] == pytest.approx(_dominating_pld(mu, d2, Q, 4), rel=1e-9)
 
 
 @pytest.mark.parametrize("participation", ["visible", "hidden"])

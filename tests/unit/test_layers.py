@@ -27,7 +27,7 @@ ALLOWED: dict[str, set[str]] = {
     "sampling": {"privacy"},
     "theory": {"privacy"},
     "algorithms": {"privacy", "sampling", "client", "server", "models", "config"},
-    "sim": {"client", "models"},
+    "sim": {"client", "models", "privacy"},  # DP-SGD's noise is drawn through privacy/mechanisms/draw.py
     "rounds": {"privacy", "sampling", "client", "server", "models", "config", "data", "store", "algorithms", "sim"},
     "runtime": {"privacy", "sampling", "client", "server", "models", "config", "data", "store", "algorithms", "sim",
                 "rounds"},

@@ -158,8 +158,8 @@ class Algorithm(abc.ABC):
         """
         if getattr(self.sampler, "memory", False):  # a participation schema (dpfl.sampling.schemas)
             return self.sampler.sample_round(info_round, num_clients,
-                                             lambda t: seeds.generator(t, SERVER, "sample"))
-        return self.sampler.sample(num_clients, seeds.generator(info_round, SERVER, "sample"))
+                                             lambda t: seeds.noise_generator(t, SERVER, "sample"))
+        return self.sampler.sample(num_clients, seeds.noise_generator(info_round, SERVER, "sample"))
 
     # Whether the algorithm is split into client_step / aggregate (needed by the Flower adapter).
     splits_rounds: ClassVar[bool] = False

@@ -75,6 +75,7 @@ from dpfl.privacy.mechanisms import (
     add_gaussian_noise_per_client,
     clip_by_l2_norm,
 )
+from dpfl.privacy.mechanisms.draw import rand, randn
 from dpfl.privacy.mechanisms.integer import (
     MAX_POISSON_RATE,
     MAX_SKELLAM_VARIANCE,
@@ -572,7 +573,7 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
         clipped, norms = clip_by_l2_norm(updates, clip)
         client_std = plan.client_std
         dev = clipped.device
-        gens = [info.seeds.generator(info.round_idx, int(c), "noise", device=dev) for c in info.clients.tolist()]
+        gens = [info.seeds.noise_generator(info.round_idx, int(c), "noise", device=dev) for c in info.clients.tolist()]
         if plan.secure is not None:
             diagnostics["update_norm"] = norms.detach().to(torch.float64).cpu()
             coins = self._coins(plan, info) if info.hidden_participation else None
@@ -589,8 +590,7 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
             counts = QuantileClipRule.centered_bits(norms.detach().cpu(), clip).to(torch.float64)
             client_cs = plan.count_client_std
             if client_cs > 0:
-                z = torch.stack([torch.randn((), generator=g, dtype=torch.float64, device=g.device).cpu()
-                                 for g in gens])
+                z = torch.stack([randn((), g, dtype=torch.float64).cpu() for g in gens])
                 counts = counts + client_cs * z
             declared["count"] = counts
             declared["count_noise_std"] = torch.full((rows,), client_cs, dtype=torch.float64)
@@ -607,8 +607,8 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
             raise ConfigError("a round of the clients' own coins needs secure aggregation with "
                               "`privacy.participation: hidden`.")
         q = self._sample_rate()
-        coins = [float(torch.rand((), generator=info.seeds.generator(info.round_idx, int(c), "coin"),
-                                  dtype=torch.float64)) < q for c in info.clients.tolist()]
+        coins = [float(rand((), info.seeds.noise_generator(info.round_idx, int(c), "coin"), dtype=torch.float64)) < q
+                 for c in info.clients.tolist()]
         return torch.tensor(coins, dtype=torch.float64)
 
     def _rotation_signs(self, pipe: IntegerPipeline, info: RoundInfo) -> torch.Tensor | None:
@@ -632,7 +632,7 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
         the rows stay integers (their modular sum is the same)."""
         pipe = self.pipeline(plan)
         signs = self._rotation_signs(pipe, info)
-        rounding = [info.seeds.generator(info.round_idx, int(c), "rounding") for c in info.clients.tolist()]
+        rounding = [info.seeds.noise_generator(info.round_idx, int(c), "rounding") for c in info.clients.tolist()]
         ints = pipe.encode(clipped.detach().cpu(), rounding, signs)
         if coins is not None:
             # the clients' own coins: the update is encoded whatever the coin (the same rounding
@@ -640,7 +640,7 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
             ints = ints * coins.to(torch.int64).unsqueeze(1)
         share = plan.share_variance
         if ints.shape[0] and not info.summed_shares:  # integer arithmetic on the CPU, whatever device trained
-            gens = [info.seeds.generator(info.round_idx, int(c), "noise") for c in info.clients.tolist()]
+            gens = [info.seeds.noise_generator(info.round_idx, int(c), "noise") for c in info.clients.tolist()]
             ints = ints + skellam_noise_rows(pipe.padded_dim, share, gens)
         # summed shares (simulation): the rows are never uploads anyone sees, and the modular sum
         # of the integers is the sum of their residues: reduced once, in the sum
@@ -671,15 +671,15 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
         share = plan.share_variance
         absent = (self.num_clients - plan.cohort) * share if sec.hidden else 0.0
         if absent > 0:
-            gen = info.seeds.generator(info.round_idx, SERVER, "absent_shares")
+            gen = info.seeds.noise_generator(info.round_idx, SERVER, "absent_shares")
             total = total + skellam_noise((pipe.padded_dim,), absent, gen)
         if info.summed_shares and uploads.secure_sum is None and arrived:
             # simulation: the arrived rows' shares, one Skellam of their summed variance (RoundInfo)
-            gen = info.seeds.generator(info.round_idx, SERVER, "share_sum")
+            gen = info.seeds.noise_generator(info.round_idx, SERVER, "share_sum")
             total = total + skellam_noise((pipe.padded_dim,), arrived * share, gen)
         topup = max(0.0, sec.variance - arrived * share - absent)
         if topup > 0:
-            gen = info.seeds.generator(info.round_idx, SERVER, "topup")
+            gen = info.seeds.noise_generator(info.round_idx, SERVER, "topup")
             total = total + skellam_noise((pipe.padded_dim,), topup, gen)
         decoded = pipe.decode(pipe.to_residues(total), self._rotation_signs(pipe, info))
         mean = (decoded / plan.denominator).to(global_params.dtype).to(global_params.device)
@@ -723,9 +723,9 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
         total = rows_sum
         topup_std = plan.topup_std(arrived)
         if topup_std > 0:
-            topup = info.seeds.generator(info.round_idx, SERVER, "topup", device=dev)
+            topup = info.seeds.noise_generator(info.round_idx, SERVER, "topup", device=dev)
             total = add_gaussian_noise(total.unsqueeze(0), topup_std, topup)[0]
-        server_gen = info.seeds.generator(info.round_idx, SERVER, "server_noise", device=dev)
+        server_gen = info.seeds.noise_generator(info.round_idx, SERVER, "server_noise", device=dev)
         if plan.server_std > 0:
             total = add_gaussian_noise(total.unsqueeze(0), plan.server_std, server_gen)[0]
         mean = total / plan.denominator
@@ -738,11 +738,10 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
             total_count = float(uploads.declared["count"].sum()) if arrived else 0.0
             top_cs = plan.count_topup_std(arrived)
             if top_cs > 0:
-                topup_c = info.seeds.generator(info.round_idx, SERVER, "topup_count")
-                total_count += float(torch.randn((), generator=topup_c, dtype=torch.float64)) * top_cs
+                topup_c = info.seeds.noise_generator(info.round_idx, SERVER, "topup_count")
+                total_count += float(randn((), topup_c, dtype=torch.float64)) * top_cs
             if plan.count_server_std > 0:
-                total_count += float(torch.randn((), generator=server_gen, dtype=torch.float64,
-                                                 device=dev)) * plan.count_server_std
+                total_count += float(randn((), server_gen, dtype=torch.float64, device=dev)) * plan.count_server_std
             frac = self._rule.unclipped_fraction(total_count)
             self.clip_norm = self._rule.next_clip(clip, frac)
             metrics["unclipped_fraction_noised"] = frac

@@ -396,13 +396,14 @@ class DpFtrl(PrivateAlgorithm[FtrlPlan]):
         if stream.next_round > t:
             raise ConfigError(f"dp-ftrl: round {t}'s noise was already drawn (the stream is at round "
                               f"{stream.next_round}).")
-        if stream.next_round < t and info.seeds.secure:
-            raise ConfigError("dp-ftrl: a resumed run in secure mode cannot rebuild its correlated noise (its "
-                              "streams are not reproducible); restart the run.")
+        if stream.next_round < t and not info.seeds.reproducible_noise:
+            raise ConfigError("dp-ftrl: a resumed run whose noise is not seeded (secure mode, or "
+                              "`privacy.noise_generator: csprng`) cannot rebuild its correlated noise (its streams "
+                              "are not reproducible); restart the run.")
         w = torch.empty(0)
         while stream.next_round <= t:
             r = stream.next_round
-            w = stream.next(r, info.seeds.generator(r, SERVER, "correlated_noise", device=like.device))
+            w = stream.next(r, info.seeds.noise_generator(r, SERVER, "correlated_noise", device=like.device))
         return w
 
     def learning_rate(self, t: int) -> float:

@@ -483,7 +483,7 @@ class LdpFl(PrivateAlgorithm[LdpFlPlan]):
         (:func:`dpfl.privacy.mechanisms.agree_log_ranges`); c = 0.
         """
         sizes = self._sizes()
-        gens = [info.seeds.generator(info.round_idx, int(c), "range") for c in info.clients.tolist()]
+        gens = [info.seeds.noise_generator(info.round_idx, int(c), "range") for c in info.clients.tolist()]
         std = self.round_plan(info).range_noise_std
         assert std is not None
         reports = log_range_reports(local_params, sizes, self.min_radius, self.max_radius, std, gens)
@@ -552,7 +552,7 @@ class LdpFl(PrivateAlgorithm[LdpFlPlan]):
         eps = self.round_plan(info).epsilon
         device = local.params.device
         center, radius = center.to(device), radius.to(device)
-        gens = [info.seeds.generator(info.round_idx, int(c), "randomizer") for c in info.clients.tolist()]
+        gens = [info.seeds.noise_generator(info.round_idx, int(c), "randomizer") for c in info.clients.tolist()]
         reports, clipped, non_finite = [], [], []
         for k, gen in enumerate(gens):  # per row, to count each client's own clipped weights
             x = local.params[k : k + 1]

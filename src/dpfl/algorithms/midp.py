@@ -86,7 +86,7 @@ from dpfl.privacy.mechanisms import (
     per_client_l2_norms,
 )
 from dpfl.privacy.releases import Release, federated_round_releases
-from dpfl.rng import SERVER, SeedSequence
+from dpfl.rng import SERVER, NoiseGenerator, SeedSequence
 from dpfl.server.aggregators import WeightedMean
 
 __all__ = [
@@ -155,8 +155,8 @@ def _weights(weighting: str, num_samples: torch.Tensor) -> WeightedMean:
     return WeightedMean.by_samples(num_samples)
 
 
-def _noise_generators(info: RoundInfo) -> list[torch.Generator]:
-    return [info.seeds.generator(info.round_idx, int(c), "noise") for c in info.clients.tolist()]
+def _noise_generators(info: RoundInfo) -> list[NoiseGenerator]:
+    return [info.seeds.noise_generator(info.round_idx, int(c), "noise") for c in info.clients.tolist()]
 
 
 def _floats(values: Any) -> list[float]:
@@ -424,7 +424,7 @@ class MidpScheme(PrivateAlgorithm[MidpPlan]):
         mean = agg(uploads.params)
         if server_std > 0:  # midp-server's σ_s, or midp-client's top-up after dropouts
             purpose = "server_noise" if self.side == "server" else "topup"
-            gen = info.seeds.generator(info.round_idx, SERVER, purpose)
+            gen = info.seeds.noise_generator(info.round_idx, SERVER, purpose)
             mean = add_gaussian_noise(mean.unsqueeze(0), server_std, gen)[0]
         aggregate_std = math.sqrt(float((agg.weights.double() ** 2).sum()) * client_std**2 + server_std**2)
         metrics: dict[str, Any] = {

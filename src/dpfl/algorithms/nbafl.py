@@ -320,7 +320,7 @@ class NbAfl(PrivateAlgorithm[NbAflPlan]):
         plan = self.round_plan(info)
         clipped, norms = clip_by_l2_norm(local.params, plan.clip_norm)
         if plan.uplink_noise_std > 0:
-            gens = [info.seeds.generator(info.round_idx, int(c), "noise") for c in info.clients.tolist()]
+            gens = [info.seeds.noise_generator(info.round_idx, int(c), "noise") for c in info.clients.tolist()]
             clipped = add_gaussian_noise_per_client(clipped, plan.uplink_noise_std, gens)
         k = int(info.clients.numel())
         return Uploads(info.clients, clipped, local.num_samples, local.train_loss,
@@ -332,7 +332,7 @@ class NbAfl(PrivateAlgorithm[NbAflPlan]):
         plan = self.round_plan(info)
         aggregate = plan.aggregator(uploads.num_samples)(uploads.params)
         if plan.downlink_noise_std > 0:
-            gen = info.seeds.generator(info.round_idx, SERVER, "server_noise")
+            gen = info.seeds.noise_generator(info.round_idx, SERVER, "server_noise")
             aggregate = add_gaussian_noise(aggregate.unsqueeze(0), plan.downlink_noise_std, gen)[0]
         metrics: dict[str, Any] = {}
         norms = uploads.diagnostics.get("param_norm")  # simulation only: never sent by a client

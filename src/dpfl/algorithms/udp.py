@@ -351,7 +351,7 @@ class Udp(PrivateAlgorithm[UdpPlan]):
         plan = self.round_plan(info)
         ids = [int(c) for c in info.clients.tolist()]
         stds = torch.tensor([plan.noise_stds[c] for c in ids], dtype=torch.float64)
-        gens = [info.seeds.generator(info.round_idx, c, "noise") for c in ids]
+        gens = [info.seeds.noise_generator(info.round_idx, c, "noise") for c in ids]
         noisy = add_gaussian_noise_per_client(local.params, stds.to(local.params.dtype), gens)
         return Uploads(info.clients, noisy, local.num_samples, local.train_loss, {"noise_std": stds})
 

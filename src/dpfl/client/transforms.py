@@ -38,5 +38,5 @@ class GaussianNoise:
     noise_std: float
 
     def __call__(self, updates: torch.Tensor, info: RoundInfo) -> tuple[torch.Tensor, dict[str, Any]]:
-        gens = [info.seeds.generator(info.round_idx, int(c), "noise") for c in info.clients.tolist()]
+        gens = [info.seeds.noise_generator(info.round_idx, int(c), "noise") for c in info.clients.tolist()]
         return add_gaussian_noise_per_client(updates, self.noise_std, gens), {"noise_std": self.noise_std}

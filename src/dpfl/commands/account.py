@@ -109,14 +109,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p = sub.add_parser("dp-fedavg", help=shortcut_label("dp-fedavg"))
     g = p.add_mutually_exclusive_group()
     g.add_argument("--epsilon", type=float, help="target epsilon (inverse)")
-    g.add_argument("--noise-multiplier", type=float, help="sigma of Alg. 1 (forward)")
+    g.add_argument("--noise-multiplier", type=float, metavar="SIGMA", help="sigma of Alg. 1 (forward)")
     p.add_argument("--sample-rate", type=float, required=True, help="p, client sampling rate")
     p.add_argument("--rounds", type=int, required=True, help="T")
     p.add_argument("--clients", type=int, required=True, help="N, number of clients")
     p.add_argument("--secure-aggregation", action="store_true",
                    help="secure aggregation as dpfl runs it (`privacy.secure_aggregation: true`): each client "
                         "uploads its clipped update as integers modulo 2^31 with a share of Skellam noise and the "
-                        "server obtains only their sum; priced by the Skellam mechanism's RDP, as `dpfl account "
+                        "server obtains only their sum; priced as the Skellam sum (the PLD of its dominating Gaussian "
+                        "pair, and RDP), as `dpfl account "
                         "CONFIG` prices such a config")
     p.add_argument("--participation", choices=("visible", "hidden"),
                    help="with --secure-aggregation: visible (default; the server knows whom it sampled) or hidden "

@@ -209,8 +209,10 @@ def write_report(out: Path, settings: Settings, records: list[dict[str, Any]]) -
         "",
         "Everything below (tables, plots, the reading) is written by",
         "",
-        "    python -m dpfl.experiments.audit_report                  # runs every audit, writes audits.json",
-        "    python -m dpfl.experiments.audit_report --from-records   # rewrites this file and the plots from it",
+        "    # runs every audit, writes audits.json",
+        "    python -m dpfl.experiments.audit_report",
+        "    # rewrites this file and the plots from it",
+        "    python -m dpfl.experiments.audit_report --from-records",
         "",
         "from the audit records `audits.json` beside this file (one entry per audited run, as `dpfl audit",
         "--json` prints it, with accuracy and times). The sweeps are these `dpfl audit` commands (add",
@@ -220,7 +222,8 @@ def write_report(out: Path, settings: Settings, records: list[dict[str, Any]]) -
     for sweep in SWEEPS:
         values = ",".join(f"{v:g}" for v in sweep.values)
         lines.append(f"    dpfl audit reports/audit/{sweep.name}.yaml --canaries {settings.canaries} \\")
-        lines.append(f"        --sweep algorithm.options.{sweep.key}={values} --plot reports/audit/{sweep.name}.png")
+        lines.append(f"        --sweep algorithm.options.{sweep.key}={values} \\")
+        lines.append(f"        --plot reports/audit/{sweep.name}.png")
     wall_sweeps = sum(float(r["wall_seconds"]) for r in sweeps)
     wall_broken = sum(float(r["wall_seconds"]) for r in broken)
     lines += [

@@ -217,6 +217,13 @@ def load_config_dataset(config: RunConfig) -> Any:
     return load_dataset(config.data.name, config.data.dir, verify=config.data.verify)
 
 
+def run_seeds(config: RunConfig) -> SeedSequence:
+    """The run's seed sequence: every stream from ``seed``; with ``privacy.noise_generator: csprng``
+    the noise streams (noise, sampling coins, shuffles) from fresh ChaCha20 keys instead
+    (:meth:`dpfl.rng.SeedSequence.noise_generator`)."""
+    return SeedSequence(config.seed, noise="chacha20" if config.privacy.noise_generator == "csprng" else "torch")
+
+
 def build_config_model(config: RunConfig, dataset: Any, seeds: SeedSequence) -> torch.nn.Module:
     """The model a config names: a built-in (:func:`dpfl.models.build_model`, initialized from
     the run's seed) or a user ``module:function`` called as ``f(input_shape, num_classes,
@@ -265,7 +272,7 @@ def assemble(config: RunConfig, dataset: Any, parts: Sequence[Any], model: torch
             data set's classes.
     """
     torch.set_num_threads(config.threads)
-    seeds = SeedSequence(config.seed)
+    seeds = run_seeds(config)
     if config.sampling.kind == "fixed" and (config.sampling.clients_per_round or 0) > len(parts):
         raise ConfigError(
             f"`sampling.clients_per_round` ({config.sampling.clients_per_round}) exceeds the number of clients "
@@ -571,7 +578,7 @@ def build_plan(config: RunConfig, client_sizes: Any, num_params: int) -> Plan:
     with collect_range_warnings() as range_notices:
         algorithm = build_algorithm(config.algorithm, sampler, ctx)
     check_local_optimizer(algorithm, LocalTraining.from_config(config.local))
-    return Plan(config, SeedSequence(config.seed), algorithm, sizes, int(num_params),
+    return Plan(config, run_seeds(config), algorithm, sizes, int(num_params),
                 [{"kind": "formula-range", **w.to_dict()} for w in range_notices]
                 + delta_notices(config, algorithm, sizes))
 

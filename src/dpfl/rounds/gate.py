@@ -89,7 +89,8 @@ class PrivacyGate:
         num_clients: the population size.
         client_sizes: ``client_sizes(ids)`` → samples of those clients (public).
         privacy: the run's privacy settings.
-        seeds: the run's seeds (an adaptive algorithm's ex-ante plan may use them).
+        seeds: the run's seeds (an adaptive algorithm's ex-ante plan may use them; the privacy
+            statement names the generator that draws their noise, ``noise_generator``).
         planned_rounds: the rounds the run plans (what a target-ε stop says would fit them).
     """
 
@@ -104,6 +105,8 @@ class PrivacyGate:
                                     relation=algorithm.relation, privacy_unit=algorithm.privacy_unit,
                                     pld_every=privacy.pld_every)
         self.budget = self._budget(seeds)
+        source = getattr(seeds, "noise_source", None)
+        self.noise_generator: str | None = source() if callable(source) else None
         self.exceeded_noted = False
         self.order_grid_noted = False
 
@@ -162,6 +165,14 @@ class PrivacyGate:
                                                           observer=observer):
             against = f"against the {observer}" if observer else "(worst observer)"
             grid = self._order_grid_gap(t, releases, clients)
+            if grid is not None and (self.privacy.strict or not self.order_grid_noted) and not (
+                    self.ledger.would_exceed(releases, claim * (1 + 1e-9), participants=clients,
+                                             observer=observer, method="best")):
+                # the RDP route is above the claim by its order grid only, and the certificate (its
+                # PLD: the Skellam sum's Gaussian domination) is below the claim: nothing to note or
+                # refuse (one PLD at the first such round; every such round under privacy.strict)
+                self.order_grid_noted = True
+                return GateDecision(releases, claimed_after, None)
             if grid is not None:
                 msg = (f"round {t + 1}: the certified epsilon {against} is above the paper's claimed epsilon "
                        f"{claim:.4g} by the RDP order grid only: the claim's own formula at integer orders gives "
@@ -294,6 +305,7 @@ class PrivacyGate:
             certified_basis=basis,
             client_epsilons_rdp=per_client,
             client_epsilons_rdp_spent=per_client_spent,
+            extra={} if self.noise_generator is None else {"noise_generator": self.noise_generator},
         )
 
 

@@ -42,6 +42,9 @@ class CsvMetrics:
     ``path`` may contain ``{run_id}`` (e.g. ``"metrics/{run_id}.csv"``). The file is rewritten
     whole after each round (through a temporary file and a rename: a reader never sees half a
     file), so a column that appears late (test accuracy every 10 rounds) gets a header.
+
+    Args:
+        path: the CSV file; ``{run_id}`` in it is replaced by the run's id.
     """
 
     def __init__(self, path: str | Path) -> None:
@@ -93,6 +96,9 @@ def tensorboard_available() -> bool:
 class TensorBoardMetrics:
     """Write each round's numeric metrics as TensorBoard scalars in ``log_dir/<run_id>`` (step =
     round, 1-based), through ``torch.utils.tensorboard``.
+
+    Args:
+        log_dir: the folder (``tensorboard --logdir``); each run writes to its own subfolder.
 
     Raises:
         ConfigError: ``torch.utils.tensorboard`` cannot be imported (``pip install tensorboard``).

@@ -70,7 +70,10 @@ class PrivacySummary:
         spent: under a Rényi filter, the composition of what happened (not a guarantee).
         certified_basis: why the guarantee is not the composition of what happened, if it is not.
         client_epsilons_rdp: observer → client id → RDP ε of the guarantee (runs of ≤ 5,000
-            clients); ``client_epsilons_rdp_spent`` the same for ``spent``.
+            clients).
+        client_epsilons_rdp_spent: the same for ``spent``.
+        extra: further entries of the stored form, kept as they are (``"audit"``: the canary
+            audit's entry, read by :attr:`audit`).
     """
 
     certified: dict[str, Certificate] | None
@@ -91,6 +94,9 @@ class PrivacySummary:
 
         None when there is no final record (a run that has not ended) or no summary in it (a
         non-private algorithm, a run that failed before its first round).
+
+        Args:
+            final: a run's final record (``RunRecord.result``, ``TrainResult.final``), or None.
         """
         data = None if final is None else final.get("privacy")
         return cls.from_dict(data) if data else None
@@ -102,7 +108,11 @@ class PrivacySummary:
         return audit if audit else None
 
     def certificate(self, observer: str) -> Certificate | None:
-        """The certificate against ``observer`` (None when nothing was recorded for it)."""
+        """The certificate against ``observer`` (None when nothing was recorded for it).
+
+        Args:
+            observer: ``"server"`` or ``"public"``.
+        """
         return None if not self.certified else self.certified.get(observer)
 
     @property
@@ -113,7 +123,11 @@ class PrivacySummary:
         return max(self.certified.values(), key=lambda c: c.epsilon)
 
     def epsilon(self, observer: str | None = None) -> float | None:
-        """Certified ε against ``observer`` ("server" or "public", in any case; None: the headline).
+        """Certified ε against an observer.
+
+        Args:
+            observer: ``"server"`` or ``"public"``, in any case; None: the worst of them (the
+                headline).
 
         Raises:
             ConfigError: ``observer`` is not one the certificates name (the message lists them).
@@ -194,7 +208,11 @@ class PrivacySummary:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PrivacySummary:
-        """Read a stored ``final["privacy"]``."""
+        """Read a stored ``final["privacy"]``.
+
+        Args:
+            data: the stored form, as :meth:`to_dict` writes it.
+        """
         known = {"claimed_epsilon", "claim_notion", "certified", "delta", "not_covered", "claim_comparable",
                  "spent", "certified_basis", "client_epsilons_rdp", "client_epsilons_rdp_spent"}
 

@@ -238,7 +238,8 @@ def run_on(
     rid = exp.run_id + (f"-{cohort.tag}" if cohort.tag else "")
     if secure_rng:
         rid += "-secure"
-        exp.seeds = SeedSequence.secure_mode()
+        # a deployment draws every noise from ChaCha20 under fresh OS keys, whatever the config's generator
+        exp.seeds = SeedSequence.secure_mode("chacha20")
         if exp.engine is not None:
             exp.engine.seeds = exp.seeds
     ckpt_path = checkpoint_path(store, rid, checkpoint_dir)

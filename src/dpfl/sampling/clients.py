@@ -3,7 +3,8 @@
 Each sampler has
 
 * ``sample(num_clients, generator) -> LongTensor`` — the sorted ids of this round's cohort, drawn
-  only from the explicit ``torch.Generator`` (no global RNG);
+  only from the explicit generator (no global RNG): a ``torch.Generator`` or a ChaCha20
+  :class:`~dpfl.rng.CsprngGenerator`, through :mod:`dpfl.privacy.mechanisms.draw`;
 * ``wrap_event(event, num_clients) -> DpEvent`` — the ``dp_accounting`` event of one round of this
   sampling applied to ``event`` (built by :func:`dpfl.privacy.accounting.events.sampled_event`,
   the single implementation shared with the ledger);
@@ -14,7 +15,8 @@ Because the accountant takes the sampler object itself, the sampling the engine 
 sampling the accountant assumes cannot disagree (pfl's "simulate fixed-size cohorts, account for
 Poisson" mistake is unrepresentable).
 
-This module imports only :mod:`dpfl.errors` and :mod:`dpfl.privacy.accounting.events` from dpfl.
+This module imports only :mod:`dpfl.errors`, :mod:`dpfl.rng`, :mod:`dpfl.privacy.accounting.events` and
+:mod:`dpfl.privacy.mechanisms.draw` from dpfl.
 
 References:
     004 Algorithm 1 line 3 (Poisson sampling with probability p); 000 Algorithm 1 and 003 §IV
@@ -33,6 +35,8 @@ from dp_accounting import dp_event as dpe
 
 from dpfl.errors import ConfigError
 from dpfl.privacy.accounting.events import sampled_event, validate_sampling
+from dpfl.privacy.mechanisms.draw import rand, randperm
+from dpfl.rng import CsprngGenerator, NoiseGenerator
 
 __all__ = ["AllClients", "ClientSampler", "FixedSizeSampler", "PoissonSampler", "sampler_from_description"]
 
@@ -43,10 +47,11 @@ def _check_num_clients(num_clients: int) -> int:
     return num_clients
 
 
-def _check_generator(generator: torch.Generator) -> None:
-    if not isinstance(generator, torch.Generator):
+def _check_generator(generator: NoiseGenerator) -> None:
+    if not isinstance(generator, (torch.Generator, CsprngGenerator)):
         raise ConfigError(
-            f"`generator` must be a torch.Generator (dpfl never uses a global RNG). Found "
+            f"`generator` must be a torch.Generator or a dpfl.rng.CsprngGenerator (dpfl never uses a global RNG). "
+            "Found "
             f"{type(generator).__name__}."
         )
 
@@ -59,7 +64,7 @@ class ClientSampler(abc.ABC):
         """JSON-serializable description (what the ledger checks every round)."""
 
     @abc.abstractmethod
-    def sample(self, num_clients: int, generator: torch.Generator) -> torch.Tensor:
+    def sample(self, num_clients: int, generator: NoiseGenerator) -> torch.Tensor:
         """Sorted ids of this round's cohort, drawn only from ``generator``."""
 
     def wrap_event(self, event: dpe.DpEvent, num_clients: int) -> dpe.DpEvent:
@@ -82,7 +87,7 @@ class AllClients(ClientSampler):
     def describe(self) -> dict[str, Any]:
         return {"kind": "all"}
 
-    def sample(self, num_clients: int, generator: torch.Generator) -> torch.Tensor:
+    def sample(self, num_clients: int, generator: NoiseGenerator) -> torch.Tensor:
         """All ids ``0..num_clients-1`` (the generator is not consumed)."""
         _check_generator(generator)
         return torch.arange(_check_num_clients(num_clients), dtype=torch.long)
@@ -107,7 +112,7 @@ class FixedSizeSampler(ClientSampler):
     def describe(self) -> dict[str, Any]:
         return {"kind": "fixed_size", "num_sampled": int(self.num_sampled)}
 
-    def sample(self, num_clients: int, generator: torch.Generator) -> torch.Tensor:
+    def sample(self, num_clients: int, generator: NoiseGenerator) -> torch.Tensor:
         """K distinct sorted ids drawn uniformly (a random permutation's first K).
 
         Raises:
@@ -115,7 +120,7 @@ class FixedSizeSampler(ClientSampler):
         """
         _check_generator(generator)
         self.check(num_clients)
-        perm = torch.randperm(num_clients, generator=generator)
+        perm = randperm(num_clients, generator)
         return torch.sort(perm[: self.num_sampled]).values.to(torch.long)
 
 
@@ -139,11 +144,11 @@ class PoissonSampler(ClientSampler):
     def describe(self) -> dict[str, Any]:
         return {"kind": "poisson", "sample_rate": float(self.sample_rate)}
 
-    def sample(self, num_clients: int, generator: torch.Generator) -> torch.Tensor:
+    def sample(self, num_clients: int, generator: NoiseGenerator) -> torch.Tensor:
         """Sorted ids of the clients whose independent U(0,1) draw falls below q (maybe empty)."""
         _check_generator(generator)
         n = _check_num_clients(num_clients)
-        draws = torch.rand(n, generator=generator, dtype=torch.float64)
+        draws = rand(n, generator, dtype=torch.float64)
         return torch.nonzero(draws < self.sample_rate, as_tuple=False).reshape(-1).to(torch.long)
 
 

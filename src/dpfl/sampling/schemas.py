@@ -31,7 +31,8 @@ order first, so a cohort is a function of the seed and the round only — and ``
 ``schema()`` (b, k) and ``expected_cohort(N)`` (the public denominator of a round's sum). The
 memoryless ``sample(num_clients, generator)`` is refused: these samplers need the round.
 
-This module imports only :mod:`dpfl.errors`, :mod:`dpfl.privacy.accounting.events` and
+This module imports only :mod:`dpfl.errors`, :mod:`dpfl.rng`, :mod:`dpfl.privacy.accounting.events`,
+:mod:`dpfl.privacy.mechanisms.draw` (the coins and orders, from a torch or a ChaCha20 generator) and
 :mod:`.clients` from dpfl.
 """
 
@@ -46,11 +47,13 @@ import torch
 
 from dpfl.errors import ConfigError
 from dpfl.privacy.accounting.events import validate_sampling
+from dpfl.privacy.mechanisms.draw import rand, randperm
+from dpfl.rng import CsprngGenerator, NoiseGenerator
 from dpfl.sampling.clients import ClientSampler, _check_num_clients
 
 __all__ = ["AvailabilitySampler", "CyclicPoissonSampler", "MinSeparationSampler", "ScheduleSampler"]
 
-GeneratorFor = Callable[[int], torch.Generator]
+GeneratorFor = Callable[[int], NoiseGenerator]
 
 
 @dataclass
@@ -64,7 +67,7 @@ class ScheduleSampler(ClientSampler):
 
     memory = True
 
-    def sample(self, num_clients: int, generator: torch.Generator) -> torch.Tensor:
+    def sample(self, num_clients: int, generator: NoiseGenerator) -> torch.Tensor:
         raise ConfigError(f"the {self.describe()['kind']} schema needs the round: use "
                           "`sample_round(round_idx, num_clients, generator_for)` (Algorithm.sample does).")
 
@@ -80,7 +83,7 @@ class ScheduleSampler(ClientSampler):
         """A public, data-independent cohort size: the fixed denominator of a round's sum."""
         raise NotImplementedError
 
-    def _draw(self, round_idx: int, num_clients: int, generator: torch.Generator) -> list[int]:
+    def _draw(self, round_idx: int, num_clients: int, generator: NoiseGenerator) -> list[int]:
         raise NotImplementedError
 
     def sample_round(self, round_idx: int, num_clients: int, generator_for: GeneratorFor) -> torch.Tensor:
@@ -96,8 +99,9 @@ class ScheduleSampler(ClientSampler):
         while len(self._cohorts) <= round_idx:
             t = len(self._cohorts)
             gen = generator_for(t)
-            if not isinstance(gen, torch.Generator):
-                raise ConfigError(f"`generator_for` must return a torch.Generator. Found {type(gen).__name__}.")
+            if not isinstance(gen, (torch.Generator, CsprngGenerator)):
+                raise ConfigError("`generator_for` must return a torch.Generator or a dpfl.rng.CsprngGenerator. "
+                                  f"Found {type(gen).__name__}.")
             cohort = sorted(self._draw(t, n, gen))
             last, count = self._state_arrays(n)  # rounds before t
             self._cohorts.append(cohort)
@@ -170,7 +174,7 @@ class MinSeparationSampler(ScheduleSampler):
     def expected_cohort(self, num_clients: int) -> float:
         return float(math.ceil(_check_num_clients(num_clients) / self.min_separation))
 
-    def _draw(self, round_idx: int, num_clients: int, generator: torch.Generator) -> list[int]:
+    def _draw(self, round_idx: int, num_clients: int, generator: NoiseGenerator) -> list[int]:
         b, k = self.min_separation, self.max_participations
         if k is not None and round_idx // b >= k:
             return []
@@ -205,9 +209,9 @@ class CyclicPoissonSampler(ScheduleSampler):
     def expected_cohort(self, num_clients: int) -> float:
         return self.sample_rate * math.ceil(_check_num_clients(num_clients) / self.groups)
 
-    def _draw(self, round_idx: int, num_clients: int, generator: torch.Generator) -> list[int]:
+    def _draw(self, round_idx: int, num_clients: int, generator: NoiseGenerator) -> list[int]:
         members = self.group(round_idx, num_clients)
-        draws = torch.rand(len(members), generator=generator, dtype=torch.float64)
+        draws = rand(len(members), generator, dtype=torch.float64)
         return [members[i] for i in torch.nonzero(draws < self.sample_rate).reshape(-1).tolist()]
 
 
@@ -269,10 +273,10 @@ class AvailabilitySampler(ScheduleSampler):
         checked_in = n * self.window * self.checkin_rate
         return float(min(checked_in, self.max_cohort)) if self.max_cohort is not None else float(checked_in)
 
-    def _draw(self, round_idx: int, num_clients: int, generator: torch.Generator) -> list[int]:
+    def _draw(self, round_idx: int, num_clients: int, generator: NoiseGenerator) -> list[int]:
         n = num_clients
-        checks_in = torch.rand(n, generator=generator, dtype=torch.float64) < self.checkin_rate
-        order = torch.randperm(n, generator=generator)  # the order in which the check-ins arrive
+        checks_in = rand(n, generator, dtype=torch.float64) < self.checkin_rate
+        order = randperm(n, generator)  # the order in which the check-ins arrive
         last, count = self._state_arrays(n)  # the rounds before this one (it is appended after the draw)
         eligible = self.online(round_idx, n) & checks_in & (round_idx - last >= self.min_separation)
         if self.max_participations is not None:

@@ -33,7 +33,9 @@ What the canonical form does *not* give: privacy against a server that sees the 
 shuffler exists is a deployment fact, stated with the certified ε
 (:mod:`dpfl.privacy.accounting.shuffle`).
 
-This module imports nothing from dpfl except :mod:`dpfl.errors`.
+This module imports nothing from dpfl except :mod:`dpfl.errors`, :mod:`dpfl.rng` and
+:mod:`dpfl.privacy.mechanisms.draw` (the tuple path's permutation, from a torch or a ChaCha20
+generator).
 
 References:
     001_8ad797a147f2b989.txt, Algorithm 1 (line 8: mean of each weight by id), Algorithm 3,
@@ -49,6 +51,8 @@ import torch
 from torch import Tensor
 
 from dpfl.errors import ConfigError
+from dpfl.privacy.mechanisms.draw import randperm
+from dpfl.rng import NoiseGenerator
 
 __all__ = ["ClientReports", "IdMultisets", "Shuffler", "mean_by_id", "split"]
 
@@ -152,7 +156,7 @@ class Shuffler:
     """The trusted mixer between clients and server (see the module docstring)."""
 
     @staticmethod
-    def shuffle(reports: Sequence[ClientReports], num_ids: int, generator: torch.Generator) -> IdMultisets:
+    def shuffle(reports: Sequence[ClientReports], num_ids: int, generator: NoiseGenerator) -> IdMultisets:
         """Mix every client's tuples and group them by id (generic values).
 
         The concatenated tuples are permuted uniformly at random with ``generator`` (what a
@@ -178,7 +182,7 @@ class Shuffler:
         values = torch.cat([r.values for r in reports])
         if bool((ids < 0).any()) or bool((ids >= num_ids).any()):
             raise ConfigError(f"report ids must be in [0, {num_ids}).")
-        perm = torch.randperm(ids.numel(), generator=generator, device=ids.device)
+        perm = randperm(ids.numel(), generator, device=ids.device)
         ids, values = ids[perm], values[perm]
         by_value = torch.argsort(values, stable=True)
         ids, values = ids[by_value], values[by_value]

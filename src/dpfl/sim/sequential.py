@@ -22,6 +22,7 @@ from dpfl.client.local import batch_plan, dp_sgd_noise_std, dp_sgd_sample_rate, 
 from dpfl.client.optim import OptimizerState
 from dpfl.client.regularizers import l2_penalty, proximal
 from dpfl.models.losses import per_sample_loss
+from dpfl.privacy.mechanisms.draw import randn
 from dpfl.sim.base import Engine, LocalResult
 
 
@@ -72,7 +73,7 @@ class SequentialEngine(Engine):
             n_k = int(idx_all.numel())
             dp_denominator = dp_sgd_sample_rate(n_k, local) * n_k
             dp_std = dp_sgd_noise_std(n_k, local)
-            dp_noise = self.seeds.generator(round_idx, int(client), "noise", device=device)
+            dp_noise = self.seeds.noise_generator(round_idx, int(client), "noise", device=device)
         flat = global_params.detach().to(device).clone()
         params = prob.layout.views(flat)
         for v in params.values():
@@ -100,8 +101,8 @@ class SequentialEngine(Engine):
                     reg_grads = torch.autograd.grad(reg, plist, allow_unused=True)
                     grads = [g if r is None else g + r for g, r in zip(grads, reg_grads, strict=True)]
                 if dp_std > 0:
-                    flat_noise = torch.randn(prob.layout.numel, generator=dp_noise, device=device,
-                                             dtype=flat.dtype) * torch.tensor(dp_std, dtype=flat.dtype, device=device)
+                    flat_noise = randn(prob.layout.numel, dp_noise, dtype=flat.dtype, device=device) * torch.tensor(
+                        dp_std, dtype=flat.dtype, device=device)
                     noise = prob.layout.views(flat_noise)
                     grads = [g + noise[n] for g, n in zip(grads, names, strict=True)]
                 with torch.no_grad():

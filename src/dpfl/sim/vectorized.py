@@ -66,6 +66,8 @@ from dpfl.client.optim import Adam, OptimizerState
 from dpfl.client.regularizers import l2_penalty, proximal
 from dpfl.errors import ConfigError
 from dpfl.models.losses import per_sample_loss
+from dpfl.privacy.mechanisms.draw import randn
+from dpfl.rng import NoiseGenerator
 from dpfl.sim.base import Engine, LocalResult
 from dpfl.sim.kernel import CohortForward, SGDKernel
 from dpfl.sim.per_sample import ghost_clipped_grads, materialized_clipped_grads
@@ -537,7 +539,7 @@ class _DpSgdSteps:
     pairs are real steps [K, S], and each client's noise stream (round, client, "noise")."""
 
     def __init__(self, denominators: torch.Tensor, stds: torch.Tensor, active: torch.Tensor,
-                 generators: list[torch.Generator], numel: int, dtype: torch.dtype) -> None:
+                 generators: list[NoiseGenerator], numel: int, dtype: torch.dtype) -> None:
         self.denominators = denominators
         self.stds = stds
         self.active = active
@@ -555,7 +557,7 @@ class _DpSgdSteps:
         stds = torch.tensor([dp_sgd_noise_std(n, local) for n in sizes], dtype=dtype, device=device)
         width = int(n_steps.max()) if n_steps.numel() else 0
         active = (torch.arange(width).unsqueeze(0) < n_steps.unsqueeze(1)).to(device)
-        gens = [engine.seeds.generator(round_idx, int(c), "noise", device=device) for c in clients]
+        gens = [engine.seeds.noise_generator(round_idx, int(c), "noise", device=device) for c in clients]
         return cls(denominators, stds, active, gens, engine.problem.layout.numel, dtype)
 
     def noise(self, step: int, rows_taking: int | None = None) -> torch.Tensor:
@@ -565,7 +567,7 @@ class _DpSgdSteps:
         rows = []
         for k, gen in enumerate(self.generators[:rows_taking]):
             if bool(self.active[k, step]) and float(self.stds[k]) > 0:
-                rows.append(torch.randn(self.numel, generator=gen, device=gen.device, dtype=self.dtype) * self.stds[k])
+                rows.append(randn(self.numel, gen, dtype=self.dtype).to(self.stds.device) * self.stds[k])
             else:
                 rows.append(torch.zeros(self.numel, device=self.stds.device, dtype=self.dtype))
         return torch.stack(rows)

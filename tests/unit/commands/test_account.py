@@ -109,14 +109,17 @@ def test_dp_fedavg_inverse(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_dp_fedavg_secure_aggregation_prices_the_skellam_sum(capsys: pytest.CaptureFixture[str]) -> None:
     """``--secure-aggregation`` is the config with ``privacy.secure_aggregation: true``: the integer
-    pipeline's Skellam sum (RDP only), not a what-if; the server sees the sum, not each upload."""
+    pipeline's Skellam sum (its PLD through the dominating Gaussian pair, below its RDP route), not a
+    what-if; the server sees the sum, not each upload."""
     plain = _json(DPFEDAVG, capsys)
     secure = _json([*DPFEDAVG, "--secure-aggregation"], capsys)
     assert "what_if" not in secure and secure["config"]["privacy"]["secure_aggregation"] is True
     sec = secure["secure_aggregation"]
     assert sec["participation"] == "visible" and sec["dim"] == 1 and sec["variance"] > 0
     for obs in ("server", "public"):
-        assert secure["observers"][obs]["method"] == "rdp" and secure["observers"][obs]["epsilon_pld"] is None
+        cert = secure["observers"][obs]
+        assert cert["method"] == "pld" and _num(cert["epsilon_pld"]) < _num(cert["epsilon_rdp"])
+        assert any("skellam-gdp" in n for n in cert["notes"])
     assert _num(secure["observers"]["server"]["epsilon"]) < _num(plain["observers"]["server"]["epsilon"])
     hidden = _json([*DPFEDAVG, "--secure-aggregation", "--participation", "hidden", "--dim", "500"], capsys)
     assert hidden["secure_aggregation"]["participation"] == "hidden" and hidden["secure_aggregation"]["dim"] == 500

@@ -160,4 +160,4 @@ def test_a_dp_fedavg_config_with_secure_aggregation_is_priced_as_the_skellam_sum
     assert got is not None and got.certified is not None
     # hidden participation: the server's view is the public's
     assert got.certified["server"].epsilon == pytest.approx(got.certified["public"].epsilon, rel=1e-12)
-    assert got.certified["server"].method == "rdp" and got.certified["server"].basis == "ex-ante"
+    assert got.certified["server"].method == "pld" and got.certified["server"].basis == "ex-ante"

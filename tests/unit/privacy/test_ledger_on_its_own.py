@@ -119,11 +119,12 @@ def test_an_unknown_kind_names_the_kinds_it_knows() -> None:
 
 
 def test_a_registered_mechanism_prices_without_the_certifier_naming_it() -> None:
-    # the Skellam sum is priced by what its own module registered: its RDP, and the note saying why no PLD
+    # the Skellam sum is priced by what its own module registered: its RDP, and for the PLD the Gaussian
+    # event that dominates it, with the note naming the proof
     ledger = PrivacyLedger(num_clients=10, sampler={"kind": "poisson", "sample_rate": 0.5}, delta=DELTA, pld_every=0)
     ledger.record([SkellamRelease("server", variance=400.0, l2_sensitivity=10.0, l1_sensitivity=40.0,
                                   amplifiable=True)])
     cert = ledger.certify("server")
-    assert cert.method == "rdp" and cert.epsilon_pld is None
-    assert any("PLD: not available for the Skellam mechanism" in n for n in cert.notes)
+    assert cert.method == "pld" and cert.epsilon_rdp is not None and cert.epsilon <= cert.epsilon_rdp
+    assert any("Gaussian pairs that dominate" in n and "skellam-gdp" in n for n in cert.notes)
     assert any("hidden participation" in n for n in cert.notes)

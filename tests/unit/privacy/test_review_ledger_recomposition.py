@@ -39,7 +39,8 @@ from dpfl.privacy.releases import (
     SkellamRelease,
     TwoPointRelease,
 )
-from dpfl.privacy.releases.skellam import is_skellam, skellam_rdp_vector
+from dpfl.privacy.releases.skellam import SkellamDpEvent, is_skellam, skellam_rdp_vector
+from dpfl.privacy.releases.skellam_gdp import certified_unit_eta
 
 DELTA = 1e-5
 Q = 0.3
@@ -140,6 +141,20 @@ def _reference_rdp(events: list[Any], relation: str) -> np.ndarray:
     return curve
 
 
+def _dominating(event: Any) -> Any:
+    """A Skellam receipt (bare, Poisson-sampled, self-composed) as the Gaussian one whose PLD
+    dominates it: noise multiplier 1/(η̄·Δ2), η̄ the certified unit-shift GDP parameter."""
+    if isinstance(event, dpa.SelfComposedDpEvent):
+        return dpa.SelfComposedDpEvent(_dominating(event.event), event.count)
+    if isinstance(event, dpa.PoissonSampledDpEvent):
+        return dpa.PoissonSampledDpEvent(event.sampling_probability, _dominating(event.event))
+    if isinstance(event, SkellamDpEvent):
+        cert = certified_unit_eta(event.variance)
+        assert cert is not None
+        return dpa.GaussianDpEvent(1.0 / (cert.eta * event.l2_sensitivity))
+    return event
+
+
 def _reference_eps(events: list[Any], relation: str, with_pld: bool) -> tuple[float, float | None, float]:
     """(RDP ε, pure ε or None, tightest ε) of one client's receipts."""
     if not events:
@@ -155,8 +170,9 @@ def _reference_eps(events: list[Any], relation: str, with_pld: bool) -> tuple[fl
         eps_leaf = math.log((1 - leaf.noise_parameter / 2) / (leaf.noise_parameter / 2))
         pure += eps_leaf * (e.count if isinstance(e, dpa.SelfComposedDpEvent) else 1)
     best = min(eps_rdp, pure) if pure is not None else eps_rdp
-    if with_pld and not any(is_skellam(e) for e in events):
-        eps_pld, _ = pld_epsilon(compose(events), DELTA, relation, 1e-2)
+    if with_pld and (relation == "add_remove" or not any(is_skellam(e) for e in events)):
+        # a Skellam receipt by its dominating Gaussian pair (docs/proofs/skellam-gdp.md), mapped here
+        eps_pld, _ = pld_epsilon(compose([_dominating(e) for e in events]), DELTA, relation, 1e-2)
         if eps_pld is not None:
             best = min(best, eps_pld)
     return eps_rdp, pure, best

@@ -376,3 +376,173 @@ def test_a_max_epsilon_stop_names_the_figures_and_a_cohort_smaller_than_the_wrap
     full = _fl_dp_sa(max_epsilon=1.0)
     why = full.planned(1, list(range(1000, 1020)))
     assert why is not None and "raise noise_multiplier (now 0.2)" in why
+
+
+# --------------------------------------------------------------------------- issue #54: certificate edges
+
+
+class _Nodes:
+    """A legacy ClientManager of fixed nodes (what FedAvg.configure_fit asks of it)."""
+
+    def __init__(self, nodes: list[int]) -> None:
+        from types import SimpleNamespace
+
+        self.proxies = {str(n): SimpleNamespace(node_id=n, cid=str(n)) for n in nodes}
+
+    def all(self) -> dict[str, object]:
+        return self.proxies
+
+    def num_available(self) -> int:
+        return len(self.proxies)
+
+    def sample(self, num_clients: int, min_num_clients: int | None = None, criterion: object = None) -> list[object]:
+        return list(self.proxies.values())[:num_clients]
+
+
+def _legacy_round(strategy: object, server_round: int, nodes: list[int], weights: list[int]) -> None:
+    """One legacy fit round through ``strategy``: every node moves the model by 0.1 per coordinate."""
+    import numpy as np
+    from flwr.common import Code, FitRes, Status, ndarrays_to_parameters
+
+    current = [np.zeros(3, dtype=np.float32)]
+    pairs = strategy.configure_fit(server_round, ndarrays_to_parameters(current), _Nodes(nodes))  # type: ignore[attr-defined]
+    results = [(proxy, FitRes(Status(Code.OK, ""), ndarrays_to_parameters([current[0] + 0.1]), n, {}))
+               for (proxy, _), n in zip(pairs, weights, strict=True)]
+    strategy.aggregate_fit(server_round, results, [])  # type: ignore[attr-defined]
+
+
+def test_a_clipping_norm_set_to_zero_after_construction_leaves_the_server_infinite_and_is_named() -> None:
+    # Fails before the change: the server's clip of 0 gave every update sensitivity 0, so the server,
+    # which clips what it has already received, was certified ε = 0; no note named the attribute.
+    wrapper = message.DifferentialPrivacyServerSideFixedClipping(message.FedAvg(), 1.0, 1.0, 4)
+    wrapper.clipping_norm = 0
+    cert = RoundCertifier(read_flower_dp(wrapper), DELTA)
+    cert.start(range(4))
+    cert.record(1, [0, 1, 2, 3], [1.0] * 4)
+    assert math.isinf(cert.epsilons("rdp")["server"])
+    assert cert.epsilons("rdp")["public"] == 0.0  # every update clipped to zero: the broadcast says nothing
+    text = "\n".join(cert.report())
+    assert ("DifferentialPrivacyServerSideFixedClipping.clipping_norm = 0: the wrapper clips every update to zero, "
+            "but only after the server has received it — the server sees the raw updates (ε = ∞ against it)") in text
+
+
+def test_the_wrappers_numbers_are_read_when_certifying_and_a_negative_or_non_finite_one_is_refused() -> None:
+    # Fails before the change: the noise multiplier was read once, at construction (the round was
+    # priced at z = 1 though Flower noised it with z = 2), and a negative clip reached Flower unnamed.
+    from dpfl.runtime.flower.certified import CertifiedLegacyStrategy
+
+    wrapper = legacy.DifferentialPrivacyServerSideFixedClipping(
+        legacy.FedAvg(fraction_fit=1.0, min_fit_clients=4, min_available_clients=4), 1.0, 1.0, 4)
+    strategy = CertifiedLegacyStrategy(wrapper, delta=DELTA)
+    wrapper.noise_multiplier = 2.0
+    _legacy_round(strategy, 1, [1, 2, 3, 4], [5, 5, 5, 5])
+    assert strategy.certifier.epsilons("rdp")["public"] == pytest.approx(
+        _rdp(dp_accounting.GaussianDpEvent(2.0), 1), rel=1e-6)
+    assert math.isinf(strategy.certifier.epsilons("rdp")["server"])
+    wrapper.clipping_norm = -1.0
+    with pytest.raises(ConfigError) as err:
+        _legacy_round(strategy, 2, [1, 2, 3, 4], [5, 5, 5, 5])
+    assert str(err.value) == ("DifferentialPrivacyServerSideFixedClipping.clipping_norm = -1.0: dpfl certifies a "
+                              "finite number >= 0 only (Flower computes its noise std z·C/m from it). Set "
+                              "DifferentialPrivacyServerSideFixedClipping.clipping_norm to a finite positive number.")
+    wrapper.clipping_norm = 1.0
+    wrapper.noise_multiplier = float("nan")
+    with pytest.raises(ConfigError, match=r"DifferentialPrivacyServerSideFixedClipping\.noise_multiplier = nan"):
+        read_flower_dp(wrapper)
+
+
+def test_an_unknown_mod_outside_fixedclipping_mod_is_named_as_able_to_undo_the_clip() -> None:
+    # Fails before the change: the note said only that dpfl cannot see what the mod does and that
+    # its noise is not counted, wherever it sat.
+    def my_mod(msg, ctx, call_next):  # type: ignore[no-untyped-def]
+        return call_next(msg, ctx)
+
+    wrapper = message.DifferentialPrivacyClientSideFixedClipping(message.FedAvg(), 1.0, 1.0, 4)
+    outside = read_flower_dp(wrapper, [my_mod, fixedclipping_mod])  # the first mod handles the reply last
+    assert outside.notes == ("client mod 'my_mod': dpfl cannot see what it does; any noise it adds is not counted; it "
+                             "is outside fixedclipping_mod (before it in mods=[...]), so it handles the reply after "
+                             "the clip and can change the clipped update and undo the clip — put it after "
+                             "fixedclipping_mod in the list",)
+    inside = read_flower_dp(wrapper, [fixedclipping_mod, my_mod])
+    assert inside.notes == ("client mod 'my_mod': dpfl cannot see what it does; any noise it adds is not counted",)
+
+
+def test_adaptive_clipping_says_the_composed_epsilon_needs_a_budget_fixed_in_advance(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Fails before the change: nothing said that the noise multiplier depends on the data (through
+    # the noisy count), so that the composed ε holds only under a privacy filter (max_epsilon).
+    from dpfl.runtime.flower import certified
+
+    logged: list[str] = []
+    monkeypatch.setattr(certified, "_log", lambda level, msg: logged.append(msg))
+    no_filter = ("adaptive clipping without a privacy filter: each round's noise multiplier z·C_{t+1}/C_t depends "
+                 "on the data (through the noisy clipped count that moves the clip norm), so the composed ε below "
+                 "is a guarantee only with the budget fixed in advance — pass max_epsilon= (the public's budget) "
+                 "and dpfl stops the run before a round would exceed it")
+    strategy = certified.CertifiedStrategy(message.DifferentialPrivacyServerSideAdaptiveClipping(
+        message.FedAvg(), 1.0, 10, clipped_count_stddev=2.0), delta=DELTA)
+    strategy.summary()
+    assert f"dpfl: {no_filter}" in logged
+    cert = strategy.certifier
+    cert.start(range(10))
+    cert.record(1, list(range(10)), [1.0] * 10)
+    assert f"  {no_filter}" in cert.report()
+    held = certified.CertifiedLegacyStrategy(legacy.DifferentialPrivacyServerSideAdaptiveClipping(
+        legacy.FedAvg(), 1.0, 10, clipped_count_stddev=2.0), delta=DELTA, max_epsilon=5.0)
+    assert logged[-1] == ("dpfl: adaptive clipping: each round's noise multiplier depends on the data (through the "
+                          "noisy clipped count), so the guarantee is the budget fixed in advance, max_epsilon = 5 for "
+                          "the public: dpfl's privacy filter holds it (it stops the run before a round would "
+                          "exceed it)")
+    assert held.certifier.filter_note() == logged[-1][len("dpfl: "):]
+    fixed = RoundCertifier(read_flower_dp(message.DifferentialPrivacyServerSideFixedClipping(
+        message.FedAvg(), 1.0, 1.0, 4)), DELTA)
+    assert fixed.filter_note() is None  # a fixed clip: the multiplier does not depend on the data
+
+
+def test_flowers_figure_is_labelled_and_fedavgs_add_remove_figure_is_shown_when_the_weights_differ() -> None:
+    # Fails before the change: the legacy app's figure was "Flower (its RdpAccountant on the same
+    # events)", as if the app ran it, and with unequal weights only the zero-out figures were shown.
+    dp = read_flower_dp(legacy.DifferentialPrivacyServerSideFixedClipping(legacy.FedAvg(), 1.0, 1.0, 4))
+    cert = RoundCertifier(dp, DELTA)
+    cert.start([11, 12, 13, 14])
+    cert.record(1, [11, 12, 13, 14], [10.0, 10.0, 10.0, 50.0])
+    # noise std z·C/m = 1/4; the heavy client is w = 5/8 of the mean; gone from it, the realized
+    # denominator shrinks with it: the mean moves by up to 2·w·C (zero-out: w·C)
+    add_remove = dp_accounting.GaussianDpEvent(0.25 / (2 * 5 / 8))
+    zero_out = dp_accounting.GaussianDpEvent(0.25 / (5 / 8))
+    gone = cert.add_remove_epsilons("rdp")
+    assert gone is not None and gone["public"] == pytest.approx(_rdp(add_remove, 1), rel=1e-6)
+    assert cert.epsilons("rdp")["public"] == pytest.approx(_rdp(zero_out, 1), rel=1e-6)
+    best = cert.add_remove_epsilons()
+    assert best is not None and best["public"] == pytest.approx(_pld(add_remove, 1), rel=2e-3)
+    assert math.isinf(best["server"])
+    text = "\n".join(cert.report())
+    assert (f"  add/remove, FedAvg's denominator included (the weights differ, so the zero-out figures above are not "
+            f"add/remove ones): server ε = ∞, public ε = {best['public']:,.4g} at δ = 1e-05") in text
+    assert ("  Flower's figure — Flower's RdpAccountant, run by dpfl on Flower's assumptions (total z, add/remove of "
+            "one client at sensitivity C/m, i.e. equal weights over a fixed denominator m; the cohort known, no "
+            "amplification): ε = ") in text
+    line = cert.round_line(1)
+    assert f"(zero-out; FedAvg's add/remove: public {gone['public']:,.4g})" in line
+    assert line.endswith(f" · Flower's RdpAccountant, run by dpfl on Flower's assumptions (total z, add/remove): "
+                         f"ε = {_rdp(dp_accounting.GaussianDpEvent(1.0), 1):,.4g}")
+    equal = RoundCertifier(dp, DELTA)
+    equal.start(range(4))
+    equal.record(1, [0, 1, 2, 3], [1.0] * 4)
+    assert equal.add_remove_epsilons() is None and "add/remove, FedAvg" not in "\n".join(equal.report())
+
+
+def test_flowers_deprecated_dp_fedavg_wrappers_are_refused_with_their_replacement() -> None:
+    # Fails before the change: DPFedAvgFixed was read as a strategy that adds no noise (∞), unnamed.
+    from dpfl.runtime.flower.certified import CertifiedLegacyStrategy
+
+    with pytest.raises(ConfigError) as err:
+        read_flower_dp(legacy.DPFedAvgFixed(legacy.FedAvg(), num_sampled_clients=10, clip_norm=1.0))
+    assert str(err.value) == ("DPFedAvgFixed (Flower's deprecated DP-FedAvg wrapper) is not supported: dpfl does not "
+                              "read its clipping, noise or sampling, so it cannot certify it. Use "
+                              "DifferentialPrivacyServerSideFixedClipping (or "
+                              "DifferentialPrivacyClientSideFixedClipping with fixedclipping_mod), as Flower "
+                              "recommends.")
+    with pytest.raises(ConfigError, match=r"^DPFedAvgAdaptive \(Flower's deprecated .* Use "
+                                          r"DifferentialPrivacyServerSideAdaptiveClipping \(or "):
+        CertifiedLegacyStrategy(legacy.DPFedAvgAdaptive(legacy.FedAvg(), num_sampled_clients=40), delta=DELTA)

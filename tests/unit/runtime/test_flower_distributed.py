@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import os
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Literal
 
 import dp_accounting
 import numpy as np
@@ -185,14 +185,36 @@ def _strategy(**kwargs: Any) -> DistributedDpLegacyStrategy:
                                        expected_clients=10, delta=1e-5, **kwargs)
 
 
-def _certify(strategy: DistributedDpLegacyStrategy, dim: int, arrived: int, rounds: int) -> dict[str, float]:
+def _certify(strategy: DistributedDpLegacyStrategy, dim: int, arrived: int, rounds: int,
+             method: Literal["rdp", "best"] = "rdp") -> dict[str, float]:
+    """Each observer's certified ε: by its RDP route (``method="rdp"``), or the certificate."""
     ledger = PrivacyLedger(num_clients=20, sampler={"kind": "all"}, delta=1e-5, pld_every=0)
     plan = strategy.plan(dim)
     for _ in range(rounds):
         ids = list(range(arrived))
         ledger.record_round(ledger.rounds_recorded, strategy.releases(plan, ids), sampling={"kind": "all"},
                             participants=ids)
-    return {obs: float(ledger.certify(obs).epsilon) for obs in ("server", "public")}
+    return {obs: float(ledger.certify(obs, None, method).epsilon) for obs in ("server", "public")}
+
+
+def test_the_certificate_is_the_gaussian_dominating_pld_between_the_gaussian_and_the_rdp_route() -> None:
+    """The certificate (the PLD of the Gaussian pair dominating the Skellam sum, docs/proofs/skellam-gdp.md)
+    lies between dp-accounting's Gaussian PLD at the same z (exact here: unsampled Gaussians compose to a
+    Gaussian) and the RDP route, and comes within 1e-4 of the former once γ makes the rounding inflation of Δ2 small."""
+    from dpfl.privacy.accounting.certify import certify
+
+    z, rounds, dim = 0.7, 5, 1000
+    gauss_pld = certify(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(z), rounds), 1e-5,
+                        relation="add_remove", privacy_unit="client").epsilon
+    excess = []
+    for k in (4, 8, 16):
+        best = _certify(_strategy(z=z, scale=2.0**k), dim, 10, rounds, method="best")
+        rdp = _certify(_strategy(z=z, scale=2.0**k), dim, 10, rounds, method="rdp")
+        assert best["server"] == best["public"]
+        assert gauss_pld <= best["public"] < rdp["public"]
+        excess.append(best["public"] / gauss_pld - 1)
+    # γS = 2^4: Δ2 inflated by rounding; from 2^8 on, only the certified η's own slack (< 1e-4) is left
+    assert excess[0] > max(excess[1:]) and max(excess[1:]) < 1e-4, excess
 
 
 def test_certificate_server_equals_public_and_approaches_the_gaussian_from_above() -> None:
@@ -499,3 +521,28 @@ def test_the_mod_sends_no_app_metrics_unless_asked() -> None:
     metrics = compat.recorddict_to_fitres(out.content, keep_input=True).metrics
     assert "train_loss" not in metrics and metrics["dpfl-dd-seeded"] == 0
     assert all(k.startswith("dpfl-dd-") for k in metrics)
+
+
+def test_distributed_mode_says_once_that_it_replaces_example_weighting_by_an_unweighted_mean(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Fails before the change (#54): nothing said that the app's FedAvg weighting by num_examples is
+    # replaced by the SecAgg+ sum divided by the fixed denominator m, however many vectors arrive.
+    from flwr.common import ndarrays_to_parameters
+    from flwr.server.strategy import FedAvg
+
+    from dpfl.runtime.flower import distributed
+
+    logged: list[str] = []
+    monkeypatch.setattr(distributed, "_log", lambda level, msg: logged.append(msg))
+    strategy = DistributedDpLegacyStrategy(FedAvg(fraction_fit=1.0, min_fit_clients=10, min_available_clients=10),
+                                           clip_norm=1.0, noise_multiplier=0.7, expected_clients=10, delta=1e-5)
+    params = ndarrays_to_parameters([np.zeros(4, dtype=np.float32)])
+    for server_round in (1, 2):
+        strategy.configure_fit(server_round, params, _Manager(list(range(10))))
+    said = [line for line in logged if "unweighted mean" in line]
+    assert said == ["dpfl distributed DP: the aggregate is an unweighted mean over the fixed denominator — the SecAgg+ "
+                    "sum of the clipped updates divided by expected_clients = 10, however many arrive; it replaces the "
+                    "example weighting of FedAvg (num_examples), since every client reports num_examples = "
+                    "max_weight = 1000"]
+    assert "by an unweighted mean over the fixed denominator" in (DistributedDpLegacyStrategy.__doc__ or "")
+    assert "replacing\n    the app's example weighting" in (DistributedDpMod.__doc__ or "")

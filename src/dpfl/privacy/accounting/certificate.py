@@ -102,7 +102,11 @@ class Certificate:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Certificate:
-        """Inverse of :meth:`to_dict`."""
+        """Inverse of :meth:`to_dict`.
+
+        Args:
+            data: the JSON form :meth:`to_dict` writes.
+        """
         num = epsilon_from_json
         eps = num(data["epsilon"])
         return cls(

@@ -21,7 +21,8 @@ note says so — never an error, never a silently wrong number.
 multiplier for a target ε).
 
 An event dp-accounting does not price (the Skellam sum) is priced by what its mechanism's module
-registered (:mod:`.registry`): its RDP curve, and the note saying why it has no PLD.
+registered (:mod:`.registry`): its RDP curve, and for the PLD a dp-accounting event proven to
+dominate it (or the note saying why there is none for its parameters).
 
 The result type, :class:`~dpfl.privacy.accounting.certificate.Certificate`, and the JSON form of an
 ε live in :mod:`.certificate` (no accountant, no torch: what reads stored runs imports that) and
@@ -340,9 +341,12 @@ def pld_epsilon(
             math.isfinite(discretization) and discretization > 0):
         raise ConfigError(f"the PLD discretization (`--pld-discretization`) must be a finite number > 0. "
                           f"Found {discretization!r}.")
-    registered = [r for r in (accounting_of(leaf) for leaf, _ in leaves(event)) if r is not None]
-    if registered:
-        return None, list(dict.fromkeys(r.pld_note for r in registered))
+    if any(accounting_of(leaf) is not None for leaf, _ in leaves(event)):
+        dominated, dom_notes = _pld_dominating(event, relation)
+        if dominated is None:
+            return None, dom_notes
+        eps, notes = pld_epsilon(dominated, delta, relation, discretization)
+        return eps, dom_notes + notes
     view, notes = _pld_view(event, relation)
     sampled_count = sum(c for leaf, c in leaves(view)
                         if isinstance(leaf, (dpa.PoissonSampledDpEvent, dpa.SampledWithoutReplacementDpEvent)))
@@ -371,6 +375,37 @@ def pld_epsilon(
     if isinstance(acc, GaussianCompositionAccountant):
         notes.append("PLD: unsampled Gaussian composition evaluated in closed form (exact).")
     return float(acc.compose(pld_event).get_epsilon(delta)), notes
+
+
+def _pld_dominating(event: dpe.DpEvent, relation: str) -> tuple[dpe.DpEvent | None, list[str]]:
+    """``event`` with every leaf of a registered mechanism replaced by the dp-accounting event its
+    module proved to dominate it (:mod:`.registry`), and the notes naming the proofs; ``None``
+    (and the notes saying why) where one leaf has no proven domination.
+
+    Composition is sound leaf by leaf: a tensor product of dominating pairs dominates the
+    (adaptive) composition of the mechanisms (Zhu, Dong, Wang 2022, arXiv 2106.08567, Thm 10).
+    """
+    notes: list[str] = []
+
+    def walk(e: dpe.DpEvent) -> dpe.DpEvent | None:
+        if isinstance(e, dpa.ComposedDpEvent):
+            parts = [walk(x) for x in e.events]
+            return None if any(p is None for p in parts) else dpa.ComposedDpEvent(parts)  # type: ignore[arg-type]
+        if isinstance(e, dpa.SelfComposedDpEvent):
+            inner = walk(e.event)
+            return None if inner is None else dpa.SelfComposedDpEvent(inner, e.count)
+        acc = accounting_of(e)
+        if acc is None:
+            return e
+        if acc.pld_dominating is None:
+            notes.append(acc.pld_note)
+            return None
+        dominating, note = acc.pld_dominating(e, relation)
+        notes.append(note)
+        return dominating
+
+    out = walk(event)
+    return out, list(dict.fromkeys(notes))
 
 
 def _randomized_response_pld_epsilon(

@@ -1,4 +1,4 @@
-"""Privacy mechanisms on a stacked cohort ``[K, ...]`` with explicit ``torch.Generator``\\ s.
+"""Privacy mechanisms on a stacked cohort ``[K, ...]`` with explicit generators.
 
 Bound sensitivity, then randomize — two steps, so one mechanism serves local DP, central DP and
 clip-on-client / noise-on-server: :mod:`.clipping` bounds (whole-vector L2 clip, the sensitivity
@@ -6,10 +6,13 @@ it enforces); :mod:`.gaussian` and :mod:`.two_point` randomize (the two-point ra
 its event, ``two_point_event``; a Gaussian release's event is
 :func:`dpfl.privacy.accounting.events.gaussian_event`, the one definition); :mod:`.log_range` is a
 DP agreement on per-layer
-ranges (noisy log2 max|w| reports, ``log_range_event``). Nothing here reads a global RNG;
-secure seeding is ``dpfl.rng.SeedSequence.secure_mode()``.
+ranges (noisy log2 max|w| reports, ``log_range_event``); :mod:`.integer` is secure aggregation's
+integer pipeline and :mod:`.lattice` the floating-point-safe release built on it (integers plus
+Skellam noise). Nothing here reads a global RNG: every draw goes through :mod:`.draw`, from a
+``torch.Generator`` or a ChaCha20 :class:`dpfl.rng.CsprngGenerator`; secure seeding is
+``dpfl.rng.SeedSequence.secure_mode()`` (``secure_mode("chacha20")`` for ChaCha20 noise).
 
-This package imports nothing from dpfl except :mod:`dpfl.errors`.
+This package imports nothing from dpfl except :mod:`dpfl.errors` and :mod:`dpfl.rng`.
 """
 
 from dpfl.privacy.mechanisms.clipping import (

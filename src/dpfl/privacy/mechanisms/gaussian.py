@@ -17,7 +17,12 @@ GPU is drawn on the CPU and copied (:func:`~dpfl.privacy.mechanisms.rows.draws_o
 returns x unchanged but still advances the generator, so streams stay aligned whatever the noise
 level.
 
-This module imports nothing from dpfl except :mod:`dpfl.errors` and its sibling `rows`.
+A generator is a torch generator or a ChaCha20 :class:`~dpfl.rng.CsprngGenerator`: the normals are
+drawn by :func:`dpfl.privacy.mechanisms.draw.normal_` (the torch call above for a torch generator;
+numpy's ``standard_normal`` on ChaCha20 bits otherwise).
+
+This module imports nothing from dpfl except :mod:`dpfl.errors`, :mod:`dpfl.rng` and its siblings
+``rows`` and ``draw``.
 """
 
 from __future__ import annotations
@@ -29,7 +34,9 @@ import torch
 from torch import Tensor
 
 from dpfl.errors import ConfigError
-from dpfl.privacy.mechanisms.rows import draws_on, for_rows
+from dpfl.privacy.mechanisms.draw import normal_
+from dpfl.privacy.mechanisms.rows import for_rows
+from dpfl.rng import NoiseGenerator
 
 __all__ = ["add_gaussian_noise", "add_gaussian_noise_per_client"]
 
@@ -93,7 +100,7 @@ def _combine(x: Tensor, noise: Tensor, std: float | Tensor) -> Tensor:
 
 
 def add_gaussian_noise(
-    x: Tensor, noise_std: float | Tensor, generator: torch.Generator, out: Tensor | None = None
+    x: Tensor, noise_std: float | Tensor, generator: NoiseGenerator, out: Tensor | None = None
 ) -> Tensor:
     """Return x + N(0, σ_k² I) for each client row, drawing all noise in one call.
 
@@ -125,7 +132,7 @@ def add_gaussian_noise(
 def add_gaussian_noise_per_client(
     x: Tensor,
     noise_std: float | Tensor,
-    generators: Sequence[torch.Generator],
+    generators: Sequence[NoiseGenerator],
     out: Tensor | None = None,
 ) -> Tensor:
     """Like :func:`add_gaussian_noise`, but row k's noise comes from ``generators[k]``.
@@ -158,15 +165,12 @@ def add_gaussian_noise_per_client(
     return _combine(x, noise, std)
 
 
-def _draw(out: Tensor, generator: torch.Generator) -> None:
+def _draw(out: Tensor, generator: NoiseGenerator) -> None:
     """``out`` ← standard normals from ``generator``, drawn on the generator's device."""
-    if draws_on(generator, out):
-        torch.randn(out.shape, generator=generator, out=out)
-    else:
-        out.copy_(torch.randn(out.shape, generator=generator, dtype=out.dtype, device=generator.device))
+    normal_(out, generator)
 
 
-def _draw_rows(noise: Tensor, generators: Sequence[torch.Generator]) -> None:
+def _draw_rows(noise: Tensor, generators: Sequence[NoiseGenerator]) -> None:
     """Row k ← standard normals from ``generators[k]``, rows split over torch's intra-op threads
     (:func:`dpfl.privacy.mechanisms.rows.for_rows`): every row gets exactly the numbers a
     sequential loop would give it."""

@@ -29,8 +29,12 @@ signal of n contributors is at most n·Δ2 in every coordinate, and the Skellam 
 its Chernoff bound (:func:`dpfl.privacy.releases.skellam.skellam_tail_log_probability`), union
 over the d' coordinates.
 
-This module imports nothing from dpfl except :mod:`dpfl.errors`, its sibling ``rows`` and the
-Skellam tail bound of :mod:`dpfl.privacy.releases.skellam`.
+Every draw (rounding uniforms, Poisson draws) goes through :mod:`dpfl.privacy.mechanisms.draw`: a
+generator is a torch generator (the numbers dpfl always drew) or a ChaCha20
+:class:`~dpfl.rng.CsprngGenerator`. The rotation's signs are public and stay on torch.
+
+This module imports nothing from dpfl except :mod:`dpfl.errors`, :mod:`dpfl.rng`, its siblings
+``rows`` and ``draw`` and the Skellam tail bound of :mod:`dpfl.privacy.releases.skellam`.
 """
 
 from __future__ import annotations
@@ -43,7 +47,9 @@ import torch
 from torch import Tensor
 
 from dpfl.errors import ConfigError
+from dpfl.privacy.mechanisms import draw
 from dpfl.privacy.mechanisms.rows import for_rows
+from dpfl.rng import NoiseGenerator
 
 __all__ = [
     "IntegerPipeline",
@@ -98,7 +104,7 @@ MAX_SKELLAM_PARTS = 64
 MAX_SKELLAM_VARIANCE = 2 * MAX_POISSON_RATE * MAX_SKELLAM_PARTS
 
 
-def skellam_noise(shape: Sequence[int], variance: float, generator: torch.Generator) -> Tensor:
+def skellam_noise(shape: Sequence[int], variance: float, generator: NoiseGenerator) -> Tensor:
     """Sk(variance) per entry: Poisson(variance/2) − Poisson(variance/2), int64, from ``generator``;
     a variance above 2·:data:`MAX_POISSON_RATE` is drawn as the sum of J equal parts Sk(variance/J)
     (exact: sums of independent Skellams are Skellam).
@@ -117,15 +123,15 @@ def skellam_noise(shape: Sequence[int], variance: float, generator: torch.Genera
     rate = torch.full(tuple(shape), variance / 2.0 / parts, dtype=torch.float64, device=generator.device)
     out = torch.zeros(tuple(shape), dtype=torch.int64, device=generator.device)
     for _ in range(parts):
-        a = torch.poisson(rate, generator=generator)
-        b = torch.poisson(rate, generator=generator)
+        a = draw.poisson(rate, generator)
+        b = draw.poisson(rate, generator)
         out += (a - b).to(torch.int64)
     return out
 
 
 
 
-def skellam_noise_rows(dim: int, variance: float, generators: Sequence[torch.Generator]) -> Tensor:
+def skellam_noise_rows(dim: int, variance: float, generators: Sequence[NoiseGenerator]) -> Tensor:
     """[K, dim] int64: row k is exactly ``skellam_noise((dim,), variance, generators[k])``, rows drawn
     in parallel threads (a Skellam draw costs two Poisson draws, ~10× a Gaussian's)."""
     out = torch.empty((len(generators), dim), dtype=torch.int64)
@@ -204,7 +210,7 @@ class IntegerPipeline:
         bits = torch.randint(0, 2, (self.padded_dim,), generator=generator, device=generator.device)
         return (bits * 2 - 1).to(torch.float64)
 
-    def encode(self, x: Tensor, generators: Sequence[torch.Generator], signs: Tensor | None = None) -> Tensor:
+    def encode(self, x: Tensor, generators: Sequence[NoiseGenerator], signs: Tensor | None = None) -> Tensor:
         """Rows of ``x`` [K, d] (each of L2 norm <= S) → integer vectors [K, d'] of norm <= Δ2.
 
         Row k's rounding draws come only from ``generators[k]`` (its client's stream), so a row
@@ -238,7 +244,7 @@ class IntegerPipeline:
         u = torch.empty((x.shape[0], self.padded_dim), dtype=torch.float64)
 
         def first(k: int) -> None:
-            torch.rand(self.padded_dim, generator=generators[k], dtype=torch.float64, out=u[k])
+            draw.rand_(u[k], generators[k])
 
         for_rows(x.shape[0], first, self.padded_dim * 8)
         rounded = u.to(y.device).add_(y).floor_()
@@ -247,8 +253,8 @@ class IntegerPipeline:
         for k in torch.nonzero(~ok).flatten().tolist():  # redraw the rows above Δ2, each from its stream
             g = generators[k]
             for _ in range(MAX_ROUNDING_TRIES - 1):
-                draw = torch.rand(self.padded_dim, generator=g, dtype=torch.float64, device=g.device).to(y.device)
-                row = draw.add_(y[k]).floor_()
+                uniforms = draw.rand(self.padded_dim, g, dtype=torch.float64).to(y.device)
+                row = uniforms.add_(y[k]).floor_()
                 if float((row * row).sum()) <= bound_sq:
                     out[k] = row.to(torch.int64)
                     break

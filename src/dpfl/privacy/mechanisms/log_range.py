@@ -23,7 +23,8 @@ cohort's exact max: weights beyond it are clipped by the randomizer that uses it
 Streams. Client k's noise is ``torch.randn(L, generator=generators[k], dtype=torch.float64)``:
 row k depends only on x[k] and its own generator.
 
-This module imports nothing from dpfl except :mod:`dpfl.errors`.
+This module imports nothing from dpfl except :mod:`dpfl.errors`, :mod:`dpfl.rng` and its sibling
+``draw`` (where the noise is drawn, from a torch or a ChaCha20 generator).
 
 References:
     001_8ad797a147f2b989.txt, §3.3 (adaptive range setting, encrypted min–max), §5 (c = 0,
@@ -41,6 +42,8 @@ import torch
 from torch import Tensor
 
 from dpfl.errors import ConfigError
+from dpfl.privacy.mechanisms.draw import randn
+from dpfl.rng import NoiseGenerator
 
 __all__ = [
     "agree_log_ranges",
@@ -113,7 +116,7 @@ def log_range_reports(
     min_radius: float,
     max_radius: float,
     noise_std: float,
-    generators: Sequence[torch.Generator],
+    generators: Sequence[NoiseGenerator],
 ) -> Tensor:
     """Each client's noisy report [K, L]: :func:`layer_log_max_abs` + N(0, σ² I_L) from its own generator.
 
@@ -136,7 +139,7 @@ def log_range_reports(
     if len(generators) != v.shape[0]:
         raise ConfigError(f"need one generator per client: {v.shape[0]} rows, {len(generators)} generators.")
     for k, gen in enumerate(generators):
-        noise = torch.randn(v.shape[1], generator=gen, dtype=torch.float64, device=gen.device)  # on its device
+        noise = randn(v.shape[1], gen, dtype=torch.float64)  # on the generator's device
         v[k].add_(noise.to(v.device), alpha=float(noise_std))
     return v
 

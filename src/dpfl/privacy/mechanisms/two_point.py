@@ -30,7 +30,12 @@ of binary randomized response with flip probability p_f, and the range ends atta
 :func:`two_point_event` is ``RandomizedResponseDpEvent(noise_parameter=2·p_f, num_buckets=2)``,
 to be accounted under the REPLACE_ONE relation (local DP: any input against any other).
 
-This module imports nothing from dpfl except :mod:`dpfl.errors`.
+The uniforms come from :func:`dpfl.privacy.mechanisms.draw.rand`: the torch call above for a torch
+generator; for a ChaCha20 :class:`~dpfl.rng.CsprngGenerator`, numpy's float64 ``random``, on the
+same 2^-53 grid (so the same exactness argument holds).
+
+This module imports nothing from dpfl except :mod:`dpfl.errors`, :mod:`dpfl.rng` and its sibling
+``draw``.
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ import torch
 from torch import Tensor
 
 from dpfl.errors import ConfigError
+from dpfl.privacy.mechanisms.draw import rand
+from dpfl.rng import NoiseGenerator
 
 __all__ = [
     "two_point_event",
@@ -202,7 +209,7 @@ def two_point_randomize(
     center: float | Tensor,
     radius: float | Tensor,
     epsilon: float,
-    generator: torch.Generator,
+    generator: NoiseGenerator,
 ) -> tuple[Tensor, int]:
     """Randomize every entry of x with 001's two-point mechanism (eq. 2), vectorized.
 
@@ -226,7 +233,7 @@ def two_point_randomize(
         001_8ad797a147f2b989.txt, eq. 2, Algorithm 2, Theorem 1, Lemma 2.
     """
     p, outside, c, r = _probability_and_count(x, center, radius, epsilon)
-    u = torch.rand(x.shape, generator=generator, dtype=torch.float64, device=generator.device).to(x.device)
+    u = rand(x.shape, generator, dtype=torch.float64).to(x.device)
     high = torch.lt(u, p)
     del u, p
     half_width = r / math.tanh(0.5 * epsilon)
@@ -239,7 +246,7 @@ def two_point_randomize_per_client(
     center: float | Tensor,
     radius: float | Tensor,
     epsilon: float,
-    generators: Sequence[torch.Generator],
+    generators: Sequence[NoiseGenerator],
 ) -> tuple[Tensor, int]:
     """Like :func:`two_point_randomize`, but row k uses ``generators[k]``.
 

@@ -34,8 +34,16 @@ integer-valued query, priced here in Rényi DP.
   the divergence is never the larger (``docs/proofs/skellam-subsampling.md``, Theorem 1 and
   Lemma 2; checked by brute force on the integer lattice in
   ``tests/unit/privacy/test_subsampled_rdp.py``). On the main job (z = 1.5, q = 0.2, T = 100)
-  it certifies 8.4676 where the general bound gave 11.2113. No PLD is claimed (the worst integer
-  shift within the L1/L2 bounds is not proven).
+  it certifies 8.4676 where the general bound gave 11.2113.
+* **PLD, through Gaussian domination** — the unit-shift pair (Z, Z+1) of Z ~ Sk(μ) is η₁-GDP
+  (Dong, Roth, Su 2019, arXiv 1905.02383) with a certified η₁ slightly above 1/√μ
+  (:func:`dpfl.privacy.releases.skellam_gdp.certified_unit_eta`); group privacy and the product
+  of independent coordinates make any integer shift of L2 norm at most Δ2 (η₁Δ2)-GDP, so the
+  Gaussian pair of noise multiplier 1/(η₁Δ2) dominates the Skellam pair, and its Poisson-sampled
+  form dominates the sampled sum (Zhu, Dong, Wang 2022, arXiv 2106.08567).
+  :func:`skellam_pld_dominating` hands that Gaussian event to dp-accounting's PLD accountant
+  (``docs/proofs/skellam-gdp.md``). The certificate is the smaller of the RDP and PLD figures;
+  where η₁ is not certified for a μ, the PLD is not given and RDP stands.
 
 **Neighbouring relation**: add/remove of one client's update, its noise share present in both
 neighbours ("zero-out": the client's coin, or its absence from the cohort, decides only whether
@@ -47,13 +55,13 @@ certified, and the certificate says so. The ledger refuses a Skellam release und
 :class:`SkellamRelease` is what an observer of the sum saw (serialized under ``kind: skellam``);
 its :class:`SkellamDpEvent` is a ``dp_accounting`` event (attrs, frozen, hashable) so that the
 ledger composes it like any other. dp-accounting itself has no Skellam accountant, so this module
-registers :func:`skellam_rdp_vector` with :mod:`dpfl.privacy.accounting.registry`, which is what
-:func:`dpfl.privacy.accounting.certify.rdp_vector` asks for the event (no PLD: the certificate
-says so). The integer pipeline that produces the query (scale, rotation, conditional rounding,
+registers :func:`skellam_rdp_vector` and :func:`skellam_pld_dominating` with
+:mod:`dpfl.privacy.accounting.registry`, which is what :mod:`dpfl.privacy.accounting.certify` asks
+for the event. The integer pipeline that produces the query (scale, rotation, conditional rounding,
 modular sum) is :mod:`dpfl.privacy.mechanisms.integer`; its sensitivity bounds are stated there.
 
-This module imports nothing from dpfl except :mod:`dpfl.errors`, the accounting registry and the
-release base.
+This module imports nothing from dpfl except :mod:`dpfl.errors`, the accounting registry, the
+release base and :mod:`.skellam_gdp`.
 """
 
 from __future__ import annotations
@@ -73,12 +81,14 @@ from dpfl.errors import ConfigError, PrivacyPreconditionError
 from dpfl.privacy.accounting.registry import EventAccounting, register_event
 from dpfl.privacy.accounting.subsampled_rdp import binomial_subsampled_rdp_curve
 from dpfl.privacy.releases.base import Observer, Release, checked_ids, checked_observer
+from dpfl.privacy.releases.skellam_gdp import certified_unit_eta
 
 __all__ = [
     "SkellamDpEvent",
     "SkellamRelease",
     "is_skellam",
     "skellam_rdp",
+    "skellam_pld_dominating",
     "skellam_rdp_vector",
     "skellam_tail_log_probability",
     "subsampled_rdp",
@@ -290,6 +300,36 @@ class SkellamRelease(Release):
         }
 
 
+def skellam_pld_dominating(event: dpe.DpEvent, relation: str) -> tuple[dpe.DpEvent | None, str]:
+    """The Gaussian event whose PLD dominates a Skellam event (bare or Poisson-sampled), or None.
+
+    The unit-shift pair of Sk(μ) is η-GDP with the certified η of
+    :func:`dpfl.privacy.releases.skellam_gdp.certified_unit_eta`; an integer shift of L2 norm at
+    most Δ2 is then (η·Δ2)-GDP, so the pair is dominated by the Gaussian pair of noise multiplier
+    1/(η·Δ2), and a Poisson-sampled Skellam sum by the Poisson-sampled Gaussian pair, in both
+    directions (``docs/proofs/skellam-gdp.md``). Under add/remove (zero-out) only, as the RDP route.
+    """
+    if relation != "add_remove":
+        return None, (f"PLD: the Skellam mechanism is priced under add/remove one client; this ledger's relation "
+                      f"is {relation!r}.")
+    q: float | None = None
+    inner = event
+    if isinstance(inner, dpa.PoissonSampledDpEvent):
+        q, inner = float(inner.sampling_probability), inner.event
+    if not isinstance(inner, SkellamDpEvent):
+        return None, f"PLD: a Skellam release can only be Poisson-sampled; found {event}."
+    cert = certified_unit_eta(inner.variance)
+    if cert is None:
+        return None, (f"PLD: no certified Gaussian domination for a Skellam variance of {inner.variance:.6g} "
+                      "(outside the range docs/proofs/skellam-gdp.md certifies); certified by RDP.")
+    gaussian = dpa.GaussianDpEvent(1.0 / (cert.eta * inner.l2_sensitivity))
+    dominating: dpe.DpEvent = gaussian if q is None else dpa.PoissonSampledDpEvent(q, gaussian)
+    # one note for every Skellam sum of a ledger (variances differ from round to round); the factor
+    # η₁·√μ of each is certified_unit_eta(μ).ratio
+    return dominating, ("PLD: Skellam sums priced as the Gaussian pairs that dominate them: multiplier 1/(η₁Δ2), η₁ "
+                        "the certified unit-shift GDP parameter of each sum's variance (docs/proofs/skellam-gdp.md)")
+
+
 register_event(SkellamDpEvent, EventAccounting(
     rdp=skellam_rdp_vector,
     rdp_note=("RDP: Skellam releases priced by Agarwal, Kairouz, Liu 2021 (Thm 3.5), Poisson-sampled ones by "
@@ -297,4 +337,5 @@ register_event(SkellamDpEvent, EventAccounting(
     relation_note=("secure sum (Skellam): neighbours differ in one client's update, its noise share present in "
                    "both (zero-out)"),
     pld_note="PLD: not available for the Skellam mechanism (dp-accounting has no Skellam PLD); certified by RDP.",
+    pld_dominating=skellam_pld_dominating,
 ))

@@ -5,17 +5,22 @@ A Flower app that trains with Flower's central-DP wrappers (``DifferentialPrivac
 ``LocalDpMod`` or SecAgg+ wraps its strategy once more::
 
     strategy = DifferentialPrivacyClientSideFixedClipping(FedAvg(...), 0.2, 0.1, 20)
-    strategy = CertifiedStrategy(strategy, delta=1e-5)             # Message API
-    strategy = CertifiedLegacyStrategy(strategy, delta=1e-5, secure_aggregation=True)   # legacy + SecAgg+
+    # Message API
+    strategy = CertifiedStrategy(strategy, delta=1e-5)
+    # legacy + SecAgg+
+    strategy = CertifiedLegacyStrategy(strategy, delta=1e-5,
+                                       secure_aggregation=True)
 
-Each round the wrapper reads what the DP strategy really does (noise multiplier z, clipping norm
-C, the configured cohort size m, the cohort it drew, who clips, whether SecAgg+ hides the uploads,
+Each round the wrapper reads what the DP strategy really does — at certification time, as the
+wrapper is then, not as it was constructed (noise multiplier z, clipping norm C, the configured
+cohort size m, the cohort it drew, who clips, whether SecAgg+ hides the uploads,
 the weights of the aggregate, the local noise of a declared ``LocalDpMod``) and records the
 round's releases in a :class:`dpfl.privacy.PrivacyLedger`:
 
-* **server** — in both of Flower's wrappers the server adds the noise after it has the clipped
-  updates (server-side clipping) or their sum (client-side clipping, with or without SecAgg+), so
-  against the server the ε is ∞ unless the clients add noise themselves (``LocalDpMod``).
+* **server** — in both of Flower's wrappers the server adds the noise after it has the raw
+  updates (server-side clipping: it clips them itself, whatever ``clipping_norm``, 0 included) or
+  the clipped updates' sum (client-side clipping, with or without SecAgg+), so against the server
+  the ε is ∞ unless the clients add noise themselves (``LocalDpMod``).
 * **public** — whoever sees the models the server broadcasts: the weighted average plus Gaussian
   noise of std ``z·C/m`` (Flower's ``compute_stdv``) and the clients' local noise, against client
   k's sensitivity ``w_k·C`` (its normalized weight times the clipping norm: FedAvg weighted by
@@ -37,13 +42,17 @@ certified ε above its limit: the remaining rounds send no messages, and the las
 Where dpfl cannot see what the app does it says so instead of guessing: a strategy it does not
 know is taken to add no noise (ε = ∞ for what it releases); a client mod other than
 ``fixedclipping_mod``, ``adaptiveclipping_mod``, ``LocalDpMod`` and ``secaggplus_mod`` is named as
-not counted; with client-side clipping the server checks every visible update's norm against C.
+not counted (and, placed outside the clipping mod, as able to undo the clip); with client-side
+clipping the server checks every visible update's norm against C. Flower's deprecated
+``DPFedAvgFixed`` / ``DPFedAvgAdaptive`` are refused, naming the wrapper to use instead.
 
 Flower's adaptive-clipping wrappers are read each round: the wrapper clips with C_t, updates the
 norm from the noisy clipped count, and only then adds z_Δ·C_{t+1}/m — so the update's multiplier
 against the clip it was clipped with is z_Δ·C_{t+1}/C_t, below z_Δ whenever the norm shrinks. dpfl
 reads C_t before and C_{t+1} after the wrapper's aggregation and prices that, plus the count query
-(σ_b against one bit per client).
+(σ_b against one bit per client). The multiplier thus depends on the data (through the noisy
+count): the composed ε is a guarantee only with the budget fixed in advance — ``max_epsilon``, a
+privacy filter — which the report and the summary say.
 """
 
 from __future__ import annotations
@@ -171,6 +180,8 @@ def _local_dp(mods: Iterable[Any], notes: list[str]) -> tuple[float | None, floa
     std = 0.0
     local_at: int | None = None
     fixed_at: int | None = None
+    clip_at: tuple[int, str] | None = None  # the client-side clipping mod (fixed or adaptive): position, name
+    unknown: list[tuple[int, str]] = []
     for at, mod in enumerate(mods):
         if isinstance(mod, (MessageLocalDp, LegacyLocalDp)):
             if not 0 < mod.delta < 1:
@@ -188,14 +199,58 @@ def _local_dp(mods: Iterable[Any], notes: list[str]) -> tuple[float | None, floa
                              "it calibrates with is proven for ε ≤ 1 only; dpfl certifies the std it adds")
         elif mod in (message_fixed, legacy_fixed):
             fixed_at = at
+            clip_at = (at, "fixedclipping_mod")
         elif mod in (message_adaptive, legacy_adaptive):
-            pass  # read with the adaptive wrapper it serves
+            clip_at = (at, "adaptiveclipping_mod")  # read with the adaptive wrapper it serves
         elif mod in (secaggplus_mod, secagg_mod):
             pass  # masks the upload for the secure sum, adds no noise (``secure_aggregation`` says what it hides)
         else:
-            name = getattr(mod, "__name__", type(mod).__name__)
-            notes.append(f"client mod {name!r}: dpfl cannot see what it does; any noise it adds is not counted")
+            unknown.append((at, getattr(mod, "__name__", type(mod).__name__)))
+    for at, name in unknown:
+        note = f"client mod {name!r}: dpfl cannot see what it does; any noise it adds is not counted"
+        if clip_at is not None and at < clip_at[0]:
+            # make_ffn: the first mod is the outermost, it handles the reply after the mods that follow it
+            clipper = clip_at[1]
+            note += (f"; it is outside {clipper} (before it in mods=[...]), so it handles the reply after the clip "
+                     f"and can change the clipped update and undo the clip — put it after {clipper} in the list")
+        notes.append(note)
     return clip, std, local_at, fixed_at
+
+
+def _setting(strategy: Any, attr: str) -> float:
+    """A DP wrapper's number (``clipping_norm``, ``noise_multiplier``, ...) as it is *now*: Flower's
+    wrappers read their attributes when they aggregate, so dpfl reads them when it certifies (an app
+    may set them after construction, past Flower's own checks)."""
+    name = type(strategy).__name__
+    value = getattr(strategy, attr)
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if isinstance(value, bool) or not math.isfinite(number) or number < 0:
+        raise ConfigError(f"{name}.{attr} = {value!r}: dpfl certifies a finite number >= 0 only (Flower computes "
+                          f"its noise std z·C/m from it). Set {name}.{attr} to a finite positive number.")
+    return number
+
+
+DEPRECATED = {
+    "DPFedAvgAdaptive": ("DifferentialPrivacyServerSideAdaptiveClipping (or "
+                         "DifferentialPrivacyClientSideAdaptiveClipping with adaptiveclipping_mod)"),
+    "DPFedAvgFixed": ("DifferentialPrivacyServerSideFixedClipping (or DifferentialPrivacyClientSideFixedClipping with "
+                      "fixedclipping_mod)"),
+}
+"""Flower's deprecated DP-FedAvg wrappers (``flwr.server.strategy``) and the wrapper dpfl certifies instead."""
+
+
+def _refuse_deprecated(strategy: Any) -> None:
+    from flwr.server import strategy as legacy
+
+    for name, replacement in DEPRECATED.items():  # DPFedAvgAdaptive first: it subclasses DPFedAvgFixed
+        cls = getattr(legacy, name, None)
+        if cls is not None and isinstance(strategy, cls):
+            raise ConfigError(f"{name} (Flower's deprecated DP-FedAvg wrapper) is not supported: dpfl does not read "
+                              f"its clipping, noise or sampling, so it cannot certify it. Use {replacement}, as "
+                              "Flower recommends.")
 
 
 def _averages(inner: Any) -> bool:
@@ -218,8 +273,11 @@ def read_flower_dp(strategy: Any, client_mods: Sequence[Any] = ()) -> FlowerDp:
     Raises:
         ConfigError: client-side clipping without ``fixedclipping_mod`` (``adaptiveclipping_mod``)
             among the declared mods; adaptive clipping with ``LocalDpMod``; a LocalDpMod whose ε or δ
-            gives no finite std.
+            gives no finite std; a wrapper's ``clipping_norm`` or ``noise_multiplier`` negative or not
+            finite (read as they are now, not as they were at construction); Flower's deprecated
+            ``DPFedAvgFixed`` / ``DPFedAvgAdaptive``.
     """
+    _refuse_deprecated(strategy)
     classes = _flower_dp_classes()
     notes: list[str] = []
     mods = list(client_mods)
@@ -233,7 +291,12 @@ def read_flower_dp(strategy: Any, client_mods: Sequence[Any] = ()) -> FlowerDp:
                 raise ConfigError(f"{type(strategy).__name__} expects the clients to clip: declare the ClientApp's "
                                   "mods (client_mods=[fixedclipping_mod, ...]) so dpfl knows they do.")
             wrapper: Any = strategy
-            clip = float(wrapper.clipping_norm)
+            clip = _setting(wrapper, "clipping_norm")
+            z = _setting(wrapper, "noise_multiplier")
+            if clip == 0 and who == "server" and local_at is None:
+                notes.append(f"{type(strategy).__name__}.clipping_norm = 0: the wrapper clips every update to zero, "
+                             "but only after the server has received it — the server sees the raw updates (ε = ∞ "
+                             "against it); set clipping_norm to a positive number")
             # the wrapper's clip acts on the un-noised update unless local noise came first: the
             # server clips what it received; fixedclipping_mod outside LocalDpMod clips the noised one
             after = local_at is not None and (who == "server" or (fixed_at is not None and fixed_at < local_at))
@@ -243,7 +306,7 @@ def read_flower_dp(strategy: Any, client_mods: Sequence[Any] = ()) -> FlowerDp:
                 notes.append(f"{type(getattr(wrapper, 'strategy', None)).__name__} inside {type(strategy).__name__} "
                              "does not aggregate with FedAvg's weighted mean: the broadcast is certified only by what "
                              "the uploads carry (∞ without local noise)")
-            return FlowerDp(noise_multiplier=float(wrapper.noise_multiplier), clipping_norm=clip,
+            return FlowerDp(noise_multiplier=z, clipping_norm=clip,
                             num_sampled_clients=int(wrapper.num_sampled_clients), clipped_by=who,
                             local_clip=local_clip, local_noise_std=local_std,
                             bound_before_noise=min(before) if before else None,
@@ -273,10 +336,14 @@ def _read_adaptive(strategy: Any, mods: list[Any], notes: list[str], local_std: 
     if not averages:
         notes.append(f"{type(getattr(strategy, 'strategy', None)).__name__} inside {name} does not aggregate with "
                      "FedAvg's weighted mean: the broadcast is certified only by what the uploads carry (∞)")
-    clip = float(strategy.clipping_norm)
-    return FlowerDp(noise_multiplier=float(strategy.noise_multiplier), clipping_norm=clip,
+    clip = _setting(strategy, "clipping_norm")
+    count_std = _setting(strategy, "clipped_count_stddev") if strategy.clipped_count_stddev is not None else 0.0
+    if clip == 0 and who == "server":
+        notes.append(f"{name}.clipping_norm = 0: the wrapper clips every update to zero, but only after the server "
+                     "has received it — the server sees the raw updates (ε = ∞ against it)")
+    return FlowerDp(noise_multiplier=_setting(strategy, "noise_multiplier"), clipping_norm=clip,
                     num_sampled_clients=int(strategy.num_sampled_clients), clipped_by=who, bound_before_noise=clip,
-                    averages=averages, adaptive=True, count_noise_std=float(strategy.clipped_count_stddev or 0.0),
+                    averages=averages, adaptive=True, count_noise_std=count_std,
                     flower_accountant=None, wrapper=name, notes=tuple(notes))
 
 
@@ -319,8 +386,10 @@ class RoundCertifier:
     secagg_quantization: tuple[float, int, float] = (8.0, 1 << 22, 1000.0)
     round_notes: list[str] = field(default_factory=list)
     round_clip: tuple[float, float] | None = None
+    weights_differ: bool = False
     _amplify_round: bool = True
     _flower_shadow: Any = None
+    _add_remove: PrivacyLedger | None = None
 
     def __post_init__(self) -> None:
         self.delta = validate_delta(self.delta)
@@ -362,6 +431,18 @@ class RoundCertifier:
         sampler = ({"kind": "fixed_size", "num_sampled": self.dp.num_sampled_clients} if secret else {"kind": "all"})
         self.ledger = PrivacyLedger(num_clients=n, sampler=sampler, delta=self.delta,
                                     relation="replace_one" if secret else "add_remove", pld_every=0)
+        if not secret and self.relation == "zero_out":
+            # beside the zero-out default: FedAvg's add/remove figure (reported once the weights differ)
+            self._add_remove = PrivacyLedger(num_clients=n, sampler=sampler, delta=self.delta,
+                                             relation="add_remove", pld_every=0)
+
+    def refresh(self, dp: FlowerDp) -> None:
+        """What the app does, read again at certification time (:func:`read_flower_dp` on the
+        wrapper as it is now); a note of an earlier reading that no longer holds stays reported."""
+        for note in self.dp.notes:
+            if note not in dp.notes and note not in self.round_notes:
+                self.round_notes.append(note)
+        self.dp = dp
 
     def client_of(self, node: int) -> int:
         node = int(node)
@@ -386,9 +467,11 @@ class RoundCertifier:
             self.round_notes.append(f"round {server_round}: {cohort} of {connected} connected nodes drawn (the secret "
                                     f"cohort assumes {m} of {n}): recorded without amplification")
 
-    def releases(self, nodes: Sequence[int], weights: Sequence[float], dim: int | None = None) -> list[Release]:
+    def releases(self, nodes: Sequence[int], weights: Sequence[float], dim: int | None = None,
+                 relation: Neighbours | None = None) -> list[Release]:
         """What the server and the public see of one round whose aggregate holds ``nodes``' updates
-        with these (unnormalized) weights; ``dim``: the number of parameters (SecAgg+'s rounding)."""
+        with these (unnormalized) weights; ``dim``: the number of parameters (SecAgg+'s rounding);
+        ``relation``: priced for that relation instead of the certifier's (known cohort)."""
         ids = [self.client_of(n) for n in nodes]
         total = float(sum(weights))
         if not ids or total <= 0:
@@ -410,7 +493,7 @@ class RoundCertifier:
             return unbounded  # nothing bounds an update: what the aggregate says about a client is unbounded
         # the average moves by w_k·(x_k − x') for a neighbour x' within C of 0 (zero-out) or of any
         # clipped update (replace-one, add/remove with the realized denominator: 2·w_k·C)
-        factor = 1.0 if not secret and self.relation == "zero_out" else 2.0
+        factor = 1.0 if not secret and (relation or self.relation) == "zero_out" else 2.0
         if (dp.clipped_by == "clients" and dp.bound_after_noise is None and dp.local_noise_std == 0
                 and not self.secure_aggregation):
             before *= 1 + NORM_SLACK  # what check_update_norms lets through
@@ -438,6 +521,9 @@ class RoundCertifier:
             out = federated_round_releases(ids, local, sens, w, server_noise_std=server_noise,
                                            ideal_secure_sum=self.secure_aggregation, per_client_public=not amplify,
                                            amplifiable=amplify)
+            if dp.clipped_by == "server" and local == 0:
+                # the server clips what it received: it has the raw updates, whatever the clip (0 included)
+                out = [r for r in out if r.observer != "server"] + unbounded[:1]
             if dp.adaptive:
                 # the noisy clipped count (Andrew et al. 2021): one bit per client, sensitivity 1, noise
                 # σ_b; its value moves the next clip norm, which the public sees through the models
@@ -532,6 +618,13 @@ class RoundCertifier:
         ids = [self.client_of(n) for n in nodes]
         self.ledger.record_round(self.ledger.rounds_recorded, releases, sampling=self.ledger.sampling,
                                  participants=ids, certify_round=False)
+        if self._add_remove is not None:
+            self.weights_differ = self.weights_differ or len({float(x) for x in weights}) > 1
+            gone = self.releases(nodes, weights, dim, relation="add_remove")
+            if not released:
+                gone = [r for r in gone if r.observer == "server"]
+            self._add_remove.record_round(self._add_remove.rounds_recorded, gone, sampling=self._add_remove.sampling,
+                                          participants=ids, certify_round=False)
         for cid in ids:
             self.taken_part[cid] = self.taken_part.get(cid, 0) + 1
         if released:
@@ -572,6 +665,17 @@ class RoundCertifier:
             return None
         return float(acc.get_epsilon(self.delta))
 
+    def add_remove_epsilons(self, method: Literal["rdp", "best"] = "best") -> dict[str, float] | None:
+        """FedAvg's add/remove figure per observer (worst client) beside the zero-out default: the
+        client gone from the average, whose realized denominator (the weight that arrived) shrinks with
+        it, moves the weighted mean by up to 2·w_k·C. None unless the certifier is zero-out on a known
+        cohort and the weights of a recorded round differed (with equal weights Flower's own
+        fixed-denominator reading is the one dpfl reports)."""
+        ledger = self._add_remove
+        if ledger is None or not self.weights_differ or ledger.rounds_recorded == 0:
+            return None
+        return {obs: float(ledger.certify(obs, method=method).epsilon) for obs in OBSERVERS}  # type: ignore[arg-type]
+
     def epsilons(self, method: Literal["rdp", "best"] = "best") -> dict[str, float]:
         """Certified ε per observer (worst client)."""
         if self.ledger is None or self.ledger.rounds_recorded == 0:
@@ -586,9 +690,21 @@ class RoundCertifier:
     def round_line(self, server_round: int) -> str:
         eps = self.rounds[-1] if self.rounds else {"server": 0.0, "public": 0.0}
         flower = self.flower_epsilon()
-        beside = "" if flower is None else f" · Flower's RdpAccountant: ε = {_fmt(flower)}"
+        beside = "" if flower is None else f" · {self._flower_label(short=True)}: ε = {_fmt(flower)}"
+        gone = self.add_remove_epsilons("rdp")
+        also = "" if gone is None else f" (zero-out; FedAvg's add/remove: public {_fmt(gone['public'])})"
         return (f"dpfl round {server_round}: certified ε at δ = {self.delta:g} (RDP, worst client): "
-                f"server {_fmt(eps['server'])}, public {_fmt(eps['public'])}{beside}")
+                f"server {_fmt(eps['server'])}, public {_fmt(eps['public'])}{also}{beside}")
+
+    def _flower_label(self, short: bool = False) -> str:
+        """What Flower's figure is: the wrapper's own accountant, or Flower's RdpAccountant that dpfl
+        runs itself on Flower's assumptions (the app runs none: legacy wrappers have no accountant)."""
+        if self.dp.flower_accountant is not None:
+            return "Flower's RdpAccountant" if short else "Flower (its accountant)"
+        what = "the user's total z" if self.dp.adaptive and not short else "total z"
+        return (f"Flower's RdpAccountant, run by dpfl on Flower's assumptions ({what}, add/remove"
+                + (")" if short else " of one client at sensitivity C/m, i.e. equal weights over a fixed "
+                   "denominator m; the cohort known, no amplification)"))
 
     def report(self) -> list[str]:
         """The run's privacy in lines for Flower's log: per observer, basis, Flower's figure, notes."""
@@ -601,18 +717,42 @@ class RoundCertifier:
         for obs, cert in self.certificates().items():
             lines.append(f"  {obs:<6} ε = {_fmt(cert.epsilon)} at δ = {cert.delta:g} ({cert.method}; RDP "
                          f"{_fmt(cert.epsilon_rdp)}, PLD {_fmt(cert.epsilon_pld)}; {cert.basis_text})")
+        gone = self.add_remove_epsilons()
+        if gone is not None:
+            lines.append(f"  add/remove, FedAvg's denominator included (the weights differ, so the zero-out figures "
+                         f"above are not add/remove ones): server ε = {_fmt(gone['server'])}, public ε = "
+                         f"{_fmt(gone['public'])} at δ = {self.delta:g} (tightest of PLD and RDP)")
         lines.append(f"  relation: {RELATION_TEXT['replace_one' if self.cohort == 'secret' else self.relation]}")
         lines.append(f"  why the server's figure: {self._server_reason()}")
         flower = self.flower_epsilon()
-        if flower is not None:
-            own = "its accountant" if self.dp.flower_accountant is not None else "its RdpAccountant on the same events"
-            lines.append(f"  Flower ({own}): ε = {_fmt(flower)} — one figure, no observer: it is the public's "
+        if flower is not None and self.dp.flower_accountant is not None:
+            lines.append(f"  Flower (its accountant): ε = {_fmt(flower)} — one figure, no observer: it is the public's "
                          "without amplification, by RDP")
+        elif flower is not None:
+            lines.append(f"  Flower's figure — {self._flower_label()}: ε = {_fmt(flower)}; one figure, no observer, "
+                         "not a dpfl certificate")
+        adaptive = self.filter_note()
+        if adaptive is not None:
+            lines.append(f"  {adaptive}")
         for note in (*self.dp.notes, *self.unclipped, *self.round_notes, *self._standing_notes()):
             lines.append(f"  not seen / not covered: {note}")
         if self.stopped:
             lines.append(f"  {self.stopped}")
         return lines
+
+    def filter_note(self) -> str | None:
+        """Adaptive clipping: whether the composed ε is a guarantee (a budget fixed in advance) or not."""
+        if not self.dp.adaptive:
+            return None
+        limit = self._limits().get("public")
+        if limit is None:
+            return ("adaptive clipping without a privacy filter: each round's noise multiplier z·C_{t+1}/C_t depends "
+                    "on the data (through the noisy clipped count that moves the clip norm), so the composed ε below "
+                    "is a guarantee only with the budget fixed in advance — pass max_epsilon= (the public's budget) "
+                    "and dpfl stops the run before a round would exceed it")
+        return (f"adaptive clipping: each round's noise multiplier depends on the data (through the noisy clipped "
+                f"count), so the guarantee is the budget fixed in advance, max_epsilon = {limit:g} for the public: "
+                "dpfl's privacy filter holds it (it stops the run before a round would exceed it)")
 
     def _standing_notes(self) -> list[str]:
         out = ["the privacy unit is one node registration (a SuperNode that registers again is a new client); "
@@ -685,6 +825,7 @@ class CertifiedStrategy(_message_strategy_base()):  # type: ignore[misc]
                  population_size: int | None = None) -> None:
         super().__init__()
         self.strategy = strategy
+        self.client_mods = list(client_mods)
         self.certifier = RoundCertifier(read_flower_dp(strategy, client_mods), delta, cohort, relation,
                                         max_epsilon=max_epsilon, population_size=population_size)
         self._current: Any = None
@@ -700,11 +841,15 @@ class CertifiedStrategy(_message_strategy_base()):  # type: ignore[misc]
     def summary(self) -> None:
         _log(INFO, f"dpfl: certifying {self.certifier.dp.wrapper} per observer (server, public), "
                    f"δ = {self.certifier.delta:g}, cohort {self.certifier.cohort}")
+        note = self.certifier.filter_note()
+        if note is not None:
+            _log(WARNING if self.certifier.max_epsilon is None else INFO, f"dpfl: {note}")
         self.strategy.summary()
 
     def configure_train(self, server_round: int, arrays: Any, config: Any, grid: Any) -> Iterable[Any]:
         if self.certifier.stopped is not None:
             return []
+        self.certifier.refresh(read_flower_dp(self.strategy, self.client_mods))  # as the wrapper is now
         self._current = arrays
         messages = list(self.strategy.configure_train(server_round, arrays, config, grid))
         connected = list(grid.get_node_ids())
@@ -722,6 +867,7 @@ class CertifiedStrategy(_message_strategy_base()):  # type: ignore[misc]
         replies = list(replies)
         if self._planned.pop(server_round, None) is None:
             return None, None  # a round dpfl stopped: nothing was sent, nothing is aggregated
+        self.certifier.refresh(read_flower_dp(self.strategy, self.client_mods))  # what the wrapper will use
         ok = [r for r in replies if not r.has_error()]
         nodes = [int(r.metadata.src_node_id) for r in ok]
         key = self._weight_key()
@@ -824,6 +970,7 @@ class CertifiedLegacyStrategy(LegacyWrapper):
                  secagg_quantization: tuple[float, int, float] = (8.0, 1 << 22, 1000.0)) -> None:
         super().__init__()
         self.strategy = strategy
+        self.client_mods = list(client_mods)
         self.num_rounds = num_rounds
         self._planned: set[int] = set()
         dp = read_flower_dp(strategy, client_mods)
@@ -842,6 +989,9 @@ class CertifiedLegacyStrategy(LegacyWrapper):
                                         secure_aggregation=secure_aggregation, max_epsilon=max_epsilon,
                                         population_size=population_size)
         self._current: Any = None
+        note = self.certifier.filter_note()
+        if note is not None:  # the legacy Strategy has no summary: said once, here
+            _log(WARNING if max_epsilon is None else INFO, f"dpfl: {note}")
 
     def __repr__(self) -> str:
         return f"dpfl certificates around {self.strategy!r}"
@@ -849,6 +999,7 @@ class CertifiedLegacyStrategy(LegacyWrapper):
     def configure_fit(self, server_round: int, parameters: Any, client_manager: Any) -> list[Any]:
         if self.certifier.stopped is not None:
             return []
+        self.certifier.refresh(read_flower_dp(self.strategy, self.client_mods))  # as the wrapper is now
         self._current = parameters
         pairs = list(self.strategy.configure_fit(server_round, parameters, client_manager))
         connected = [p.node_id for p in client_manager.all().values()]
@@ -867,6 +1018,7 @@ class CertifiedLegacyStrategy(LegacyWrapper):
         if server_round not in self._planned:
             return None, {}  # a round dpfl stopped: nothing was sent, nothing is aggregated
         self._planned.discard(server_round)
+        self.certifier.refresh(read_flower_dp(self.strategy, self.client_mods))  # what the wrapper will use
         nodes = [int(p.node_id) for p, _ in results]
         weights = [float(r.num_examples) for _, r in results]
         dim = sum(int(a.size) for a in parameters_to_ndarrays(self._current)) if self._current is not None else None

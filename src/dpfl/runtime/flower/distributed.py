@@ -4,10 +4,13 @@ own train reply, summed by Flower's SecAgg+, decoded and averaged on the server.
 A legacy Flower app that already runs SecAgg+ (Flower's ``fl-dp-sa`` pattern) swaps Flower's
 central noise for dpfl's distributed noise in a few lines::
 
-    app = ClientApp(client_fn=client_fn, mods=[secaggplus_mod, DistributedDpMod(1.0, 0.5, 10)])
-    strategy = DistributedDpLegacyStrategy(FedAvg(...), clip_norm=1.0, noise_multiplier=0.5,
-                                           expected_clients=10, delta=1e-5, num_rounds=3)
-    workflow = DefaultWorkflow(fit_workflow=SecAggPlusWorkflow(num_shares=7, reconstruction_threshold=4))
+    app = ClientApp(client_fn=client_fn,
+                    mods=[secaggplus_mod, DistributedDpMod(1.0, 0.5, 10)])
+    strategy = DistributedDpLegacyStrategy(
+        FedAvg(...), clip_norm=1.0, noise_multiplier=0.5, expected_clients=10,
+        delta=1e-5, num_rounds=3)
+    workflow = DefaultWorkflow(
+        fit_workflow=SecAggPlusWorkflow(num_shares=7, reconstruction_threshold=4))
 
 The first mod in the list is the outermost: :class:`DistributedDpMod` runs *inside*
 ``secaggplus_mod``, which calls it only at the stage "collect masked vectors".
@@ -38,8 +41,8 @@ result that model and calls the app's strategy (FedAvg of identical vectors is t
 whose vectors are in it: n·μ/m. With the whole cohort (n = m) that is μ, and the server's
 certificate is the public's (the broadcast is a fixed decoding of the same sum). If fewer than m
 vectors arrive the sum carries *less* noise (n·μ/m): the server's release records exactly that
-variance, and the server tops the sum up with Sk((m − n)·μ/m) from its own ``os.urandom``-seeded
-stream before it broadcasts, so that the public still sees Sk(μ) (the top-up does not protect
+variance, and the server tops the sum up with Sk((m − n)·μ/m) from its own ChaCha20 stream (a fresh
+``os.urandom`` key) before it broadcasts, so that the public still sees Sk(μ) (the top-up does not protect
 against the server, which knows it). Each round is recorded in a :class:`PrivacyLedger` as Skellam
 releases (:class:`SkellamRelease`; AKL21 Thm 3.5, add/remove of one client with its noise share present in
 both neighbours), unamplified: the server knows the cohort (visible participation). Assumed and
@@ -65,9 +68,11 @@ or a sum of more vectors than the planned shares (m visible, N hidden).
 (:mod:`.masks`; Flower 1.42 expands masks with ``np.random.RandomState`` seeded by a 32-bit fold of
 the seed). The ClientApp (which imports :class:`DistributedDpMod` from here) and the ServerApp
 (:class:`DistributedDpLegacyStrategy`) then mask and unmask alike; ``modulus_range`` must be a power
-of two. The noise shares, the top-up and the coins come from numpy's PCG64 seeded with
-128 bits of ``os.urandom`` (not a cryptographic stream); the rounding from a torch generator (its
-randomness is not what the certificate prices: Δ2 is enforced whatever it draws). How many times the
+of two. The noise shares, the top-up and the coins come from ChaCha20 under a fresh 256-bit key from
+``os.urandom`` (:class:`dpfl.rng.CsprngGenerator`, numpy's samplers over the keystream); the
+released sum is an integer vector, so the low-bit attacks on floating-point noise have nothing to
+read. The rounding comes from a torch generator (its randomness is not what the certificate prices:
+Δ2 is enforced whatever it draws). How many times the
 rounding is redrawn depends slightly on the update: a response-time side channel not modelled.
 """
 
@@ -90,6 +95,7 @@ from dpfl.privacy.accounting.ledger import PrivacyLedger
 from dpfl.privacy.calibration.dp_fedavg import skellam_share_variance
 from dpfl.privacy.mechanisms.integer import IntegerPipeline
 from dpfl.privacy.releases import Release, SkellamRelease
+from dpfl.rng import CsprngGenerator
 from dpfl.runtime.flower import masks
 from dpfl.runtime.flower.certified import LegacyWrapper, _fmt, _log
 
@@ -300,20 +306,27 @@ def _generator(seed: int | None, *key: int) -> torch.Generator:
 
 
 def _rng(seed: int | None, *key: int) -> np.random.Generator:
-    """A fresh PCG64 stream for the noise shares, the top-up and the coins: 128 bits of ``os.urandom``
-    (seed None), else derived from (seed, key) (tests). Not a torch generator: torch's CPU generator
-    keeps 32 bits of its seed, so two clients' shares would coincide with probability 2^-32 per pair."""
+    """A fresh stream for the noise shares, the top-up and the coins: ChaCha20 under a fresh 256-bit
+    key from ``os.urandom`` (seed None: every deployment), else PCG64 derived from (seed, key) (tests).
+    Not a torch generator: torch's CPU generator keeps 32 bits of its seed."""
     if seed is None:
-        value = int.from_bytes(os.urandom(16), "little")
+        return CsprngGenerator().numpy
     else:
         payload = b"".join(int(k).to_bytes(16, "little", signed=True) for k in (seed, *key))
         value = int.from_bytes(hashlib.blake2b(payload, digest_size=16).digest(), "little")
     return np.random.Generator(np.random.PCG64(value))
 
 
-def skellam_share(size: int, variance: float, rng: np.random.Generator) -> np.ndarray:
+def skellam_share(size: int, variance: float, rng: Any) -> np.ndarray:
     """Sk(variance) per entry, int64: Poisson(variance/2) − Poisson(variance/2) (numpy's exact
-    Poisson sampler; Agarwal, Kairouz, Liu 2021 §3)."""
+    Poisson sampler; Agarwal, Kairouz, Liu 2021 §3). ``rng``: a numpy ``Generator`` (PCG64), or a
+    ChaCha20 :class:`dpfl.rng.CsprngGenerator`, whose numpy generator then draws."""
+
+    if isinstance(rng, CsprngGenerator):
+        rng = rng.numpy
+    if not isinstance(rng, np.random.Generator):
+        raise ConfigError("a Skellam share draws from a numpy Generator or a CsprngGenerator. "
+                          f"Found {type(rng).__name__}.")
     if variance < 0 or not math.isfinite(variance):
         raise ConfigError(f"the Skellam variance must be finite and >= 0. Found {variance!r}.")
     if variance == 0:
@@ -366,6 +379,9 @@ class DistributedDpMod:
     """A legacy ClientApp mod: dpfl's integer pipeline and a Skellam share on the app's train reply.
 
     Place it inside ``secaggplus_mod``: ``ClientApp(client_fn, mods=[secaggplus_mod, DistributedDpMod(...)])``.
+    It reports ``num_examples`` = ``max_weight`` whatever the client holds: the server's
+    :class:`DistributedDpLegacyStrategy` averages unweighted over the fixed denominator m, replacing
+    the app's example weighting.
 
     Args:
         clip_norm: S, the L2 bound of the update (reply − received model).
@@ -469,6 +485,12 @@ class _Rounds:
 class DistributedDpLegacyStrategy(LegacyWrapper):
     """A legacy Flower strategy around the app's own, for ``SecAggPlusWorkflow`` with :class:`DistributedDpMod`.
 
+    **Weighting.** Distributed mode replaces the app's example weighting (FedAvg by ``num_examples``)
+    by an unweighted mean over the fixed denominator: the decoded SecAgg+ sum of the clipped updates
+    divided by ``expected_clients`` m, however many vectors arrived (every client reports
+    ``num_examples`` = ``max_weight``, so the app's strategy cannot weight them). Logged once at the
+    first round.
+
     Args:
         strategy: the app's strategy (e.g. ``FedAvg``; no Flower DP wrapper: the clients add the noise).
         clip_norm, noise_multiplier, expected_clients: as given to :class:`DistributedDpMod`.
@@ -507,6 +529,11 @@ class DistributedDpLegacyStrategy(LegacyWrapper):
         self.seed = seed
         self.rounds = _Rounds()
         self._current: Any = None
+        self.weighting = (f"dpfl distributed DP: the aggregate is an unweighted mean over the fixed denominator — the "
+                          f"SecAgg+ sum of the clipped updates divided by expected_clients = {self.expected_clients}, "
+                          f"however many arrive; it replaces the example weighting of {type(strategy).__name__} "
+                          f"(num_examples), since every client reports num_examples = max_weight = "
+                          f"{self.settings.max_weight:g}")
 
     def __repr__(self) -> str:
         return f"dpfl distributed DP around {self.strategy!r}"
@@ -538,6 +565,7 @@ class DistributedDpLegacyStrategy(LegacyWrapper):
         if n < len(ids):
             raise ConfigError(f"`population_size` ({n}) is below the {len(ids)} nodes connected.")
         self.rounds.clients = {node: i for i, node in enumerate(ids)}
+        _log(INFO, self.weighting)  # once, at the first round
         sampler = {"kind": "poisson", "sample_rate": self.mod.expected_clients / n} if self.hidden else {"kind": "all"}
         self.rounds.ledger = PrivacyLedger(num_clients=n, sampler=sampler, delta=self.delta, relation="add_remove",
                                            pld_every=0)

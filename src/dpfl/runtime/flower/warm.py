@@ -121,8 +121,8 @@ def train_round(
     t0, cpu0 = time.perf_counter(), time.process_time()
     local = exp.engine.train(start, [cid], t)
     t1, cpu1 = time.perf_counter(), time.process_time()
-    # the client's noise: from the OS CSPRNG unless the run asks for reproducible noise (testing)
-    noise_seeds = exp.seeds if bool(rc.get("reproducible", False)) else SeedSequence.secure_mode()
+    # the client's noise: ChaCha20 under fresh OS keys unless the run asks for reproducible noise (testing)
+    noise_seeds = exp.seeds if bool(rc.get("reproducible", False)) else SeedSequence.secure_mode("chacha20")
     # hidden participation: this client samples itself with its own secret coin
     info = RoundInfo(t, exp.data.num_clients, torch.tensor([cid]), noise_seeds, cohort_size=int(rc["cohort-size"]),
                      hidden_participation=bool(rc.get("hidden-participation", False)))

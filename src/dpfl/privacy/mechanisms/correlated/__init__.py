@@ -7,7 +7,8 @@ noise as a stream in torch, with the memory it states); :mod:`.workload` holds t
 (prefix sums, server momentum) and Toeplitz helpers. Importing the package registers every
 strategy kind for :func:`~.base.strategy_from_dict`.
 
-This package imports nothing from dpfl except :mod:`dpfl.errors`.
+This package imports nothing from dpfl except :mod:`dpfl.errors`, :mod:`dpfl.rng` and
+:mod:`dpfl.privacy.mechanisms.draw` (where its normals are drawn).
 """
 
 from dpfl.privacy.mechanisms.correlated.banded import BandedToeplitzStrategy, optimize_banded_toeplitz

@@ -59,7 +59,8 @@ start); the result is returned with ‖c‖ = 1. Measured on one core: 12–16 L
 minimizer whenever ω is constant (every pattern column whole). Deterministic: fixed start, numpy
 FFTs and scipy's L-BFGS-B, no randomness.
 
-This module imports nothing from dpfl except :mod:`dpfl.errors`.
+This module imports nothing from dpfl except :mod:`dpfl.errors`, :mod:`dpfl.rng` and
+:mod:`dpfl.privacy.mechanisms.draw` (where its normals are drawn).
 """
 
 from __future__ import annotations
@@ -92,6 +93,8 @@ from dpfl.privacy.mechanisms.correlated.workload import (
     toeplitz_matrix,
     toeplitz_sqrt,
 )
+from dpfl.privacy.mechanisms.draw import randn
+from dpfl.rng import NoiseGenerator
 
 __all__ = ["BandedToeplitzStrategy", "banded_toeplitz_loss", "optimize_banded_toeplitz", "workload_coefficients"]
 
@@ -112,10 +115,10 @@ class _BandedStream(NoiseStream):
         self._buffer = torch.zeros((self._bands - 1, num_params), dtype=dtype, device=device)
         self.next_round = 0
 
-    def next(self, round_idx: int, generator: torch.Generator) -> torch.Tensor:
+    def next(self, round_idx: int, generator: NoiseGenerator) -> torch.Tensor:
         t = check_round(self.next_round, round_idx, self._n)
         check_generator(generator, self._device)
-        z = torch.randn(self.num_params, generator=generator, dtype=self._dtype, device=self._device)
+        z = randn(self.num_params, generator, dtype=self._dtype, device=self._device)
         memory = self._bands - 1
         if memory == 0:
             w = z / self._c0

@@ -18,7 +18,8 @@ optimizer on x_t + σ·w_t. Everything a ledger needs is in C's columns:
 * :meth:`Strategy.max_sensitivity` is the worst participation pattern a schema allows (at most
   k participations, at least b rounds apart): the figure the papers and jax-privacy report.
 
-This package imports nothing from dpfl except :mod:`dpfl.errors`.
+This package imports nothing from dpfl except :mod:`dpfl.errors`, :mod:`dpfl.rng` and
+:mod:`dpfl.privacy.mechanisms.draw` (where its normals are drawn).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import numpy as np
 import torch
 
 from dpfl.errors import ConfigError
+from dpfl.rng import NoiseGenerator
 
 __all__ = ["NoiseStream", "Strategy", "strategy_from_dict", "strategy_kinds"]
 
@@ -64,7 +66,7 @@ class NoiseStream(abc.ABC):
     next_round: int  # the round the next call to `next` must be for
 
     @abc.abstractmethod
-    def next(self, round_idx: int, generator: torch.Generator) -> torch.Tensor:
+    def next(self, round_idx: int, generator: NoiseGenerator) -> torch.Tensor:
         """w_{round_idx}; raises ConfigError when called out of order or past the strategy's n."""
 
     @property

@@ -94,7 +94,8 @@ fewer buffers. For some settings (small n, momentum workloads) it lies on the cl
 Σ ω/θ → 1 (θ̂_(1) → 0), as the constraint of [MP25] Thm. 1a (which jax-privacy's optimizer also
 imposes) binds.
 
-This module imports nothing from dpfl except :mod:`dpfl.errors` (and its sibling base.py).
+This module imports nothing from dpfl except :mod:`dpfl.errors`, :mod:`dpfl.rng` and
+:mod:`dpfl.privacy.mechanisms.draw` (where its normals are drawn) (and its sibling base.py).
 """
 
 from __future__ import annotations
@@ -108,6 +109,8 @@ import torch
 
 from dpfl.errors import ConfigError
 from dpfl.privacy.mechanisms.correlated.base import NoiseStream, Strategy
+from dpfl.privacy.mechanisms.draw import check_noise_generator, randn
+from dpfl.rng import NoiseGenerator
 
 __all__ = [
     "BltNoiseStream",
@@ -546,15 +549,14 @@ class BltNoiseStream(NoiseStream):
     def memory_vectors(self) -> int:
         return self._d
 
-    def next(self, round_idx: int, generator: torch.Generator) -> torch.Tensor:
+    def next(self, round_idx: int, generator: NoiseGenerator) -> torch.Tensor:
         """w_{round_idx} (shape [num_params]); rounds must come in order 0, 1, …, n − 1."""
-        if not isinstance(generator, torch.Generator):
-            raise ConfigError(f"`generator` must be a torch.Generator. Found {generator!r}.")
+        check_noise_generator(generator)
         if isinstance(round_idx, bool) or not isinstance(round_idx, (int, np.integer)) or round_idx != self.next_round:
             raise ConfigError(f"BLT noise for round {round_idx!r} requested; the stream is at round {self.next_round}.")
         if round_idx >= self.n:
             raise ConfigError(f"BLT noise for round {round_idx} requested past the strategy's n = {self.n} rounds.")
-        w = torch.randn(self.num_params, generator=generator, dtype=self._dtype, device=self._device)
+        w = randn(self.num_params, generator, dtype=self._dtype, device=self._device)
         w.addmv_(self._buffers.t(), self._omega, alpha=-1.0)  # w_t = z_t − Σ_i ω_i S_i
         self._buffers.mul_(self._theta[:, None]).add_(w)  # S_i ← θ_i S_i + w_t
         self.next_round += 1

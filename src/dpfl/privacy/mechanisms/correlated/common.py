@@ -19,10 +19,12 @@ bound, its eq. (5) as cited by jax-privacy's ``fixed_epoch_sensitivity_for_X``).
   maximize over every pattern, not only those through i).
 
 Streams: :func:`check_num_params`, :func:`check_round` (rounds in order, below n) and
-:func:`check_generator` (a torch.Generator on the stream's device) are the
-argument checks every :class:`NoiseStream` shares.
+:func:`check_generator` (a torch.Generator on the stream's device, or a ChaCha20
+:class:`~dpfl.rng.CsprngGenerator`, whose draws are copied to it) are the
+argument checks every :class:`NoiseStream` shares; the streams draw their normals through
+:func:`dpfl.privacy.mechanisms.draw.randn`.
 
-This module imports nothing from dpfl except :mod:`dpfl.errors`.
+This module imports nothing from dpfl except :mod:`dpfl.errors` and :mod:`dpfl.rng`.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import numpy as np
 import torch
 
 from dpfl.errors import ConfigError
+from dpfl.rng import CsprngGenerator, NoiseGenerator
 
 __all__ = [
     "check_generator",
@@ -134,10 +137,14 @@ def check_round(next_round: int, round_idx: object, n: int) -> int:
     return t
 
 
-def check_generator(generator: object, device: torch.device) -> torch.Generator:
-    """``generator`` must be a torch.Generator on the stream's device."""
+def check_generator(generator: object, device: torch.device) -> NoiseGenerator:
+    """``generator`` must be a torch.Generator on the stream's device, or a ChaCha20 generator
+    (it draws on the CPU and the draw is copied to the stream's device)."""
+    if isinstance(generator, CsprngGenerator):
+        return generator
     if not isinstance(generator, torch.Generator):
-        raise ConfigError(f"`generator` must be a torch.Generator. Found {type(generator).__name__}.")
+        raise ConfigError("`generator` must be a torch.Generator or a dpfl.rng.CsprngGenerator. "
+                          f"Found {type(generator).__name__}.")
     if torch.device(generator.device).type != device.type:
         raise ConfigError(f"`generator` is on {generator.device}, the stream draws on {device}.")
     return generator

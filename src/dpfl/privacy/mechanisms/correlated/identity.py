@@ -10,7 +10,8 @@ whatever came before (the increments of base.py, G_tt = 1, G_st = 0). Error on a
 Stream: round t draws one ``torch.randn(num_params)`` from its generator and returns it; nothing
 is kept between rounds (memory 0 vectors).
 
-This module imports nothing from dpfl except :mod:`dpfl.errors`.
+This module imports nothing from dpfl except :mod:`dpfl.errors`, :mod:`dpfl.rng` and
+:mod:`dpfl.privacy.mechanisms.draw` (where its normals are drawn).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from dpfl.errors import ConfigError
 from dpfl.privacy.mechanisms.correlated.base import NoiseStream, Strategy
 from dpfl.privacy.mechanisms.correlated.common import check_generator, check_num_params, check_round, check_schema
 from dpfl.privacy.mechanisms.correlated.workload import check_rounds, check_workload
+from dpfl.privacy.mechanisms.draw import randn
+from dpfl.rng import NoiseGenerator
 
 __all__ = ["IdentityStrategy"]
 
@@ -38,10 +41,10 @@ class _IdentityStream(NoiseStream):
         self._device = torch.device(device)
         self.next_round = 0
 
-    def next(self, round_idx: int, generator: torch.Generator) -> torch.Tensor:
+    def next(self, round_idx: int, generator: NoiseGenerator) -> torch.Tensor:
         check_round(self.next_round, round_idx, self._n)
         check_generator(generator, self._device)
-        w = torch.randn(self.num_params, generator=generator, dtype=self._dtype, device=self._device)
+        w = randn(self.num_params, generator, dtype=self._dtype, device=self._device)
         self.next_round += 1
         return w
 

@@ -69,7 +69,8 @@ Joining two segments is a (max, +) product over the gaps; a released node adds c
 subtrees share one table, so a tree costs O(log T) joins of O(k²·b³); the trees are then appended
 left to right keeping only the last gap (O(k·k_tree·b²) per tree).
 
-This module imports nothing from dpfl except :mod:`dpfl.errors`.
+This module imports nothing from dpfl except :mod:`dpfl.errors`, :mod:`dpfl.rng` and
+:mod:`dpfl.privacy.mechanisms.draw` (where its normals are drawn).
 """
 
 from __future__ import annotations
@@ -94,6 +95,8 @@ from dpfl.privacy.mechanisms.correlated.common import (
     vec_sens,
 )
 from dpfl.privacy.mechanisms.correlated.workload import check_rounds, check_workload
+from dpfl.privacy.mechanisms.draw import randn
+from dpfl.rng import NoiseGenerator
 
 __all__ = ["TreeStrategy", "honaker_variance", "honaker_weight"]
 
@@ -130,10 +133,10 @@ class _TreeStream(NoiseStream):
         self._max_stored = max(size.bit_length() - 1 for size in sizes)
         self.next_round = 0
 
-    def _randn(self, generator: torch.Generator) -> torch.Tensor:
-        return torch.randn(self.num_params, generator=generator, dtype=self._dtype, device=self._device)
+    def _randn(self, generator: NoiseGenerator) -> torch.Tensor:
+        return randn(self.num_params, generator, dtype=self._dtype, device=self._device)
 
-    def next(self, round_idx: int, generator: torch.Generator) -> torch.Tensor:
+    def next(self, round_idx: int, generator: NoiseGenerator) -> torch.Tensor:
         check_round(self.next_round, round_idx, self._n)
         check_generator(generator, self._device)
         size = self._sizes[self._tree]
