@@ -41,6 +41,7 @@ _RECIPE_MODULES = (
     "dpfl.experiments.recipes.pmidp_fl",
     "dpfl.experiments.recipes.nbafl",
     "dpfl.experiments.recipes.dp_fedavg_blur_lus",
+    "dpfl.experiments.recipes.fleet",
 )
 
 
