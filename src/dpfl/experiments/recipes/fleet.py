@@ -281,8 +281,9 @@ def _report(ctx: ReportContext) -> str:
               "σ calibrated per run from the claim (the schema's worst case); certified ε for the public "
               "(dp-accounting, the composition at the cohorts drawn), the largest over seeds; the server sees "
               "every clipped update (central DP): ε = ∞ against it in every run.", "",
-              "| data set | method | ε (claimed) | σ | certified ε, public | mean cohort |", "|---|---|---|---|---|---|"]
-    for (d, m, e), runs in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][2], METHODS.index(kv[0][1]))):
+              "| data set | method | ε (claimed) | σ | certified ε, public | mean cohort |",
+              "|---|---|---|---|---|---|"]
+    for (d, m, _e), runs in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][2], METHODS.index(kv[0][1]))):
         claims, sigmas, publics, certs, cohort = [], [], [], [], []
         for rec, rows in runs:
             priv = stored_privacy(rec)
