@@ -113,10 +113,10 @@ def main_job_parts(reps: int) -> None:
                       ("server: Skellam top-up Sk(μ)", topup),
                       ("central Gaussian, 50,890 float32", central)):
         _row(label, {k: _median_ms(lambda s=s, f=fn: f(s), reps) for k, s in seqs.items()})
-    # the Flower deployment's current share: numpy PCG64 from os.urandom (runtime/flower/distributed.py)
+    # the Flower deployment's current share: numpy PCG64 from os.urandom (runtime/flowerapps/distributed.py)
     import numpy as np
 
-    from dpfl.runtime.flower.distributed import skellam_share
+    from dpfl.runtime.flowerapps.distributed import skellam_share
 
     pcg = _median_ms(lambda: skellam_share(pipe.padded_dim, share, np.random.Generator(np.random.PCG64())), reps)
     print(f"{'  (Flower today: Skellam share from PCG64)':<44} {pcg:8.2f} ms", flush=True)

@@ -164,7 +164,7 @@ def test_hidden_participation_in_flowers_simulation(flower_log: Any) -> None:
     from flwr.server.workflow import DefaultWorkflow, SecAggPlusWorkflow
     from flwr.simulation import run_simulation
 
-    from dpfl.runtime.flower.distributed import DistributedDpLegacyStrategy, DistributedDpMod
+    from dpfl.runtime.flowerapps.distributed import DistributedDpLegacyStrategy, DistributedDpMod
 
     nodes = 20
     client_app = ClientApp(client_fn=client_fn, mods=[

@@ -177,7 +177,7 @@ def test_skellam_shares_follow_the_skellam_pmf() -> None:
 
 
 def test_a_flower_clients_skellam_share_draws_from_chacha_too() -> None:
-    from dpfl.runtime.flower.distributed import skellam_share
+    from dpfl.runtime.flowerapps.distributed import skellam_share
 
     x = skellam_share(N, 900.0, _gen()).astype(np.float64)
     assert abs(float(x.mean())) < SE * math.sqrt(900.0 / N)

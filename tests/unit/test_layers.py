@@ -114,9 +114,17 @@ def _privacy_imports(root: Path) -> list[str]:
     return found
 
 
+#: The one module of ``dpfl.experiments`` that computes with the accountants: it states no run's
+#: privacy, it checks dpfl's accounting against the figures correlated-noise papers publish (their
+#: ε recomputed from their stated σ and participation, reports/published-correlated/), which takes
+#: the accountants themselves, as the tests of the accounting do.
+CHECKS_THE_ACCOUNTANTS = ("published_correlated.py",)
+
+
 def test_commands_and_recipes_make_no_privacy_statements_of_their_own() -> None:
     for pkg in ("commands", "experiments"):
-        found = _privacy_imports(Path(dpfl.__file__).parent / pkg)
+        found = [f for f in _privacy_imports(Path(dpfl.__file__).parent / pkg)
+                 if not (pkg == "experiments" and f.split(":")[0] in CHECKS_THE_ACCOUNTANTS)]
         assert not found, f"dpfl.{pkg} imports calibration or accounting internals:\n" + "\n".join(found)
 
 

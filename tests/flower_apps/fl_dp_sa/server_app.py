@@ -12,7 +12,7 @@ from flwr.server import Grid, LegacyContext, ServerApp, ServerConfig
 from flwr.server.strategy import DifferentialPrivacyClientSideFixedClipping, FedAvg
 from flwr.server.workflow import DefaultWorkflow, SecAggPlusWorkflow
 
-from dpfl.runtime.flower.certified import CertifiedLegacyStrategy  # dpfl
+from dpfl.runtime.flowerapps.certified import CertifiedLegacyStrategy  # dpfl
 from flower_apps.fl_dp_sa.client_app import MODS
 from flower_apps.task import Net, get_weights
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from flwr.client.mod import secaggplus_mod  # dpfl
 from flwr.clientapp import ClientApp
 
-from dpfl.runtime.flower.distributed import DistributedDpMod  # dpfl
+from dpfl.runtime.flowerapps.distributed import DistributedDpMod  # dpfl
 from flower_apps.fl_dp_sa.client_app import client_fn
 
 CLIPPING_NORM = 1.0  # dpfl

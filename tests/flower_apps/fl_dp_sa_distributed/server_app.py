@@ -18,7 +18,7 @@ from flwr.server import Grid, LegacyContext, ServerApp, ServerConfig
 from flwr.server.strategy import FedAvg  # dpfl
 from flwr.server.workflow import DefaultWorkflow, SecAggPlusWorkflow
 
-from dpfl.runtime.flower.distributed import DistributedDpLegacyStrategy  # dpfl
+from dpfl.runtime.flowerapps.distributed import DistributedDpLegacyStrategy  # dpfl
 from flower_apps.fl_dp_sa_distributed.client_app import CLIPPING_NORM, NOISE_MULTIPLIER, NUM_SAMPLED  # dpfl
 from flower_apps.task import Net, get_weights, load_test, set_weights, test
 

@@ -14,7 +14,7 @@ from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, 
 from flwr.supercore.privacy_accounting import NeighboringRelation, PrivacyConfig, SamplingMethod
 from flwr.supercore.privacy_accounting.rdp_accountant import RdpAccountant
 
-from dpfl.runtime.flower.certified import CertifiedStrategy  # dpfl
+from dpfl.runtime.flowerapps.certified import CertifiedStrategy  # dpfl
 from flower_apps.task import Net, load_test, test
 
 app = ServerApp()

@@ -1,4 +1,4 @@
-"""dpfl's certificates for Flower's own DP (``dpfl.runtime.flower.certified``), checked against
+"""dpfl's certificates for Flower's own DP (``dpfl.runtime.flowerapps.certified``), checked against
 dp-accounting called directly on the same Gaussian events.
 
 Flower's fixed-clipping wrappers add N(0, (z·C/m)²) to the weighted average of updates clipped to
@@ -24,7 +24,7 @@ from flwr.server import strategy as legacy  # noqa: E402
 from flwr.serverapp import strategy as message  # noqa: E402
 
 from dpfl.errors import ConfigError  # noqa: E402
-from dpfl.runtime.flower.certified import RoundCertifier, read_flower_dp  # noqa: E402
+from dpfl.runtime.flowerapps.certified import RoundCertifier, read_flower_dp  # noqa: E402
 
 DELTA = 1e-5
 
@@ -260,7 +260,7 @@ def test_an_aggregator_other_than_fedavgs_mean_is_not_priced_as_a_mean() -> None
 
 
 def test_secagg_with_server_side_clipping_is_refused() -> None:
-    from dpfl.runtime.flower.certified import CertifiedLegacyStrategy
+    from dpfl.runtime.flowerapps.certified import CertifiedLegacyStrategy
 
     with pytest.raises(ConfigError, match="clips the \\*sum\\*"):
         CertifiedLegacyStrategy(legacy.DifferentialPrivacyServerSideFixedClipping(legacy.FedAvg(), 1.0, 1.0, 10),
@@ -307,7 +307,7 @@ def test_a_round_dpfl_stopped_is_not_aggregated_even_with_flowers_accountant() -
     from flwr.supercore.privacy_accounting import NeighboringRelation, PrivacyConfig, SamplingMethod
     from flwr.supercore.privacy_accounting.rdp_accountant import RdpAccountant
 
-    from dpfl.runtime.flower.certified import CertifiedStrategy
+    from dpfl.runtime.flowerapps.certified import CertifiedStrategy
 
     acc = RdpAccountant(PrivacyConfig(1e-5, 10, NeighboringRelation.ADD_OR_REMOVE_ONE,
                                       SamplingMethod.NO_AMPLIFICATION))
@@ -429,7 +429,7 @@ def test_a_clipping_norm_set_to_zero_after_construction_leaves_the_server_infini
 def test_the_wrappers_numbers_are_read_when_certifying_and_a_negative_or_non_finite_one_is_refused() -> None:
     # Fails before the change: the noise multiplier was read once, at construction (the round was
     # priced at z = 1 though Flower noised it with z = 2), and a negative clip reached Flower unnamed.
-    from dpfl.runtime.flower.certified import CertifiedLegacyStrategy
+    from dpfl.runtime.flowerapps.certified import CertifiedLegacyStrategy
 
     wrapper = legacy.DifferentialPrivacyServerSideFixedClipping(
         legacy.FedAvg(fraction_fit=1.0, min_fit_clients=4, min_available_clients=4), 1.0, 1.0, 4)
@@ -471,7 +471,7 @@ def test_adaptive_clipping_says_the_composed_epsilon_needs_a_budget_fixed_in_adv
         monkeypatch: pytest.MonkeyPatch) -> None:
     # Fails before the change: nothing said that the noise multiplier depends on the data (through
     # the noisy count), so that the composed ε holds only under a privacy filter (max_epsilon).
-    from dpfl.runtime.flower import certified
+    from dpfl.runtime.flowerapps import certified
 
     logged: list[str] = []
     monkeypatch.setattr(certified, "_log", lambda level, msg: logged.append(msg))
@@ -534,7 +534,7 @@ def test_flowers_figure_is_labelled_and_fedavgs_add_remove_figure_is_shown_when_
 
 def test_flowers_deprecated_dp_fedavg_wrappers_are_refused_with_their_replacement() -> None:
     # Fails before the change: DPFedAvgFixed was read as a strategy that adds no noise (∞), unnamed.
-    from dpfl.runtime.flower.certified import CertifiedLegacyStrategy
+    from dpfl.runtime.flowerapps.certified import CertifiedLegacyStrategy
 
     with pytest.raises(ConfigError) as err:
         read_flower_dp(legacy.DPFedAvgFixed(legacy.FedAvg(), num_sampled_clients=10, clip_norm=1.0))

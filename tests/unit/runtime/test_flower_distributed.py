@@ -1,4 +1,4 @@
-"""dpfl's distributed DP for Flower apps (:mod:`dpfl.runtime.flower.distributed`), without a simulation:
+"""dpfl's distributed DP for Flower apps (:mod:`dpfl.runtime.flowerapps.distributed`), without a simulation:
 residues through Flower's own quantizer, masks and unmasking arithmetic; the decoded noise; the
 certificate against dp-accounting's Gaussian RDP; the mod and the strategy on hand-built messages."""
 
@@ -32,7 +32,7 @@ from flwr.common.secure_aggregation.secaggplus_utils import pseudo_rand_gen  # n
 from dpfl.errors import ConfigError  # noqa: E402
 from dpfl.privacy.accounting.certify import DEFAULT_RDP_ORDERS  # noqa: E402
 from dpfl.privacy.accounting.ledger import PrivacyLedger  # noqa: E402
-from dpfl.runtime.flower.distributed import (  # noqa: E402
+from dpfl.runtime.flowerapps.distributed import (  # noqa: E402
     DistributedDpLegacyStrategy,
     DistributedDpMod,
     SecAggPlusSettings,
@@ -530,7 +530,7 @@ def test_distributed_mode_says_once_that_it_replaces_example_weighting_by_an_unw
     from flwr.common import ndarrays_to_parameters
     from flwr.server.strategy import FedAvg
 
-    from dpfl.runtime.flower import distributed
+    from dpfl.runtime.flowerapps import distributed
 
     logged: list[str] = []
     monkeypatch.setattr(distributed, "_log", lambda level, msg: logged.append(msg))

@@ -16,6 +16,10 @@
   a config on them (``dpfl federate``); on real machines use Flower's own commands
   (``docs/how-to/flower.md``, "On real machines").
 
+dpfl inside someone else's Flower app (strategy wrappers and client mods for the user's own
+ServerApp and ClientApp) is :mod:`dpfl.runtime.flowerapps`; ``certified`` and ``distributed`` here
+re-export it under the paths apps were first written against.
+
 Flower is an optional dependency: ``pip install 'dpfl[flower]'``.
 """
 

@@ -1,0 +1,1 @@
+"""correlated_noise: a Message-API app whose fleet cannot be sampled, given DP-FTRL / banded-MF / BLT noise."""
