@@ -238,6 +238,14 @@ class PrivacyConfig(_Strict):
             256-bit key from ``os.urandom`` (:class:`dpfl.rng.CsprngGenerator`; the run's noise is not
             reproducible, its data batching and model initialization stay seeded). The run's
             privacy statement names it (``final["privacy"]["noise_generator"]``).
+        gaussian_noise: how a real-valued Gaussian release is drawn: "float" — x + σ·Z in floating
+            point (its low-order bits depend on x: Mironov 2012); "lattice" — scaled to γ⁻¹ℤ, rounded
+            and noised with Skellam noise in exact integers (:mod:`dpfl.privacy.mechanisms.lattice`),
+            priced as the Skellam release it is, where the algorithm has that form (DP-FedAvg without
+            secure aggregation, UDP, udp-lei and NbAFL's uplinks; the others keep "float" and the run
+            says so). Unset: "lattice" in a deployment (Flower, ``dpfl federate`` without
+            ``--reproducible``), "float" in simulation (bit-reproducible with seeded generators). The
+            privacy statement names the one used (``final["privacy"]["gaussian_noise"]``) when set.
     """
 
     delta: Float = Field(1e-5, gt=0, lt=1)
@@ -248,6 +256,7 @@ class PrivacyConfig(_Strict):
     colluding_clients: Int = Field(0, ge=0)
     pld_every: Int = Field(0, ge=0)
     noise_generator: Literal["seeded", "csprng"] = "seeded"
+    gaussian_noise: Literal["float", "lattice"] | None = None
 
     @model_serializer(mode="wrap")
     def _omit_defaults_of_later_fields(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -260,6 +269,8 @@ class PrivacyConfig(_Strict):
                 data.pop("colluding_clients", None)
             if self.noise_generator == "seeded":
                 data.pop("noise_generator", None)
+            if self.gaussian_noise is None:
+                data.pop("gaussian_noise", None)
         return data
 
     @model_validator(mode="after")
@@ -271,6 +282,14 @@ class PrivacyConfig(_Strict):
             raise ValueError("`colluding_clients` only means something with `secure_aggregation: true` "
                              "(without it the server sees every upload anyway)")
         return self
+
+
+def deployment_config(config: RunConfig) -> RunConfig:
+    """``config`` as a deployment runs it: ``privacy.gaussian_noise`` unset becomes "lattice" (the
+    floating-point-safe releases, :mod:`dpfl.privacy.mechanisms.lattice`); a set value is kept."""
+    if config.privacy.gaussian_noise is not None:
+        return config
+    return config.model_copy(update={"privacy": config.privacy.model_copy(update={"gaussian_noise": "lattice"})})
 
 
 DEVICE_TYPES = ("cpu", "cuda", "mps")

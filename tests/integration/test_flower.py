@@ -11,7 +11,9 @@ What is checked:
   the vectorized engine (the default) a cohort is one batched matmul, so a one-client process sums
   in another order: the same cohorts and noise, the model equal within float32 rounding (what
   ``dpfl federate local --reproducible`` promises, tested here too).
-* The other tests run as a deployment does (noise from the OS CSPRNG).
+* The other tests run as a deployment does (noise from the OS CSPRNG); NbAFL's and UDP's uploads
+  are then lattice releases (``privacy.gaussian_noise`` unset in a deployment), whose certificates
+  equal the simulated twin's.
 * A SuperNode SIGKILLed mid-round (when it signals that it started round 2: no timing
   assumption): the round goes on without it, logged as a dropout (never as a rejected upload),
   and none of its processes outlives it; DP-FedAvg tops the noise up so the public guarantee is
@@ -124,6 +126,33 @@ def test_nbafl_and_dp_fedavg_on_flower_equal_the_simulator(tmp_path: Path, mnist
             assert _certified(final, observer) == pytest.approx(_certified(want, observer), rel=1e-12)
         assert final["privacy"]["claimed_epsilon"] == pytest.approx(want["privacy"]["claimed_epsilon"], rel=1e-12)
     assert "all 3 clients connected" in got_nb["log"]
+
+
+@pytest.mark.slow  # two deployed runs (~70 s); fast equivalents: test_lattice_runs.py, test_flower_federate.py
+def test_lattice_uploads_deployed_in_secure_mode_certify_what_the_simulated_twin_certifies(
+        tmp_path: Path, mnist_fixture: Path, federation: LocalFederation) -> None:
+    """A deployment (fresh ChaCha20 keys; ``privacy.gaussian_noise`` unset → "lattice"): NbAFL's
+    and UDP's uploads are lattice releases (replace-one, integers plus Skellam noise sent as
+    integer/γ) and the certificates equal the simulated twin's (``lattice`` + ``csprng``) per
+    observer — every client takes part, so they do not depend on the cohorts."""
+    udp = {"name": "udp", "options": {"epsilon": 5.0, "clip_norm": 1.0}}
+    for name, algorithm in (("nbafl-lattice", NBAFL), ("udp-lattice", udp)):
+        path = _config(tmp_path, mnist_fixture, name, algorithm, rounds=2)
+        raw = yaml.safe_load(path.read_text())
+        if name.startswith("udp"):  # full-batch gradient descent (000 Alg. 1)
+            raw["local"].update({"batch_size": None})
+            path.write_text(yaml.safe_dump(raw))
+        store = tmp_path / f"{name}.sqlite"
+        got = federation.run(path, store=store, round_timeout=300, connect_timeout=120, timeout=900)
+        assert got["status"] == "finished" and got["rounds"] == 2, got.get("log", "")[-2000:]
+        final = RunStore(store).get(got["run_id"]).result
+        assert final["privacy"]["gaussian_noise"] == "lattice" and got["run_id"].endswith("-secure")
+        raw["privacy"].update({"gaussian_noise": "lattice", "noise_generator": "csprng"})
+        twin_path = tmp_path / f"{name}-twin.yaml"
+        twin_path.write_text(yaml.safe_dump(raw))
+        want = _simulate(twin_path, tmp_path / "sim.sqlite")
+        for observer in ("server", "public"):
+            assert _certified(final, observer) == pytest.approx(_certified(want, observer), rel=1e-9), (name, observer)
 
 
 def test_reproducible_with_the_vectorized_engine_has_the_same_noise_and_a_close_model(

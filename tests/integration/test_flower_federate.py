@@ -1,5 +1,7 @@
 """`dpfl federate local` as a user runs it: a subprocess, relative paths, a failing ServerApp, kill -9.
 
+* A deployment in secure mode draws its Gaussian releases on the lattice (``privacy.gaussian_noise``
+  unset) and certifies exactly what its simulated twin (``lattice`` + ``csprng``) certifies.
 * Relative paths are the caller's: the config, ``--store`` and ``data.dir`` given relative to a
   working directory that is neither the repository's nor Flower's reach every process absolute
   (the ServerApp read ``data.dir`` in Flower's working directory and failed).
@@ -27,7 +29,9 @@ import yaml
 
 pytest.importorskip("flwr")
 
+from dpfl.config import parse_config  # noqa: E402
 from dpfl.errors import ConfigError  # noqa: E402
+from dpfl.rounds import run_experiment  # noqa: E402
 from dpfl.runtime.flower.local import FEDERATION_ENV, federation_processes  # noqa: E402
 from dpfl.runtime.flower.warm import process_alive  # noqa: E402
 from dpfl.store import RunStore  # noqa: E402
@@ -68,6 +72,19 @@ def test_relative_paths_are_the_callers(tmp_path: Path, mnist_fixture: Path) -> 
     (rec,) = RunStore(work / "runs" / "fed.sqlite").list()
     assert rec.status == "finished" and rec.run_id.endswith("-flower-secure")
     assert "certified epsilon" in proc.stdout
+    # a deployment in secure mode: its Gaussian releases are lattice releases (unset in the config),
+    # and its certificates are the simulated twin's (gaussian_noise: lattice, noise_generator: csprng;
+    # every client takes part, so the certificate does not depend on the cohorts)
+    final = RunStore(work / "runs" / "fed.sqlite").get(rec.run_id).result
+    assert final["privacy"]["gaussian_noise"] == "lattice"
+    raw = yaml.safe_load((work / "cfg.yaml").read_text())
+    raw["data"]["dir"] = str(mnist_fixture)
+    raw["privacy"].update({"gaussian_noise": "lattice", "noise_generator": "csprng"})
+    twin = run_experiment(parse_config(raw), RunStore(tmp_path / "twin.sqlite")).final
+    for observer in ("server", "public"):
+        got = float(final["privacy"]["certified"]["observers"][observer]["epsilon"])
+        want = float(twin["privacy"]["certified"]["observers"][observer]["epsilon"])
+        assert got == pytest.approx(want, rel=1e-9, abs=1e-12) or got == want == float("inf"), observer
 
 
 @pytest.mark.slow  # a federation of its own (~13 s); `dpfl federate local` runs by default in the test above

@@ -31,6 +31,19 @@ c = 0.7):
   claim (moments accountant, Poisson sampling, δ of the run) after ``rounds`` rounds equals it
   (:func:`dpfl.privacy.accounting.claimed.dpfedavg_noise_multiplier`).
 
+Floating-point-safe releases (``privacy.gaussian_noise: lattice``, a deployment's default): without
+secure aggregation the sum's Gaussian is replaced by its lattice form
+(:class:`dpfl.privacy.mechanisms.lattice.LatticeGaussian`): each client's clipped update is scaled
+by γ and conditionally rounded (KLS21 Thm 23, stream (t, k, "rounding")), the integers are summed
+exactly and carry Skellam noise Sk(μ), μ = (zΔ2)² (AKL21 Thm 3.5): added once by the server in the
+central variant (stream (t, SERVER, "server_noise")), split into the clients' shares Sk(μ/|P_t|)
+in the local variant (topped up by the server for uploads that did not arrive). Uploads travel as
+integers (float-typed, exact below 2^24: γ is chosen for it); the broadcast is the integer sum
+/ γ / m. The ledger records the Skellam releases (:class:`LatticeCalibration`), not the Gaussian's.
+Not with adaptive clipping (its count query has no integer form here), fixed-size sampling or a
+participation schema (a Skellam release is amplified only by Poisson sampling): those runs keep
+the floating-point Gaussian and say so.
+
 Privacy: the sensitivity of the sum of clipped updates to adding or removing one client is S,
 so the broadcast mean carries noise multiplier σ (public observer, amplified by the secret
 Poisson sample). Against the server, the local variant protects each upload only with
@@ -83,6 +96,7 @@ from dpfl.privacy.mechanisms.integer import (
     skellam_noise,
     skellam_noise_rows,
 )
+from dpfl.privacy.mechanisms.lattice import LatticeGaussian, conditional_lattice_scale
 from dpfl.privacy.releases import Release, SkellamRelease, federated_round_releases
 from dpfl.rng import SERVER
 from dpfl.server.adaptive_clip import COUNT_SENSITIVITY, QuantileClipRule
@@ -109,6 +123,8 @@ class DpFedAvgCalibration(Calibration):
         denominator: m = qN, the fixed denominator (expected cohort size).
         sample_rate: q, the client sampling rate.
         secure_sum: the integer pipeline and Skellam noise under secure aggregation, else None.
+        lattice: the floating-point-safe form of the sum's Gaussian (``privacy.gaussian_noise:
+            lattice``), else None.
     """
 
     noise_multiplier: float
@@ -117,6 +133,45 @@ class DpFedAvgCalibration(Calibration):
     denominator: float
     sample_rate: float
     secure_sum: SecureSumCalibration | None = None
+    lattice: LatticeCalibration | None = None
+
+
+@dataclass(frozen=True)
+class LatticeCalibration(Calibration):
+    """The lattice form of the sum's Gaussian (:func:`lattice_calibration`): the numbers of a
+    :class:`~dpfl.privacy.mechanisms.lattice.LatticeGaussian` for one client's clipped update.
+
+    Attributes:
+        scale: γ (:func:`~dpfl.privacy.mechanisms.lattice.conditional_lattice_scale`).
+        beta: β of conditional rounding.
+        l2_sensitivity: Δ2 of one client's rounded vector (KLS21 Thm 23's bound on γS).
+        l1_sensitivity: Δ1 = min(Δ2², √d·Δ2).
+        variance: μ = (zΔ2)², the Skellam variance per coordinate of the sum (integer units).
+        rounding_inflation: Δ2/(γS), the factor by which the noise std exceeds S·z.
+    """
+
+    scale: float
+    beta: float
+    l2_sensitivity: float
+    l1_sensitivity: float
+    variance: float
+    rounding_inflation: float
+
+    def mechanism(self, dim: int, clip_norm: float, noise_multiplier: float) -> LatticeGaussian:
+        """The lattice release these numbers describe."""
+        return LatticeGaussian(dim=dim, clip_norm=clip_norm, noise_multiplier=noise_multiplier, scale=self.scale,
+                               beta=self.beta)
+
+
+def lattice_calibration(*, dim: int, clip_norm: float, noise_multiplier: float, local: bool) -> LatticeCalibration:
+    """γ (the largest power of two with γS <= 2^16 whose variance is certified, and, in the local
+    variant, whose noised uploads stay exact as float32), Δ2, Δ1 and μ = (zΔ2)² — the multiplier z
+    against the *rounded* sensitivity, so the noise is never below the Gaussian's (its std is
+    S·z·Δ2/(γS) >= S·z): a pure function of the options and the model's size."""
+    scale = conditional_lattice_scale(clip_norm, dim, noise_multiplier, share_float32=local)
+    mech = LatticeGaussian(dim=dim, clip_norm=clip_norm, noise_multiplier=noise_multiplier, scale=scale)
+    return LatticeCalibration(scale, mech.beta, mech.l2_sensitivity, mech.l1_sensitivity, mech.variance,
+                              mech.rounding_inflation)
 
 
 @dataclass(frozen=True)
@@ -254,6 +309,9 @@ class NoisePlan(RoundPlan):
         secure: secure aggregation with distributed Skellam noise (its calibration), else None:
             the clients upload integer residues and every noise number above is 0.
         num_clients: N (the shares of hidden participation).
+        lattice: the lattice form of the sum's noise (``privacy.gaussian_noise: lattice``), else
+            None: the clients upload rounded integers (plus their Skellam shares in the local
+            variant) and every Gaussian number above is 0.
     """
 
     round_idx: int
@@ -269,18 +327,39 @@ class NoisePlan(RoundPlan):
     count_query: bool = False
     secure: SecureSumCalibration | None = None
     num_clients: int = 0
+    lattice: LatticeCalibration | None = None
 
     @property
     def shares(self) -> int:
-        """How many clients add a noise share to the secure sum: N (hidden) or |P_t| (visible)."""
+        """How many clients add a noise share to the secure sum: N (hidden) or |P_t| (visible); to
+        the lattice sum: |P_t| in the local variant, none in the central one."""
+        if self.lattice is not None:
+            return 0 if self.central else self.cohort
         if self.secure is None:
             return 0
         return self.num_clients if self.secure.hidden else self.cohort
 
     @property
     def share_variance(self) -> float:
-        """μ/shares: each client's Skellam share (0 without secure aggregation or without shares)."""
+        """μ/shares: each client's Skellam share (0 without an integer sum or without shares)."""
+        if self.lattice is not None:
+            return skellam_share_variance(self.lattice.variance, self.shares) if self.shares else 0.0
         return skellam_share_variance(self.secure.variance, self.shares) if self.secure is not None else 0.0
+
+    def lattice_releases(self, ids: list[int]) -> list[Release]:
+        """The lattice form's releases: each upload — the rounded update, clean in the central
+        variant (ε = ∞ against the server, as the Gaussian's), plus its share Sk(μ/|P_t|) in the
+        local variant — and the broadcast, the integer sum with Sk(μ) (:meth:`public_release`)."""
+        lat = self.lattice
+        assert lat is not None
+        out: list[Release] = []
+        if ids and self.central:  # the rounded update without noise (ε = ∞), its norm at most Δ2
+            out.append(SkellamRelease("server", 0.0, lat.l2_sensitivity, lat.l1_sensitivity, tuple(ids),
+                                      lattice=True))
+        elif ids:
+            out.append(SkellamRelease("server", self.share_variance, lat.l2_sensitivity, lat.l1_sensitivity,
+                                      tuple(ids), lattice=True))
+        return [*out, self.public_release()]
 
     def server_variance(self, shares_in_sum: int) -> float:
         """The Skellam variance the server cannot subtract from a sum of ``shares_in_sum`` client
@@ -344,6 +423,11 @@ class NoisePlan(RoundPlan):
         (the update top-up and the count top-up), so it is charged the same joint z.
         """
         m = self.denominator
+        if self.lattice is not None:
+            # the broadcast is a fixed decoding of the integer sum, whose noise is Sk(μ) in every
+            # round (the server's, or the shares plus its top-up): amplified by the sample
+            return SkellamRelease("public", self.lattice.variance, self.lattice.l2_sensitivity,
+                                  self.lattice.l1_sensitivity, None, amplifiable=self.amplified, lattice=True)
         if self.secure is not None:
             # the broadcast is a fixed decoding of the modular sum, whose noise is Sk(μ) in every
             # round (shares plus the server's top-up): the Skellam mechanism, amplified by the sample
@@ -361,6 +445,8 @@ class NoisePlan(RoundPlan):
         round), and :meth:`public_release`, which does not depend on ``ids`` (nor on the sample
         counts: the fixed denominator weighs every client 1/m)."""
         del num_samples
+        if self.lattice is not None:
+            return self.lattice_releases([int(c) for c in ids])
         if self.secure is not None:
             return self.secure_releases([int(c) for c in ids])
         k, m = len(ids), self.denominator
@@ -382,7 +468,7 @@ class NoisePlan(RoundPlan):
     def declared(self, client: int) -> dict[str, float]:
         """Each client's noise shares (the same for every client of the cohort)."""
         del client
-        if self.secure is not None:
+        if self.secure is not None or self.lattice is not None:
             return {"noise_variance": self.share_variance}
         declared = {"noise_std": self.client_std}
         if self.count_query:
@@ -411,6 +497,7 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
         participation: str = "visible",
         colluding_clients: int = 0,
         num_params: int | None = None,
+        gaussian_noise: str | None = None,
     ) -> None:
         self.options = options
         self.sampler = sampler
@@ -421,6 +508,18 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
         if secure_aggregation:
             calibration = dataclasses.replace(calibration, secure_sum=self._secure_calibration(
                 calibration, participation, colluding_clients))
+        self.gaussian_release = "float"
+        self.lattice_refusal: str | None = None
+        if secure_aggregation:
+            self.gaussian_release = "lattice"  # the secure sum is integers plus Skellam noise already
+        elif gaussian_noise == "lattice":
+            self.lattice_refusal = self._lattice_refusal(calibration)
+            if self.lattice_refusal is None:
+                assert self._num_params is not None
+                calibration = dataclasses.replace(calibration, lattice=lattice_calibration(
+                    dim=self._num_params, clip_norm=float(options.clip_norm),
+                    noise_multiplier=calibration.noise_multiplier, local=options.variant == "local"))
+                self.gaussian_release = "lattice"
         self._calibration = calibration
         self.noise_multiplier = self._calibration.noise_multiplier
         self.update_multiplier = self._calibration.update_multiplier
@@ -437,6 +536,20 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
     def calibration(self) -> DpFedAvgCalibration:
         """z, its update/count split and the fixed denominator (:func:`dpfedavg_calibration`)."""
         return self._calibration
+
+    def _lattice_refusal(self, calibration: DpFedAvgCalibration) -> str | None:
+        """Why this configuration keeps the floating-point Gaussian under ``gaussian_noise: lattice``
+        (None: it has the lattice form)."""
+        kind = self.sampler.describe().get("kind")
+        if self.options.adaptive_clip is not None:
+            return "adaptive clipping (its count query has no integer form yet)"
+        if kind not in ("poisson", "all"):
+            return f"`sampling.kind: {kind}` (a Skellam release is amplified only by Poisson sampling)"
+        if calibration.noise_multiplier <= 0:
+            return "no noise (`noise_multiplier: 0`)"
+        if self._num_params is None:
+            return "a model of unknown size"
+        return None
 
     def _secure_calibration(self, calibration: DpFedAvgCalibration, participation: str,
                             colluding: int) -> SecureSumCalibration:
@@ -509,17 +622,19 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
         local = self.options.variant == "local"
         z = self.update_multiplier
         secure = self._calibration.secure_sum
+        lattice = self._calibration.lattice
+        integer = secure is not None or lattice is not None
         client_std = (dpfedavg_client_noise_std(self.clip_norm, z, cohort)
-                      if local and z > 0 and cohort and secure is None else 0.0)
+                      if local and z > 0 and cohort and not integer else 0.0)
         count_client = (self.count_noise_std / math.sqrt(cohort)
                         if local and self._rule is not None and self.count_noise_std > 0 and cohort else 0.0)
         return NoisePlan(
             round_idx=int(round_idx), clip_norm=self.clip_norm, cohort=int(cohort), denominator=self.denominator,
             central=not local,
-            sum_std=self.clip_norm * z if secure is None else 0.0, client_std=client_std,
+            sum_std=self.clip_norm * z if not integer else 0.0, client_std=client_std,
             count_std=self.count_noise_std if self._rule is not None else 0.0, count_client_std=count_client,
             amplified=broadcast_mode(self.sampler.describe(), self.relation, self.privacy_unit, True) != "shared",
-            count_query=self._rule is not None, secure=secure, num_clients=self.num_clients,
+            count_query=self._rule is not None, secure=secure, num_clients=self.num_clients, lattice=lattice,
         )
 
     def releases_for_arrivals(self, info: RoundInfo, arrived: torch.Tensor, num_samples: torch.Tensor,
@@ -547,6 +662,8 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
         if sec is not None:
             padded = sec.pipeline(num_params, float(o.clip_norm)).padded_dim
             per_row += 8 * num_params + 16 * padded
+        elif self._calibration.lattice is not None:
+            per_row += 40 * num_params  # float64 copy, uniforms, int64 result and noise, float64 upload
         else:
             per_row += 4 * num_params
         if o.lus_sparsity > 0:
@@ -574,6 +691,14 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
         client_std = plan.client_std
         dev = clipped.device
         gens = [info.seeds.noise_generator(info.round_idx, int(c), "noise", device=dev) for c in info.clients.tolist()]
+        if plan.lattice is not None:
+            diagnostics["update_norm"] = norms.detach().to(torch.float64).cpu()
+            ints = self._lattice_upload(clipped, plan, info)
+            declared["noise_variance"] = torch.full((rows,), plan.share_variance, dtype=torch.float64)
+            # integers in a float dtype (a deployment's uploads are float vectors): exact below 2^53
+            # here, below 2^24 as float32 on the wire (lattice_calibration's γ keeps them there)
+            return Uploads(info.clients, ints.to(torch.float64), local.num_samples, local.train_loss, declared,
+                           diagnostics=diagnostics)
         if plan.secure is not None:
             diagnostics["update_norm"] = norms.detach().to(torch.float64).cpu()
             coins = self._coins(plan, info) if info.hidden_participation else None
@@ -646,6 +771,72 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
         # of the integers is the sum of their residues: reduced once, in the sum
         return ints if info.summed_shares else pipe.to_residues(ints)
 
+    def _lattice_upload(self, clipped: torch.Tensor, plan: NoisePlan, info: RoundInfo) -> torch.Tensor:
+        """The lattice form, client side: the clipped update scaled by γ and conditionally rounded
+        (KLS21 Thm 23; stream (t, k, "rounding")), plus in the local variant the client's Skellam
+        share Sk(μ/|P_t|) (stream (t, k, "noise")): int64 [rows, d]."""
+        lat = plan.lattice
+        assert lat is not None and self._num_params is not None
+        mech = lat.mechanism(self._num_params, plan.clip_norm, self.update_multiplier)
+        if plan.clip_norm != float(self.options.clip_norm):
+            raise ConfigError(f"the lattice form was calibrated for S = {self.options.clip_norm}, the round clips "
+                              f"to {plan.clip_norm}.")
+        ids = [int(c) for c in info.clients.tolist()]
+        rounding = [info.seeds.noise_generator(info.round_idx, c, "rounding") for c in ids]
+        ints = mech.pipeline.encode(clipped.detach().cpu(), rounding)
+        share = plan.share_variance
+        if share > 0 and ints.shape[0]:
+            gens = [info.seeds.noise_generator(info.round_idx, c, "noise") for c in ids]
+            ints = ints + skellam_noise_rows(self._num_params, share, gens)
+        return ints
+
+    def _aggregate_lattice(self, global_params: torch.Tensor, uploads: Uploads, info: RoundInfo,
+                           plan: NoisePlan) -> RoundOutput:
+        """The lattice form, server side: the exact integer sum of the uploads that arrived, plus
+        Sk(μ) (central variant, stream (t, SERVER, "server_noise")) or the top-up Sk(μ − K'·μ/|P_t|)
+        for the shares that did not arrive (local variant, stream (t, SERVER, "topup")); decoded
+        as sum/γ, over m.
+
+        Raises:
+            ConfigError: uploads that are not integers (not lattice uploads).
+        """
+        lat = plan.lattice
+        assert lat is not None and self._num_params is not None
+        arrived = uploads.num_rows
+        if arrived:  # summed in float64: exact for integers below 2^53 (each row's are below 2^24)
+            summed = (uploads.params_sum if uploads.params_sum is not None else uploads.params.to(torch.float64).sum(0))
+            summed = summed.to(torch.float64).cpu()
+            total = torch.round(summed)
+            if not bool(torch.equal(total, summed)):
+                raise ConfigError("dp-fedavg: the uploads of a lattice round must be integers (lattice units); "
+                                  "some are not — every client must run with the same `privacy.gaussian_noise`.")
+            total_int = total.to(torch.int64)
+        else:
+            total_int = torch.zeros(self._num_params, dtype=torch.int64)
+        if plan.central:
+            noise_var = lat.variance
+            stream = "server_noise"
+        else:
+            noise_var = max(0.0, lat.variance - arrived * plan.share_variance)
+            stream = "topup"
+        if noise_var > 0:
+            gen = info.seeds.noise_generator(info.round_idx, SERVER, stream)
+            total_int = total_int + skellam_noise((self._num_params,), noise_var, gen)
+        mean = total_int.to(torch.float64) / lat.scale / plan.denominator
+        new_global = global_params + self.options.server_lr * mean.to(global_params.dtype).to(global_params.device)
+        metrics: dict[str, Any] = {"clip_norm": plan.clip_norm, "noise_multiplier": self.noise_multiplier,
+                                   "client_noise_variance": plan.share_variance,
+                                   "lattice_rounding_inflation": lat.rounding_inflation}
+        if not arrived:
+            metrics["arrived"] = 0
+        if plan.cohort - arrived and not plan.central:
+            metrics["topped_up_clients"] = plan.cohort - arrived
+        norms = uploads.diagnostics.get("update_norm")
+        if norms is not None and arrived:
+            metrics.update({"update_norm_mean": float(norms.mean()),
+                            "clipped_fraction": float((norms > plan.clip_norm).float().mean())})
+        return RoundOutput(new_global, metrics)
+
     def _aggregate_secure(self, global_params: torch.Tensor, uploads: Uploads, info: RoundInfo,
                           plan: NoisePlan) -> RoundOutput:
         """Secure aggregation, server side: the modular sum of the residues that arrived; the shares
@@ -709,6 +900,8 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
         """
         o = self.options
         plan = self.round_plan(info)
+        if plan.lattice is not None:
+            return self._aggregate_lattice(global_params, uploads, info, plan)
         if plan.secure is not None:
             return self._aggregate_secure(global_params, uploads, info, plan)
         k = plan.cohort
@@ -774,8 +967,16 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
             raise ConfigError("the certified inverse (noise multiplier for a target epsilon) is not available under "
                               "secure aggregation yet; set `noise_multiplier` and read `dpfl account CONFIG`.")
 
+        lat = self._calibration.lattice
+
         def event(z: float) -> Any:
             scaled = dataclasses.replace(self.plan_for_cohort(0, 0), sum_std=self.clip_norm * z, count_std=0.0)
+            if lat is not None:
+                # the lattice form's own release at z (its γ, Δ2 and μ = (zΔ2)²), not the Gaussian's
+                assert self._num_params is not None
+                scaled = dataclasses.replace(scaled, sum_std=0.0, lattice=lattice_calibration(
+                    dim=self._num_params, clip_norm=self.clip_norm, noise_multiplier=z,
+                    local=self.options.variant == "local"))
             one = self.sampler.wrap_event(scaled.public_release().event(), self.num_clients)
             return compose([one] * int(rounds))
 
@@ -802,6 +1003,9 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
     def canaries(self) -> CanaryHooks:
         """Audit canaries: each a row of norm C around the global model; the real clients' noise
         stays calibrated to the real cohort, the rows are real + canaries."""
+        if self._calibration.lattice is not None:
+            raise ConfigError("audit: DP-FedAvg with `privacy.gaussian_noise: lattice` is not supported (canary rows "
+                              "are not lattice uploads); audit the floating-point twin (`gaussian_noise: float`).")
         if self.options.adaptive_clip is not None or self.options.lus_sparsity > 0:
             raise ConfigError("audit: DP-FedAvg with `adaptive_clip` or `lus_sparsity` is not supported (canaries "
                               "would move the clip norm; LUS needs gradients canaries do not have). Turn them off.")
@@ -851,7 +1055,7 @@ def _build(options: dict[str, Any], sampler: Any, ctx: Any, defaults: dict[str, 
     return DpFedAvg(parse_options(DpFedAvgOptions, merged, name), sampler, ctx.num_clients, privacy.delta,
                     rounds=ctx.config.rounds, secure_aggregation=privacy.secure_aggregation,
                     participation=privacy.participation, colluding_clients=privacy.colluding_clients,
-                    num_params=ctx.num_params)
+                    num_params=ctx.num_params, gaussian_noise=getattr(privacy, "gaussian_noise", None))
 
 
 def _build_blur_lus(options: dict[str, Any], sampler: Any, ctx: Any) -> DpFedAvg:

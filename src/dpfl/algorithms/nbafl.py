@@ -37,6 +37,13 @@ the *certified* ε (the ledger) uses 2C, per observer:
 Privacy unit "client" under replace-one: a parameter clip bounds any change of a client's data,
 which covers the paper's unit (one record) too.
 
+**Floating-point-safe uplinks** (``privacy.gaussian_noise: lattice``, a deployment's default): each
+upload is round(γw̃_i) + Sk(μ) sent as integer/γ
+(:class:`dpfl.privacy.mechanisms.lattice.NearestLatticeGaussian`: nearest rounding, μ = (zΔ2)²,
+z = σ_U/2C, Δ2 = 2Cγ + √d), recorded as that Skellam release (server); the public's release is the
+downlink Gaussian against max_i p_i·Δ2/γ (:meth:`NbAflPlan.lattice_releases`). The downlink noise
+n_D itself is still drawn in floating point.
+
 References:
     003_c42e3eb46a620b42.txt, Algorithm 1; §III-A (eq. 4–6); Lemma 1 (eq. 8); Theorem 1
     (eq. 10); §V and Lemma 4 (eq. 21–22); Appendix B and F.
@@ -70,7 +77,8 @@ from dpfl.privacy.mechanisms import (
     add_gaussian_noise_per_client,
     clip_by_l2_norm,
 )
-from dpfl.privacy.releases import Release, federated_round_releases
+from dpfl.privacy.mechanisms.lattice import NearestLatticeGaussian, nearest_lattice, release_values
+from dpfl.privacy.releases import Release, SkellamRelease, federated_round_releases
 from dpfl.rng import SERVER
 from dpfl.sampling import AllClients, FixedSizeSampler
 from dpfl.server.aggregators import WeightedMean
@@ -171,6 +179,34 @@ class NbAflPlan(RoundPlan):
     sensitivity: float
     uniform: bool
     public_mode: str
+    dim: int = 0  # d, the model's size (the lattice form's √d)
+    lattice: bool = False  # ``privacy.gaussian_noise: lattice``: each uplink is a lattice release
+
+    @property
+    def uplink(self) -> NearestLatticeGaussian | None:
+        """The uplinks' lattice release (σ_U against 2C, nearest rounding, Skellam noise), None
+        without uplink noise or without the lattice form."""
+        if not self.lattice:
+            return None
+        return nearest_lattice(self.dim, self.sensitivity, self.uplink_noise_std)
+
+    def lattice_releases(self, ids: list[int], weights: list[float]) -> list[Release]:
+        """Each uplink as the Skellam release it is (server), and the broadcast Σ p_i w̃_i + n_D
+        (public): with downlink noise, the downlink Gaussian alone against max p_i·Δ2/γ — a client's
+        rounded uplink moves by at most Δ2/γ whatever the uplink noises, which are independent of
+        the data (the divergences are jointly (quasi-)convex, so the mixture over the uplink noise
+        is priced by its worst component); without it, the uplinks' own Skellam releases (the
+        broadcast is a post-processing of them)."""
+        mech = self.uplink
+        assert mech is not None
+        server = SkellamRelease("server", mech.variance, mech.l2_sensitivity, mech.l1_sensitivity, tuple(ids),
+                                lattice=True, scale=mech.scale)
+        if self.downlink_noise_std == 0:
+            return [server, dataclasses.replace(server, observer="public")]
+        public = federated_round_releases(
+            ids, 0.0, mech.l2_sensitivity / mech.scale, weights, server_noise_std=self.downlink_noise_std,
+            per_client_public=self.public_mode == "per_client", amplifiable=self.public_mode == "amplified")
+        return [server, *(r for r in public if r.observer == "public")]
 
     def aggregator(self, num_samples: torch.Tensor) -> WeightedMean:
         """The weights p_i of the rows whose sample counts are ``num_samples`` (eq. 1)."""
@@ -181,6 +217,8 @@ class NbAflPlan(RoundPlan):
     def releases(self, ids: list[int], num_samples: torch.Tensor, ideal_secure_sum: bool) -> list[Release]:
         """Each upload (σ_U against 2C) and the broadcast Σ p_i w̃_i + n_D (003 eq. 31–33)."""
         weights = self.aggregator(num_samples).weights.tolist() if num_samples.numel() else []
+        if self.uplink is not None:
+            return self.lattice_releases([int(c) for c in ids], weights) if ids else []
         no_noise = self.uplink_noise_std == 0 and self.downlink_noise_std == 0
         return federated_round_releases(
             ids,
@@ -232,7 +270,8 @@ class NbAfl(PrivateAlgorithm[NbAflPlan]):
     privacy_unit = "client"
 
     def __init__(
-        self, options: NbAflOptions, sampler: Any, client_sizes: torch.Tensor, rounds: int, delta: float
+        self, options: NbAflOptions, sampler: Any, client_sizes: torch.Tensor, rounds: int, delta: float,
+        *, num_params: int | None = None, gaussian_noise: str | None = None,
     ) -> None:
         if not isinstance(sampler, (AllClients, FixedSizeSampler)):
             raise ConfigError(
@@ -260,6 +299,14 @@ class NbAfl(PrivateAlgorithm[NbAflPlan]):
         self._local: LocalTraining | None = None  # set by configure_local
         self._calibration = nbafl_calibration(options, client_sizes=self.client_sizes, cohort=self.cohort,
                                               rounds=self.rounds, exposures=self.exposures, delta=self.delta)
+        self.num_params = int(num_params or 0)
+        if gaussian_noise == "lattice":
+            if self.num_params <= 0:
+                self.lattice_refusal = "a model of unknown size"
+            elif self.uplink_noise_std == 0:
+                self.lattice_refusal = "no uplink noise"
+            else:
+                self.gaussian_release = "lattice"
 
     # ------------------------------------------------------------------ calibration
 
@@ -285,7 +332,8 @@ class NbAfl(PrivateAlgorithm[NbAflPlan]):
     def plan(self, info: RoundInfo) -> NbAflPlan:
         """Every noise number of round ``info.round_idx`` (the same calibrated levels every round)."""
         return NbAflPlan(info.round_idx, self.uplink_noise_std, self.downlink_noise_std, float(self.options.clip_norm),
-                         self._calibration.sensitivity, self.options.weights == "uniform", self._public_mode())
+                         self._calibration.sensitivity, self.options.weights == "uniform", self._public_mode(),
+                         dim=self.num_params, lattice=self.gaussian_release == "lattice")
 
     # ------------------------------------------------------------------ the round
 
@@ -319,9 +367,14 @@ class NbAfl(PrivateAlgorithm[NbAflPlan]):
         """Alg. 1 lines 6–9 on each client: clip the local parameters to C, add N(0, σ_U² I)."""
         plan = self.round_plan(info)
         clipped, norms = clip_by_l2_norm(local.params, plan.clip_norm)
+        mech = plan.uplink
         if plan.uplink_noise_std > 0:
             gens = [info.seeds.noise_generator(info.round_idx, int(c), "noise") for c in info.clients.tolist()]
-            clipped = add_gaussian_noise_per_client(clipped, plan.uplink_noise_std, gens)
+            if mech is not None:  # round(γw_i) + Sk(μ), uploaded as integer/γ (a fixed function of it)
+                values = release_values(clipped, [mech] * len(gens), gens)
+                clipped = values.to(clipped.dtype).to(clipped.device)
+            else:
+                clipped = add_gaussian_noise_per_client(clipped, plan.uplink_noise_std, gens)
         k = int(info.clients.numel())
         return Uploads(info.clients, clipped, local.num_samples, local.train_loss,
                        {"noise_std": torch.full((k,), plan.uplink_noise_std, dtype=torch.float64)},
@@ -420,7 +473,8 @@ class NbAfl(PrivateAlgorithm[NbAflPlan]):
 def _build(options: dict[str, Any], sampler: Any, ctx: Any) -> NbAfl:
 
     return NbAfl(parse_options(NbAflOptions, options, "nbafl"), sampler, ctx.client_sizes, ctx.config.rounds,
-                 ctx.privacy.delta)
+                 ctx.privacy.delta, num_params=getattr(ctx, "num_params", None),
+                 gaussian_noise=getattr(ctx.privacy, "gaussian_noise", None))
 
 
 ALGORITHMS = {"nbafl": _build}

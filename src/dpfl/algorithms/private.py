@@ -113,6 +113,12 @@ class PrivateAlgorithm(Algorithm, Generic[PlanT]):
     # Whether the algorithm has an integer pipeline for secure aggregation (its releases then
     # price the modular sum with distributed noise); the others refuse `privacy.secure_aggregation`.
     implements_secure_aggregation: ClassVar[bool] = False
+    # How its real-valued Gaussian releases are drawn (``privacy.gaussian_noise``): "float" (x + σZ
+    # in floating point) unless the algorithm built their lattice form
+    # (:mod:`dpfl.privacy.mechanisms.lattice`) and records them as Skellam releases ("lattice");
+    # ``lattice_refusal`` says why a run that asked for the lattice form did not get it.
+    gaussian_release: str = "float"
+    lattice_refusal: str | None = None
 
     @abc.abstractmethod
     def calibration(self) -> Calibration:

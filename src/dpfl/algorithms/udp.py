@@ -65,6 +65,15 @@ other clients' whole models, so sampling clients does not amplify a record's gua
 max_k p_k Δℓ_k) is charged to everybody. Privacy unit: one record;
 relation: replace-one.
 
+**Floating-point-safe uploads** (``privacy.gaussian_noise: lattice``, a deployment's default; ``udp``
+and ``udp-lei``): w̃_k = (round(γ_k w_k) + Sk(μ_k))/γ_k
+(:class:`dpfl.privacy.mechanisms.lattice.NearestLatticeGaussian`: nearest rounding, so two
+neighbours' integers differ by at most Δ2 = γ_kΔℓ_k + √d; μ_k = (σ_k/Δℓ_k · Δ2)², AKL21 Thm 3.5),
+each recorded as that Skellam release; the broadcast as a post-processing of the uploads (the same
+Skellam releases, to the public: a weighted sum of Skellams is not Skellam, so the aggregate noise
+the Gaussian's public release credits is not claimed). ``udp-crd`` keeps the Gaussian (its Rényi
+filter's budget is planned in Gaussian releases).
+
 References:
     000_3304bf6f36c753f8.txt, Algorithm 1, Algorithm 2, eq. 2, eq. 10, eq. 13, eq. 25, §5.4.
 """
@@ -91,7 +100,8 @@ from dpfl.privacy.accounting.broadcast import broadcast_mode, worst_cohort_multi
 from dpfl.privacy.accounting.claimed import udp_claimed_epsilon
 from dpfl.privacy.calibration import udp_noise_std, udp_noise_std_after_change, udp_sensitivity
 from dpfl.privacy.mechanisms import add_gaussian_noise_per_client
-from dpfl.privacy.releases import Release, federated_round_releases
+from dpfl.privacy.mechanisms.lattice import NearestLatticeGaussian, nearest_lattice, release_values
+from dpfl.privacy.releases import Release, SkellamRelease, federated_round_releases
 from dpfl.server.aggregators import WeightedMean
 
 __all__ = ["ALGORITHMS", "Udp", "UdpCalibration", "UdpCrd", "UdpCrdOptions", "UdpLei", "UdpLeiOptions",
@@ -204,6 +214,33 @@ class UdpPlan(RoundPlan):
     sensitivities: tuple[float, ...]
     sizes: tuple[int, ...]
     per_client_public: bool
+    dim: int = 0  # d, the model's size (the lattice form's √d)
+    lattice: bool = False  # ``privacy.gaussian_noise: lattice``: each upload is a lattice release
+
+    def mechanism(self, client: int) -> NearestLatticeGaussian | None:
+        """Client k's lattice release (:func:`~dpfl.privacy.mechanisms.lattice.nearest_lattice`: σ_k
+        against Δℓ_k, nearest rounding, Skellam noise), None without noise or without the lattice form."""
+        if not self.lattice:
+            return None
+        return nearest_lattice(self.dim, self.sensitivities[client], self.noise_stds[client])
+
+    def lattice_releases(self, ids: list[int]) -> list[Release]:
+        """Each upload as the Skellam release it is (unamplified, replace-one), to the server and —
+        the broadcast being a weighted mean of the uploads, a post-processing of them — to the
+        public with the same numbers (a weighted sum of Skellams is not Skellam: the aggregate
+        noise the floating-point Gaussian's public release credits is not claimed)."""
+        groups: dict[tuple[float, float, float, float], list[int]] = {}
+        out: list[Release] = []
+        for c in ids:
+            mech = self.mechanism(c)
+            if mech is None:  # no noise: the exact upload
+                out += [Release.gaussian(obs, 0.0, self.sensitivities[c], [c]) for obs in ("server", "public")]
+            else:
+                groups.setdefault((mech.variance, mech.l2_sensitivity, mech.l1_sensitivity, mech.scale), []).append(c)
+        for (var, d2, d1, scale), cs in groups.items():
+            out += [SkellamRelease(obs, var, d2, d1, tuple(cs), lattice=True, scale=scale)
+                    for obs in ("server", "public")]
+        return out
 
     def weights(self, ids: list[int]) -> list[float]:
         """p_k = |D_k| / Σ_{j in ids} |D_j| (000 eq. 2, normalized over the rows)."""
@@ -216,6 +253,8 @@ class UdpPlan(RoundPlan):
         """The releases of a round whose rows are ``ids``: each upload (σ_k against Δℓ_k) and the
         weighted mean (000 eq. 2; the weights come from the public sizes the plan holds)."""
         del num_samples
+        if self.lattice:
+            return self.lattice_releases([int(c) for c in ids])
         return federated_round_releases(
             ids,
             [self.noise_stds[c] for c in ids],
@@ -273,6 +312,17 @@ class Udp(PrivateAlgorithm[UdpPlan]):
         self.sensitivities = list(self._calibration.sensitivities)
         self.history: list[list[float]] = []  # σ_i^τ of every round run, all clients
         self.problem: LocalProblem | None = None
+        self.num_params = int(getattr(ctx, "num_params", 0) or 0)
+        if getattr(ctx.privacy, "gaussian_noise", None) == "lattice":
+            self.lattice_refusal = self._lattice_refusal()
+            self.gaussian_release = "lattice" if self.lattice_refusal is None else "float"
+
+    def _lattice_refusal(self) -> str | None:
+        """Why this run keeps the floating-point Gaussian under ``gaussian_noise: lattice`` (None: it
+        has the lattice form)."""
+        if self.num_params <= 0:
+            return "a model of unknown size"
+        return None
 
     def calibration(self) -> UdpCalibration:
         """The numbers Thm 1 fixed before the run (:func:`udp_calibration` of the settings)."""
@@ -327,7 +377,8 @@ class Udp(PrivateAlgorithm[UdpPlan]):
         # a record-level unit: sampling clients never amplifies the public's view (privacy/accounting/broadcast.py)
         mode = broadcast_mode(self.sampler.describe(), self.relation, self.privacy_unit, False)
         return UdpPlan(round_idx, tuple(stds), self._calibration.sensitivities, self._calibration.sizes,
-                       per_client_public=mode == "per_client")
+                       per_client_public=mode == "per_client", dim=self.num_params,
+                       lattice=self.gaussian_release == "lattice")
 
     # ------------------------------------------------------------------ a round
 
@@ -352,7 +403,11 @@ class Udp(PrivateAlgorithm[UdpPlan]):
         ids = [int(c) for c in info.clients.tolist()]
         stds = torch.tensor([plan.noise_stds[c] for c in ids], dtype=torch.float64)
         gens = [info.seeds.noise_generator(info.round_idx, c, "noise") for c in ids]
-        noisy = add_gaussian_noise_per_client(local.params, stds.to(local.params.dtype), gens)
+        if plan.lattice:  # round(γ_k w_k) + Sk(μ_k), uploaded as integer/γ_k (a fixed function of it)
+            values = release_values(local.params, [plan.mechanism(c) for c in ids], gens)
+            noisy = values.to(local.params.dtype).to(local.params.device)
+        else:
+            noisy = add_gaussian_noise_per_client(local.params, stds.to(local.params.dtype), gens)
         return Uploads(info.clients, noisy, local.num_samples, local.train_loss, {"noise_std": stds})
 
     def aggregate(self, global_params: torch.Tensor, uploads: Uploads, info: RoundInfo) -> RoundOutput:
@@ -408,6 +463,10 @@ class Udp(PrivateAlgorithm[UdpPlan]):
     def canaries(self) -> CanaryHooks | None:
         """Audit canaries: each noised, weighed and bounded as the template client (the median
         size), a row of its sensitivity's norm around the global model."""
+        if self.gaussian_release == "lattice":
+            raise ConfigError(f"audit: {self.name} with `privacy.gaussian_noise: lattice` is not supported (canary "
+                              "rows are not lattice releases); audit the floating-point twin "
+                              "(`gaussian_noise: float`).")
         order = np.argsort(np.asarray(self.sizes), kind="stable")
         tpl = int(order[len(order) // 2])
 
@@ -468,6 +527,9 @@ class UdpCrd(Udp):
         """Not auditable: the audit's canaries follow UDP's fixed schedule, not this variant's
         data-dependent changes of the noise."""
         return None
+
+    def _lattice_refusal(self) -> str | None:
+        return "udp-crd's Rényi filter plans its budget in Gaussian releases (no lattice form of the filter yet)"
 
     def __init__(self, options: UdpCrdOptions, sampler: Any, ctx: Any) -> None:
         super().__init__(options, sampler, ctx)

@@ -134,6 +134,11 @@ def _privacy_summary(summary: PrivacySummary) -> str:
         for obs, c in summary.spent.items():
             lines.append(f"  observer {obs:<7} spent {_eps(c.epsilon)} ({c.method}; {c.basis_text})")
     lines += [f"  {line}" for line in summary.readings()]
+    release = summary.extra.get("gaussian_noise")
+    if release is not None:
+        lines.append("Gaussian releases: " + (
+            "lattice (integers plus Skellam noise, certified as the Skellam releases they are)" if release == "lattice"
+            else "floating-point (x + σ·Z; the certificate prices ideal Gaussian noise)"))
     for item in summary.not_covered:
         lines.append(f"not covered by the certified epsilon: {item}")
     return "\n".join(lines)

@@ -360,7 +360,20 @@ def delta_notices(config: RunConfig, algorithm: Any, sizes: torch.Tensor) -> lis
         return []
     units = int(sizes.numel()) if unit == "client" else int(sizes.sum())
     message = delta_notice(float(config.privacy.delta), units, str(unit))
-    return [] if message is None else [{"kind": "delta", "message": message}]
+    return ([] if message is None else [{"kind": "delta", "message": message}]) + lattice_notices(config, algorithm)
+
+
+def lattice_notices(config: RunConfig, algorithm: Any) -> list[dict[str, Any]]:
+    """A ``gaussian-noise`` notice when ``privacy.gaussian_noise: lattice`` (a deployment's default)
+    meets an algorithm or configuration without the lattice form: its Gaussian releases stay
+    floating-point, said loudly (the privacy statement's ``gaussian_noise`` reads "float")."""
+    if config.privacy.gaussian_noise != "lattice" or getattr(algorithm, "gaussian_release", "float") == "lattice":
+        return []
+    why = getattr(algorithm, "lattice_refusal", None) or f"{config.algorithm.name} has no lattice form yet"
+    return [{"kind": "gaussian-noise",
+             "message": (f"privacy.gaussian_noise: lattice — kept the floating-point Gaussian noise: {why}. Its "
+                         "low-order bits may depend on the data (Mironov 2012); the certificate prices ideal "
+                         "Gaussian noise.")}]
 
 
 @torch.no_grad()

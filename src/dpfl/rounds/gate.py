@@ -305,8 +305,18 @@ class PrivacyGate:
             certified_basis=basis,
             client_epsilons_rdp=per_client,
             client_epsilons_rdp_spent=per_client_spent,
-            extra={} if self.noise_generator is None else {"noise_generator": self.noise_generator},
+            extra=self._noise_statement(),
         )
+
+
+    def _noise_statement(self) -> dict[str, Any]:
+        """The privacy statement's noise entries: the generator (``noise_generator``) and, where
+        ``privacy.gaussian_noise`` is set (every deployment), how the Gaussian releases were drawn
+        (``gaussian_noise``: "lattice" or "float", the algorithm's answer)."""
+        out: dict[str, Any] = {} if self.noise_generator is None else {"noise_generator": self.noise_generator}
+        if getattr(self.privacy, "gaussian_noise", None) is not None:
+            out["gaussian_noise"] = getattr(self.algorithm, "gaussian_release", "float")
+        return out
 
 
 class WhatIfUplinkGate(PrivacyGate):

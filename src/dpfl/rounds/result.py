@@ -162,7 +162,9 @@ class PrivacySummary:
             else:
                 what = (f"ε = {shown} against the {observer}: weak protection — the {observer}'s odds on whether a "
                         f"client's data was used can move by up to a factor e^{eps:.3g}")
-            secure = any("Skellam" in note for note in cert.notes)  # priced as a secure sum
+            # priced as a secure sum (a lattice release is priced as a Skellam release too, but of each upload)
+            secure = (any("Skellam" in note for note in cert.notes)
+                      and not any("lattice release" in note for note in cert.notes))
             hidden = any("hidden participation" in note for note in cert.notes)
             if observer == "server" and not secure:
                 fix = ("it sees each upload with only that client's share of the noise: secure aggregation "

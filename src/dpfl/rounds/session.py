@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from dpfl.algorithms.private import PrivateAlgorithm
-from dpfl.config import RunConfig
+from dpfl.config import RunConfig, deployment_config
 from dpfl.errors import ConfigError
 from dpfl.rng import SeedSequence
 from dpfl.rounds.build import (
@@ -189,7 +189,8 @@ def run_experiment(
     the ledger then records what each round really released for the uploads that arrived.
 
     ``secure_rng`` seeds every server-side draw (cohort sample, server noise) from the OS CSPRNG
-    instead of the config's seed: what a deployment needs. Runs are then not reproducible.
+    instead of the config's seed: what a deployment needs. Runs are then not reproducible, and
+    ``privacy.gaussian_noise`` unset means "lattice" (:func:`dpfl.config.deployment_config`).
 
     ``wrap(exp)`` (simulation only) returns the server step the in-process cohort calls instead of
     the algorithm's, e.g. :class:`dpfl.audit.canary.CanaryAlgorithm`; sampling, releases, the
@@ -201,6 +202,8 @@ def run_experiment(
     ``observers`` see every round of the run (:class:`~dpfl.rounds.loop.RoundObserver`), those
     already stored first: a CSV or TensorBoard log is complete after a resume or a stored result.
     """
+    if secure_rng and experiment is None:
+        config = deployment_config(config)  # a deployment's Gaussian releases are lattice releases by default
     exp = experiment if experiment is not None else build_experiment(config)
     check_secure_aggregation(config, exp.algorithm, remote=remote, wrapped=wrap is not None)
     if remote is not None and not exp.algorithm.splits_rounds:

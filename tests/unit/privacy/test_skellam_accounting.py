@@ -24,6 +24,7 @@ from dpfl.privacy.releases import Release, SkellamRelease
 from dpfl.privacy.releases.skellam import (
     SkellamDpEvent,
     skellam_rdp,
+    skellam_rdp_vector,
     skellam_tail_log_probability,
     subsampled_rdp,
 )
@@ -175,8 +176,17 @@ def test_bad_input_is_named() -> None:
         SkellamDpEvent(1.0, 2.0, 1.0)
     with pytest.raises(ConfigError, match="integer order"):
         skellam_rdp(1, SkellamDpEvent(1.0, 1.0, 1.0))
+    # a Poisson-sampled Skellam sum is priced under add/remove only (the zero-out binomial expansion)
     with pytest.raises(PrivacyPreconditionError, match="add/remove"):
-        rdp_vector(SkellamDpEvent(1.0, 1.0, 1.0), "replace_one")
+        skellam_rdp_vector(dpa.PoissonSampledDpEvent(0.5, SkellamDpEvent(1.0, 1.0, 1.0)), "replace_one", (2.0,))
+
+
+def test_an_unsampled_skellam_event_is_priced_the_same_under_replace_one() -> None:
+    # unsampled, the divergences depend only on the shift between the neighbours' integer queries,
+    # bounded by (Δ2, Δ1) under either relation (a lattice upload under replace-one)
+    event = SkellamDpEvent(1e4, 10.0, 30.0)
+    orders = (2.0, 3.0, 8.0)
+    assert np.array_equal(rdp_vector(event, "replace_one", orders), rdp_vector(event, "add_remove", orders))
 
 
 def test_zero_variance_is_not_private() -> None:

@@ -50,7 +50,12 @@ neighbours ("zero-out": the client's coin, or its absence from the cohort, decid
 its update is in the sum; the sum's noise law is Sk(μ) either way — every client's share under
 hidden participation, the server's top-up to μ under visible participation). A client absent
 from the population altogether would change the noise law too; that relation is not the one
-certified, and the certificate says so. The ledger refuses a Skellam release under replace-one.
+certified, and the certificate says so. A lattice release of one client's own vector
+(:mod:`dpfl.privacy.mechanisms.lattice`, UDP's and NbAFL's uploads) is also priced under
+**replace-one**: unsampled, the Skellam mechanism's divergences depend only on the shift between
+the two neighbours' integer queries, which its (Δ2, Δ1) bound under that relation — so an
+unsampled Skellam event is accepted under replace-one (a release naming its clients, never
+amplified); a Poisson-sampled one, and an amplifiable release, only under add/remove.
 
 :class:`SkellamRelease` is what an observer of the sum saw (serialized under ``kind: skellam``);
 its :class:`SkellamDpEvent` is a ``dp_accounting`` event (attrs, frozen, hashable) so that the
@@ -84,6 +89,7 @@ from dpfl.privacy.releases.base import Observer, Release, checked_ids, checked_o
 from dpfl.privacy.releases.skellam_gdp import certified_unit_eta
 
 __all__ = [
+    "LatticeDpEvent",
     "SkellamDpEvent",
     "SkellamRelease",
     "is_skellam",
@@ -121,6 +127,13 @@ class SkellamDpEvent(dpe.DpEvent):
         if self.l1_sensitivity < self.l2_sensitivity * (1 - 1e-12):
             raise ConfigError(f"Skellam `l1_sensitivity` ({self.l1_sensitivity}) cannot be below the L2 "
                               f"sensitivity ({self.l2_sensitivity}).")
+
+
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class LatticeDpEvent(SkellamDpEvent):
+    """The Skellam mechanism of one lattice release (:mod:`dpfl.privacy.mechanisms.lattice`): priced
+    exactly as :class:`SkellamDpEvent` (the same RDP and PLD routes), registered apart so that its
+    certificate states its own neighbouring relation (a client's rounded vector, not a secure sum)."""
 
 
 def is_skellam(event: dpe.DpEvent) -> bool:
@@ -190,9 +203,10 @@ def skellam_rdp_vector(event: dpe.DpEvent, relation: str, orders: Sequence[float
         PrivacyPreconditionError: a relation other than add/remove, or a sampling scheme other
             than Poisson around the Skellam event.
     """
-    if relation != "add_remove":
+    if relation != "add_remove" and not (relation == "replace_one" and isinstance(event, SkellamDpEvent)):
         raise PrivacyPreconditionError(
-            f"the Skellam mechanism is priced under add/remove one client; this ledger's relation is {relation!r}.")
+            f"the Skellam mechanism is priced under add/remove one client (unsampled also under replace-one); this "
+            f"ledger's relation is {relation!r} for {event}.")
     q = 1.0
     inner = event
     if isinstance(inner, dpa.PoissonSampledDpEvent):
@@ -247,6 +261,10 @@ class SkellamRelease(Release):
         amplifiable: with ``client_ids=None``: the observer does not know who contributed (a
             secret Poisson sample — the public's view, or the server's under hidden participation),
             so the ledger amplifies the release by the sampler's own event.
+        lattice: a floating-point-safe Gaussian release (:mod:`dpfl.privacy.mechanisms.lattice`)
+            rather than a secure sum: the same pricing, its own relation note (:class:`LatticeDpEvent`).
+        scale: (lattice) integer units per unit of the uploaded values — γ when an upload travels
+            as integer/γ, 1 when the integers travel as they are — for :meth:`upload_norm_limit`.
     """
 
     kind: ClassVar[str] = "skellam"
@@ -256,18 +274,22 @@ class SkellamRelease(Release):
     l1_sensitivity: float
     client_ids: tuple[int, ...] | None = None
     amplifiable: bool = False
+    lattice: bool = False
+    scale: float = 1.0
 
     @classmethod
     def from_fields(cls, data: Mapping[str, Any], client_ids: tuple[int, ...] | None,
                     amplifiable: bool) -> SkellamRelease:
         return cls(data["observer"], float(data["variance"]), float(data["l2_sensitivity"]),
-                   float(data["l1_sensitivity"]), client_ids, amplifiable)
+                   float(data["l1_sensitivity"]), client_ids, amplifiable, bool(data.get("lattice", False)),
+                   float(data.get("scale", 1.0)))
 
     def check_ledger(self, relation: str, sampling_kind: str) -> None:
-        if relation != "add_remove":
+        named = self.client_ids is not None and not self.amplifiable
+        if relation != "add_remove" and not (relation == "replace_one" and named):
             raise PrivacyPreconditionError(
-                f"a Skellam (secure aggregation) release is priced under add/remove one client; this "
-                f"ledger's relation is {relation!r}.")
+                f"a Skellam release is priced under add/remove one client (a release naming its clients, "
+                f"unamplified, also under replace-one); this ledger's relation is {relation!r}.")
         if self.amplifiable and self.client_ids is None and sampling_kind not in ("poisson", "all"):
             raise PrivacyPreconditionError(
                 "a Skellam release hidden in a secret sample is amplified only by Poisson sampling (each "
@@ -286,10 +308,11 @@ class SkellamRelease(Release):
     def event(self) -> dpe.DpEvent:
         if self.variance == 0:
             return dpa.NonPrivateDpEvent()
-        return SkellamDpEvent(float(self.variance), float(self.l2_sensitivity), float(self.l1_sensitivity))
+        cls = LatticeDpEvent if self.lattice else SkellamDpEvent
+        return cls(float(self.variance), float(self.l2_sensitivity), float(self.l1_sensitivity))
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "observer": self.observer,
             "kind": self.kind,
             "variance": self.variance,
@@ -298,6 +321,23 @@ class SkellamRelease(Release):
             "client_ids": None if self.client_ids is None else list(self.client_ids),
             "amplifiable": self.amplifiable,
         }
+        if self.lattice:  # absent for a secure sum: stored ledgers stay as they were
+            out["lattice"] = True
+            out["scale"] = self.scale
+        return out
+
+    def upload_norm_limit(self, num_params: int) -> float | None:
+        """(A lattice upload) the largest L2 norm it can have, in the uploaded values' units: its
+        rounded vector's bound Δ2 plus what the noise can add, in the Gaussian form of
+        :func:`dpfl.privacy.calibration.gaussian.upload_norm_limit` with the noise std √μ taken 10%
+        larger — a check against forged uploads, not part of the certificate (the standardized
+        Skellam is within O(1/√μ) of the normal). None for a secure sum (the server sees residues)."""
+        if not self.lattice or self.observer != "server":
+            return None
+        from dpfl.privacy.calibration.gaussian import upload_norm_limit
+
+        return upload_norm_limit(self.l2_sensitivity / self.scale, 1.1 * math.sqrt(self.variance) / self.scale,
+                                 num_params)
 
 
 def skellam_pld_dominating(event: dpe.DpEvent, relation: str) -> tuple[dpe.DpEvent | None, str]:
@@ -307,11 +347,12 @@ def skellam_pld_dominating(event: dpe.DpEvent, relation: str) -> tuple[dpe.DpEve
     :func:`dpfl.privacy.releases.skellam_gdp.certified_unit_eta`; an integer shift of L2 norm at
     most Δ2 is then (η·Δ2)-GDP, so the pair is dominated by the Gaussian pair of noise multiplier
     1/(η·Δ2), and a Poisson-sampled Skellam sum by the Poisson-sampled Gaussian pair, in both
-    directions (``docs/proofs/skellam-gdp.md``). Under add/remove (zero-out) only, as the RDP route.
+    directions (``docs/proofs/skellam-gdp.md``). Under add/remove (zero-out), and unsampled also under
+    replace-one, as the RDP route.
     """
-    if relation != "add_remove":
-        return None, (f"PLD: the Skellam mechanism is priced under add/remove one client; this ledger's relation "
-                      f"is {relation!r}.")
+    if relation != "add_remove" and not (relation == "replace_one" and isinstance(event, SkellamDpEvent)):
+        return None, (f"PLD: the Skellam mechanism is priced under add/remove one client (unsampled also under "
+                      f"replace-one); this ledger's relation is {relation!r}.")
     q: float | None = None
     inner = event
     if isinstance(inner, dpa.PoissonSampledDpEvent):
@@ -330,6 +371,10 @@ def skellam_pld_dominating(event: dpe.DpEvent, relation: str) -> tuple[dpe.DpEve
                         "the certified unit-shift GDP parameter of each sum's variance (docs/proofs/skellam-gdp.md)")
 
 
+_RDP_NOTE = ("RDP: Skellam releases priced by Agarwal, Kairouz, Liu 2021 (Thm 3.5), Poisson-sampled ones by "
+             "the binomial expansion without the general bound's factor 3 (docs/proofs/skellam-subsampling.md)")
+_PLD_NOTE = "PLD: not available for the Skellam mechanism (dp-accounting has no Skellam PLD); certified by RDP."
+
 register_event(SkellamDpEvent, EventAccounting(
     rdp=skellam_rdp_vector,
     rdp_note=("RDP: Skellam releases priced by Agarwal, Kairouz, Liu 2021 (Thm 3.5), Poisson-sampled ones by "
@@ -337,5 +382,14 @@ register_event(SkellamDpEvent, EventAccounting(
     relation_note=("secure sum (Skellam): neighbours differ in one client's update, its noise share present in "
                    "both (zero-out)"),
     pld_note="PLD: not available for the Skellam mechanism (dp-accounting has no Skellam PLD); certified by RDP.",
+    pld_dominating=skellam_pld_dominating,
+))
+
+register_event(LatticeDpEvent, EventAccounting(
+    rdp=skellam_rdp_vector,
+    rdp_note=_RDP_NOTE,
+    relation_note=("lattice release (Skellam): neighbours' rounded integer vectors differ by at most the release's "
+                   "(Δ2, Δ1), the noise law the same in both"),
+    pld_note=_PLD_NOTE,
     pld_dominating=skellam_pld_dominating,
 ))

@@ -55,7 +55,7 @@ def _observers(csv: str, tensorboard: str) -> tuple[RoundObserver, ...]:
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    from dpfl.config import load_config
+    from dpfl.config import deployment_config, load_config
     from dpfl.rounds import build_experiment, run_experiment
     from dpfl.runtime.flower.transport import (
         FlowerCohort,
@@ -73,10 +73,15 @@ def main(grid: Grid, context: Context) -> None:
     if not path:
         raise ConfigError("set the run config path: flwr run ... --run-config 'config=\"/path/run.yaml\"'")
     config = load_config(path, _overrides(str(rc.get("overrides", ""))))
+    reproducible = bool(rc.get("reproducible", False))
+    if not reproducible:
+        # a deployment's Gaussian releases are lattice releases unless the config says otherwise;
+        # the clients build the run from this config, so they agree (a reproducible run stays the
+        # simulation's twin)
+        config = deployment_config(config)
     store = RunStore(str(rc.get("store", "runs/flower.sqlite")))
     exp = build_experiment(config)  # the server's view: public client sizes, model layout, test data
     marks["built"] = time.time()
-    reproducible = bool(rc.get("reproducible", False))
     secure_bits = secure_bits_for(config, exp.algorithm, reproducible=reproducible)  # refuses bits > 31 up front
     found: list[Shuffler] = []
     config_json = json.dumps(config.model_dump(mode="json"))
