@@ -827,15 +827,7 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
         metrics: dict[str, Any] = {"clip_norm": plan.clip_norm, "noise_multiplier": self.noise_multiplier,
                                    "client_noise_variance": plan.share_variance,
                                    "lattice_rounding_inflation": lat.rounding_inflation}
-        if not arrived:
-            metrics["arrived"] = 0
-        if plan.cohort - arrived and not plan.central:
-            metrics["topped_up_clients"] = plan.cohort - arrived
-        norms = uploads.diagnostics.get("update_norm")
-        if norms is not None and arrived:
-            metrics.update({"update_norm_mean": float(norms.mean()),
-                            "clipped_fraction": float((norms > plan.clip_norm).float().mean())})
-        return RoundOutput(new_global, metrics)
+        return RoundOutput(new_global, _arrival_metrics(metrics, plan, uploads, topped_up=not plan.central))
 
     def _aggregate_secure(self, global_params: torch.Tensor, uploads: Uploads, info: RoundInfo,
                           plan: NoisePlan) -> RoundOutput:
@@ -878,15 +870,7 @@ class DpFedAvg(PrivateAlgorithm[NoisePlan]):
         metrics: dict[str, Any] = {"clip_norm": plan.clip_norm, "noise_multiplier": self.noise_multiplier,
                                    "client_noise_variance": share,
                                    "secure_sum_wrap_bound": math.exp(sec.wrap_log_probability)}
-        if not arrived:
-            metrics["arrived"] = 0
-        if plan.cohort - arrived:
-            metrics["topped_up_clients"] = plan.cohort - arrived
-        norms = uploads.diagnostics.get("update_norm")
-        if norms is not None and arrived:
-            metrics.update({"update_norm_mean": float(norms.mean()),
-                            "clipped_fraction": float((norms > plan.clip_norm).float().mean())})
-        return RoundOutput(new_global, metrics)
+        return RoundOutput(new_global, _arrival_metrics(metrics, plan, uploads, topped_up=True))
 
     def aggregate(self, global_params: torch.Tensor, uploads: Uploads, info: RoundInfo) -> RoundOutput:
         """004 Alg. 1 lines 7–9 with a fixed denominator: the sum of the uploads that arrived
@@ -1063,3 +1047,18 @@ def _build_blur_lus(options: dict[str, Any], sampler: Any, ctx: Any) -> DpFedAvg
 
 
 ALGORITHMS = {"dp-fedavg": _build, "dp-fedavg-blur-lus": _build_blur_lus}
+
+
+def _arrival_metrics(metrics: dict[str, Any], plan: NoisePlan, uploads: Uploads, *, topped_up: bool) -> dict[str, Any]:
+    """``metrics`` with what the arrivals say: none arrived, how many sampled clients the server
+    topped up for (``topped_up``: the clients carry shares of the noise), and the update norms."""
+    arrived = uploads.num_rows
+    if not arrived:
+        metrics["arrived"] = 0
+    if topped_up and plan.cohort - arrived:
+        metrics["topped_up_clients"] = plan.cohort - arrived
+    norms = uploads.diagnostics.get("update_norm")
+    if norms is not None and arrived:
+        metrics.update({"update_norm_mean": float(norms.mean()),
+                        "clipped_fraction": float((norms > plan.clip_norm).float().mean())})
+    return metrics
