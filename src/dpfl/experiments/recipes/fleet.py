@@ -56,7 +56,7 @@ from dpfl.experiments.recipes.verdicts import (
     every,
 )
 
-PAPER = "Kairouz et al. 2021; Choquette-Choo et al. 2023; Dvijotham et al. 2024 (not in ../shared/papers)"
+PAPER = "Kairouz et al. 2021; Choquette-Choo et al. 2023; Dvijotham et al. 2024 (beyond the five reproduced papers)"
 METHODS = ("independent", "tree", "banded", "blt", "poisson")
 LABELS = {
     "independent": "DP-FedAvg, no amplification",
